@@ -1,0 +1,71 @@
+# The streaming lakehouse. `make help` lists the targets.
+# Everything a run creates lives in $(STATE) (git-ignored); the virtualenv in $(VENV).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STATE := $(or $(LAKEHOUSE_HOME),$(CURDIR)/.lakehouse)
+KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
+JARS_STAMP := $(STATE)/jars/.complete
+PYTEST_DEFAULT := -m "not slow and not chaos"
+
+.PHONY: help setup install jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+setup: install jars ## Install everything that is missing (virtualenv + JVM jars); a no-op when done
+
+install: $(VENV)/.installed ## Create the virtualenv and install the project with its pinned dependencies
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -n "$(PYTHON)" || { echo "error: Python 3.11+ not found (python3.11 or python3)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+jars: $(JARS_STAMP) ## Fetch the Kafka broker, Iceberg runtime, connectors, JDBC driver from Maven Central
+
+$(JARS_STAMP): jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/settings.xml
+	@$(PYTHON) lakehouse/preflight.py java
+	@$(PYTHON) lakehouse/preflight.py mvn
+	@echo "fetching JVM artifacts into $(STATE)/jars (first time: a few minutes)"
+	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka
+	mvn -q -B -gs jvm/settings.xml -f jvm/pom.xml dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
+	@touch $@
+
+preflight:
+	@$(PYTHON) lakehouse/preflight.py java
+	@$(PYTHON) lakehouse/preflight.py port $(KAFKA_PORT) $(STATE)/kafka/broker.pid
+
+demo: preflight setup ## Set up, then run the whole chain once on the local platform and print a summary
+	$(BIN)/lakehouse demo
+
+test: setup ## Set up, then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
+	$(BIN)/pytest $(PYTEST_DEFAULT)
+
+test-unit: setup ## Unit tests only
+	$(BIN)/pytest tests/unit
+
+test-integration: setup ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
+	$(BIN)/pytest tests/integration $(PYTEST_DEFAULT)
+
+test-slow: setup ## Long-running tests
+	$(BIN)/pytest -m slow
+
+test-chaos: setup ## Chaos tests (kill, restart, poison)
+	$(BIN)/pytest -m chaos
+
+lint: install ## Static checks (ruff)
+	$(BIN)/ruff check .
+
+format: install ## Format the code (ruff)
+	$(BIN)/ruff format .
+
+clean: ## Stop the local broker and delete all state (data, catalog, jars, checkpoints, reports)
+	-@test -x $(BIN)/lakehouse && $(BIN)/lakehouse kafka stop
+	rm -rf $(STATE) target logs

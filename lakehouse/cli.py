@@ -1,0 +1,179 @@
+"""`lakehouse`: the command line of the streaming lakehouse.
+
+Every subcommand has --help. Problems the user can fix end in one line starting with
+"error:" and a non-zero exit; set LAKEHOUSE_DEBUG=1 to see the full stack trace instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from lakehouse.config import PREFIX, SETTINGS, Settings
+from lakehouse.errors import LakehouseError
+
+EPILOG = (
+    "Configuration comes from LAKEHOUSE_* environment variables (see `lakehouse config`). "
+    "Defaults run everything on this machine, state in .lakehouse/."
+)
+
+
+def _kafka(args, settings: Settings) -> int:
+    from lakehouse import local_kafka
+
+    if args.action == "start":
+        local_kafka.start(settings)
+    elif args.action == "stop":
+        local_kafka.stop(settings)
+    else:
+        state = local_kafka.status(settings)
+        if args.json:
+            print(json.dumps(state))
+        else:
+            word = "running and answering" if state["answering"] else (
+                "running but not answering" if state["running"] else "not running")
+            pid = f" (pid {state['pid']})" if state["pid"] else ""
+            print(f"Kafka {word}{pid} on {state['bootstrap_servers']}, data in {state['data_dir']}")
+        return 0 if state["answering"] else 3
+    return 0
+
+
+def _produce(args, settings: Settings) -> int:
+    from producers import user_events
+
+    if args.stream != "user_events":
+        raise LakehouseError(f"unknown stream {args.stream!r}; producible now: user_events")
+    result = user_events.produce(settings, args.count, args.corrupt_rate, args.seed)
+    report = result.delivery
+    print(f"{report.topic}: {report.delivered:,} delivered, {report.failed:,} failed, "
+          f"{len(result.faults):,} faulty on purpose, {report.rate:,.0f} msg/s")
+    if args.manifest:
+        with open(args.manifest, "w") as handle:
+            json.dump(result.manifest(), handle, indent=2)
+        print(f"fault manifest: {args.manifest}")
+    if report.failed:
+        raise LakehouseError(f"{report.failed} message(s) were not delivered: {'; '.join(report.errors)}")
+    return 0
+
+
+def _ingest(args, settings: Settings) -> int:
+    from ingestion import job
+
+    return job.main(args, settings)
+
+
+def _quality(args, settings: Settings) -> int:
+    from expectations.runner import format_summary, run_quality
+    from lakehouse.spark import get_spark
+
+    spark = get_spark(settings, app_name="lakehouse-quality")
+    report = run_quality(spark, settings, layer=args.layer, stream=args.stream)
+    print(format_summary(report))
+    print(f"report: {report.docs_index}")
+    return 0 if report.passed else 1
+
+
+def _dbt_profile(args, settings: Settings) -> int:
+    from lakehouse.spark import render_dbt_profile
+
+    sys.stdout.write(render_dbt_profile())
+    return 0
+
+
+def _config(args, settings: Settings) -> int:
+    shown = {name: str(getattr(settings, name)) for name in SETTINGS}
+    shown["kafka_options"] = ", ".join(f"{k}=***" for k in settings.kafka_options) or "(none)"
+    if args.json:
+        print(json.dumps(shown, indent=2))
+        return 0
+    for name, setting in SETTINGS.items():
+        print(f"{PREFIX}{setting.env:<24} {shown[name]:<48} {setting.help}")
+    print(f"{PREFIX}KAFKA_OPT_<OPTION>{'':<6} {shown['kafka_options']:<48} Kafka client options "
+          "(e.g. ..._SECURITY_PROTOCOL=SASL_SSL)")
+    return 0
+
+
+def _demo(args, settings: Settings) -> int:
+    from lakehouse import demo
+
+    return demo.main(settings, events=args.events, corrupt_rate=args.corrupt_rate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    kafka = sub.add_parser("kafka", help="start, stop or inspect the local Kafka broker",
+                           description="The embedded Kafka broker (KRaft, single node) under the state folder.")
+    kafka.add_argument("action", choices=["start", "stop", "status"],
+                       help="start: format once, start, wait until it answers; stop: controlled shutdown; "
+                            "status: exit 0 only if it answers")
+    kafka.add_argument("--json", action="store_true", help="status as JSON")
+    kafka.set_defaults(func=_kafka)
+
+    produce = sub.add_parser("produce", help="produce demo events to Kafka",
+                             description="Produce generated events (acks=all, idempotent) to the stream's topic.")
+    produce.add_argument("stream", choices=["user_events"], help="stream to produce")
+    produce.add_argument("--count", type=int, default=10_000, help="number of messages (default 10000)")
+    produce.add_argument("--corrupt-rate", type=float, default=0.0,
+                         help="share of faulty messages: truncated, garbled, missing field, wrong type (0..1)")
+    produce.add_argument("--seed", type=int, help="random seed for a repeatable run")
+    produce.add_argument("--manifest", help="write the fault manifest (coordinates of faulty records) here")
+    produce.set_defaults(func=_produce)
+
+    from ingestion.job import add_arguments as ingest_arguments
+    ingest = sub.add_parser("ingest", help="stream Kafka topics into bronze Iceberg tables",
+                            description="Kafka -> bronze.<stream> and bronze.dead_letters, exactly once.")
+    ingest_arguments(ingest)
+    ingest.set_defaults(func=_ingest)
+
+    quality = sub.add_parser("quality", help="run the Great Expectations checks",
+                             description="Validate tables, write Data Docs, exit 1 on a critical failure.")
+    quality.add_argument("action", choices=["run"], help="run the suites")
+    quality.add_argument("--layer", choices=["bronze", "silver", "gold"], help="only this layer")
+    quality.add_argument("--stream", help="only this stream")
+    quality.set_defaults(func=_quality)
+
+    profile = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
+                             description="Regenerate profiles.yml: lakehouse dbt-profile > profiles.yml")
+    profile.set_defaults(func=_dbt_profile)
+
+    config = sub.add_parser("config", help="show the effective configuration",
+                            description="Every LAKEHOUSE_* setting with its current value.")
+    config.add_argument("--json", action="store_true", help="as JSON")
+    config.set_defaults(func=_config)
+
+    demo = sub.add_parser("demo", help="run the whole chain once on the local platform",
+                          description="Start Kafka, produce (with corrupt messages), ingest, dbt run, "
+                                      "quality checks, print a summary, stop what was started.")
+    demo.add_argument("--events", type=int, default=20_000, help="user events to produce (default 20000)")
+    demo.add_argument("--corrupt-rate", type=float, default=0.005, help="share of faulty messages (default 0.005)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    # py4j logs every callback-server connection at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    debug = os.environ.get(PREFIX + "DEBUG") == "1"
+    try:
+        settings = Settings.from_env()
+        return args.func(args, settings)
+    except LakehouseError as exc:
+        if debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The embedded local Kafka: a real Apache Kafka broker (KRaft, combined broker+controller).
+
+It runs from the jars `make setup` copies into <state>/jars/kafka, in its own JVM, with its
+data, configuration and logs under <state>/kafka. Storage is formatted once; later starts
+reuse the data. `start` returns only once the broker answers a metadata request.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse.config import Settings
+from lakehouse.errors import LakehouseError
+from lakehouse.preflight import PreflightError, check_java, port_is_free
+
+START_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 30
+BROKER_HEAP = "-Xmx768m"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class BrokerPaths:
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log4j(self) -> Path:
+        return self.root / "log4j2.properties"
+
+    @property
+    def pid(self) -> Path:
+        return self.root / "broker.pid"
+
+    @property
+    def console(self) -> Path:
+        return self.logs / "console.out"
+
+
+def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    """A single-node KRaft configuration: replication factors of 1 for internal topics."""
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={data_dir}",
+        "num.partitions=3",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=3",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        # A laptop broker: no week-long retention filling the disk, no rebalance delay.
+        "log.retention.hours=72",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        "",
+    ])
+
+
+def log4j_properties(logs_dir: Path) -> str:
+    return "\n".join([
+        "rootLogger.level=INFO",
+        "rootLogger.appenderRef.file.ref=file",
+        "appender.file.type=RollingFile",
+        "appender.file.name=file",
+        f"appender.file.fileName={logs_dir}/server.log",
+        f"appender.file.filePattern={logs_dir}/server.log.%i",
+        "appender.file.layout.type=PatternLayout",
+        "appender.file.layout.pattern=[%d] %p %m (%c)%n",
+        "appender.file.policies.type=Policies",
+        "appender.file.policies.size.type=SizeBasedTriggeringPolicy",
+        "appender.file.policies.size.size=20MB",
+        "appender.file.strategy.type=DefaultRolloverStrategy",
+        "appender.file.strategy.max=3",
+        "",
+    ])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still "exists"; reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def running_pid(settings: Settings) -> int | None:
+    paths = BrokerPaths(settings.kafka_dir)
+    try:
+        pid = int(paths.pid.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def _tcp_open(bootstrap: str, timeout_s: float) -> bool:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def broker_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    # A plain TCP probe first: librdkafka logs every refused connection to stderr.
+    if not _tcp_open(bootstrap, timeout_s):
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({
+        "bootstrap.servers": bootstrap,
+        "socket.timeout.ms": int(timeout_s * 1000),
+        "log_level": 0,
+    })
+    try:
+        return bool(admin.list_topics(timeout=timeout_s).brokers)
+    except Exception:  # KafkaException of any kind means "not (yet) answering"
+        return False
+
+
+def _classpath(settings: Settings) -> str:
+    jars = settings.jars_dir / "kafka"
+    if not list(jars.glob("kafka_2.13-*.jar")):
+        raise LakehouseError(f"Kafka broker jars missing in {jars}: run `make setup`")
+    return f"{jars}/*"
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start(settings: Settings, log=print) -> int:
+    """Start the broker (if not running) and wait until it answers; returns its pid."""
+    paths = BrokerPaths(settings.kafka_dir)
+    pid = running_pid(settings)
+    if pid is not None:
+        if broker_answers(settings.kafka_bootstrap_servers):
+            log(f"Kafka already running (pid {pid}) on {settings.kafka_bootstrap_servers}")
+            return pid
+        raise LakehouseError(f"a Kafka process (pid {pid}) is running but not answering: `lakehouse kafka stop`")
+    try:
+        java = check_java()
+    except PreflightError as exc:
+        raise LakehouseError(str(exc)) from None
+    classpath = _classpath(settings)
+    port = settings.kafka_port
+    if not port_is_free(port):
+        raise LakehouseError(
+            f"port {port} is already in use: stop what listens there, or choose another port "
+            "with LAKEHOUSE_KAFKA_PORT=<port>"
+        )
+    controller_port = free_port()
+    for folder in (paths.data, paths.logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    paths.config.write_text(server_properties(paths.data, port, controller_port))
+    paths.log4j.write_text(log4j_properties(paths.logs))
+    jvm = [java, BROKER_HEAP, f"-Dlog4j2.configurationFile=file:{paths.log4j}", "-cp", classpath]
+
+    if not (paths.data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(paths.config)],
+            capture_output=True, text=True,
+        )
+        if fmt.returncode != 0:
+            raise LakehouseError(f"formatting Kafka storage failed: {(fmt.stderr or fmt.stdout).strip()[-300:]}")
+
+    with open(paths.console, "ab") as console:
+        proc = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(paths.config)],
+            stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # survives the CLI; stopped by `lakehouse kafka stop`
+        )
+    paths.pid.write_text(str(proc.pid))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            paths.pid.unlink(missing_ok=True)
+            raise LakehouseError(
+                f"Kafka exited during start-up (code {proc.returncode}); last log lines:\n"
+                + (_tail(paths.logs / "server.log") or _tail(paths.console))
+            )
+        if broker_answers(settings.kafka_bootstrap_servers, timeout_s=1.0):
+            log(f"Kafka started (pid {proc.pid}) on {settings.kafka_bootstrap_servers}, data in {paths.data}")
+            return proc.pid
+        time.sleep(0.5)
+    stop(settings, log=lambda _: None)
+    raise LakehouseError(f"Kafka did not answer within {START_TIMEOUT_S}s; see {paths.logs / 'server.log'}")
+
+
+def stop(settings: Settings, log=print) -> bool:
+    """Stop the broker: SIGTERM (controlled shutdown), SIGKILL if it does not exit in time."""
+    paths = BrokerPaths(settings.kafka_dir)
+    pid = running_pid(settings)
+    if pid is None:
+        paths.pid.unlink(missing_ok=True)
+        log("Kafka is not running")
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        while _pid_alive(pid):
+            time.sleep(0.1)
+        log(f"Kafka (pid {pid}) did not stop in {STOP_TIMEOUT_S}s and was killed")
+    else:
+        log(f"Kafka stopped (pid {pid})")
+    paths.pid.unlink(missing_ok=True)
+    return True
+
+
+def status(settings: Settings) -> dict:
+    pid = running_pid(settings)
+    answering = pid is not None and broker_answers(settings.kafka_bootstrap_servers)
+    return {
+        "running": pid is not None,
+        "pid": pid,
+        "answering": answering,
+        "bootstrap_servers": settings.kafka_bootstrap_servers,
+        "data_dir": str(BrokerPaths(settings.kafka_dir).data),
+    }

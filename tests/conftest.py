@@ -1,0 +1,56 @@
+"""Session-scoped fixtures: one state folder, one Spark session, one real Kafka broker.
+
+The state folder is a temporary directory; the jars fetched by `make setup` are linked
+into it, so tests never download anything and never touch the user's .lakehouse/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lakehouse.config import Settings, default_home
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _jars_source() -> Path:
+    return Path(os.environ.get("LAKEHOUSE_TEST_JARS", Path(default_home()) / "jars"))
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory) -> Settings:
+    home = tmp_path_factory.mktemp("lakehouse-home")
+    jars = _jars_source()
+    if not (jars / "spark").is_dir():
+        pytest.fail(f"jars not found in {jars}: run `make setup` first (or set LAKEHOUSE_TEST_JARS)")
+    (home / "jars").symlink_to(jars.resolve())
+    from lakehouse.local_kafka import free_port
+
+    return Settings.from_env({
+        "LAKEHOUSE_HOME": str(home),
+        "LAKEHOUSE_KAFKA_PORT": str(free_port()),
+        "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+    })
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    from lakehouse.spark import ensure_namespaces, get_spark
+
+    session = get_spark(settings, app_name="lakehouse-tests")
+    ensure_namespaces(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(settings):
+    """A real single-node KRaft broker on a free port, stopped at the end of the session."""
+    from lakehouse import local_kafka
+
+    local_kafka.start(settings)
+    yield settings.kafka_bootstrap_servers
+    local_kafka.stop(settings)

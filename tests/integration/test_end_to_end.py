@@ -1,0 +1,151 @@
+"""One stream through the whole chain, with real components only:
+
+producer -> Kafka broker -> Structured Streaming job -> Iceberg bronze (+ dead letters)
+-> dbt silver/gold (its own Spark process) -> pyiceberg and Spark read back -> GX suite.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from ingestion import job
+from lakehouse.dbt import run_dbt
+from producers import user_events
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 3_000
+SEED = 42
+
+
+@pytest.fixture(scope="module")
+def produced(kafka, settings):
+    result = user_events.produce(settings, EVENTS, corrupt_rate=0.02, seed=SEED, progress=False)
+    assert result.delivery.delivered == EVENTS and result.delivery.failed == 0
+    assert len(result.faults) > 20
+    return result
+
+
+@pytest.fixture(scope="module")
+def ingested(spark, settings, produced):
+    job.run(spark, settings, ["user_events"], available_now=True)
+    return produced
+
+
+@pytest.fixture(scope="module")
+def dbt_target(tmp_path_factory):
+    return tmp_path_factory.mktemp("dbt-target")
+
+
+@pytest.fixture(scope="module")
+def built(ingested, settings, dbt_target):
+    run_dbt(settings, ["run"], target_dir=dbt_target, capture=True)
+    return ingested
+
+
+def pyiceberg_catalog(settings) -> SqlCatalog:
+    db = settings.catalog_uri.removeprefix("jdbc:sqlite:")
+    return SqlCatalog("lake", uri=f"sqlite:///{db}", warehouse=settings.warehouse)
+
+
+def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(spark, ingested):
+    bronze = spark.table("bronze.user_events").select("_kafka_partition", "_kafka_offset").collect()
+    dead = spark.table("bronze.dead_letters").where("stream = 'user_events'") \
+        .select("partition", "offset", "error_code").collect()
+    bronze_coords = {(r._kafka_partition, r._kafka_offset) for r in bronze}
+    dead_coords = {(r.partition, r.offset): r.error_code for r in dead}
+    assert len(bronze) == len(bronze_coords) and len(dead) == len(dead_coords)  # no record twice
+    assert not bronze_coords & set(dead_coords)  # never both
+    assert len(bronze_coords) + len(dead_coords) == EVENTS  # never neither
+    expected = {(d["partition"], d["offset"]): d["error_code"] for d in ingested.manifest()["dead_letters"]}
+    assert dead_coords == expected  # the right records, with the right reasons
+
+
+def test_replayed_batch_is_not_written_twice(spark, settings, ingested):
+    """Iceberg's own sink test, applied to ours: lose the last checkpoint commit, restart."""
+    checkpoint = Path(job.checkpoint_location(settings, job.get_stream("user_events")))
+    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert commits, "the ingestion left no checkpoint commits"
+    rows_before = spark.table("bronze.user_events").count()
+    dead_before = spark.table("bronze.dead_letters").count()
+    snapshots_before = spark.table("bronze.user_events.snapshots").count()
+    commits[-1].unlink()
+    (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum sidecar
+    job.run(spark, settings, ["user_events"], available_now=True)
+    assert spark.table("bronze.user_events").count() == rows_before
+    assert spark.table("bronze.dead_letters").count() == dead_before
+    assert spark.table("bronze.user_events.snapshots").count() == snapshots_before
+    assert (checkpoint / "commits" / commits[-1].name).exists()  # the batch is committed again
+
+
+def test_dbt_builds_silver_and_gold_from_bronze(spark, built):
+    bronze_ids = spark.table("bronze.user_events").select("event_id").distinct().count()
+    silver = spark.table("silver.user_events")
+    assert silver.count() == bronze_ids
+    assert silver.select("event_id").distinct().count() == bronze_ids
+    gold_total = spark.sql("select sum(event_count) as n from gold.events_by_type_daily").collect()[0].n
+    assert gold_total == bronze_ids
+
+
+def test_pyiceberg_reads_the_same_catalog(settings, built):
+    catalog = pyiceberg_catalog(settings)
+    assert {ns[0] for ns in catalog.list_namespaces()} >= {"bronze", "silver", "gold"}
+    assert ("bronze", "user_events") in catalog.list_tables("bronze")
+    assert ("silver", "user_events") in catalog.list_tables("silver")
+    assert ("gold", "events_by_type_daily") in catalog.list_tables("gold")
+    silver = catalog.load_table("silver.user_events").scan().to_arrow()
+    assert silver.num_rows > 0
+    assert len(set(silver.column("event_id").to_pylist())) == silver.num_rows
+
+
+def test_one_catalog_on_sqlite_in_wal_mode_and_no_derby(settings, built):
+    import sqlite3
+
+    from tests.conftest import REPO_ROOT
+
+    db = settings.catalog_uri.removeprefix("jdbc:sqlite:")
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("pragma journal_mode").fetchone()[0] == "wal"
+        catalogs = {row[0] for row in connection.execute("select distinct catalog_name from iceberg_tables")}
+    assert catalogs == {"lake"}
+    for folder in (REPO_ROOT, settings.home):
+        assert not (folder / "metastore_db").exists() and not (folder / "derby.log").exists()
+
+
+def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings, kafka, built, dbt_target):
+    silver_before = spark.table("silver.user_events").count()
+    first_snapshot = spark.sql(
+        "select snapshot_id from silver.user_events.snapshots order by committed_at limit 1").collect()[0][0]
+    # The same seed re-sends the same events: every one of them is a duplicate for silver.
+    resent = user_events.produce(settings, 500, corrupt_rate=0.0, seed=SEED, progress=False)
+    assert resent.delivery.delivered == 500
+    job.run(spark, settings, ["user_events"], available_now=True)
+    run_dbt(settings, ["run"], target_dir=dbt_target, capture=True)
+
+    assert spark.table("silver.user_events").count() == silver_before
+    history = {r.snapshot_id for r in spark.sql("select snapshot_id from silver.user_events.history").collect()}
+    assert first_snapshot in history, "silver was recreated instead of updated incrementally"
+    results = json.loads((dbt_target / "run_results.json").read_text())
+    assert {r["status"] for r in results["results"]} == {"success"}
+    manifest = json.loads((dbt_target / "manifest.json").read_text())
+    materialized = {n["name"]: n["config"]["materialized"] for n in manifest["nodes"].values()
+                    if n["resource_type"] == "model"}
+    assert materialized == {"user_events": "incremental", "events_by_type_daily": "incremental"}
+
+
+def test_dbt_docs_catalog_has_columns(settings, built, dbt_target):
+    run_dbt(settings, ["docs", "generate"], target_dir=dbt_target, capture=True)
+    catalog = json.loads((dbt_target / "catalog.json").read_text())
+    columns = {key.split(".")[-1]: set(node["columns"]) for key, node in catalog["nodes"].items()}
+    assert {"event_id", "event_at", "event_type", "_kafka_offset"} <= columns["user_events"]
+    assert {"event_date", "event_type", "event_count"} <= columns["events_by_type_daily"]
+
+
+def test_quality_suite_passes_on_the_built_tables(spark, settings, built):
+    from expectations.runner import run_quality
+
+    report = run_quality(spark, settings, layer="silver")
+    assert report.passed and report.critical_failures == 0
+    assert report.docs_index.exists()

@@ -1,0 +1,85 @@
+"""The embedded broker: a real Kafka, its start-up checks, and its clear refusals."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lakehouse import local_kafka
+from lakehouse.config import Settings
+from lakehouse.errors import LakehouseError
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_broker_answers_and_reports_status(kafka, settings):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic("status_probe", 2, 1)])["status_probe"].result(30)
+    assert "status_probe" in admin.list_topics(timeout=10).topics
+    state = local_kafka.status(settings)
+    assert state["running"] and state["answering"]
+    assert (settings.kafka_dir / "data" / "meta.properties").exists()
+
+
+def test_start_refuses_a_taken_port_quickly(settings, tmp_path):
+    other = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": "0"})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        other = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": str(port)})
+        (tmp_path / "jars").symlink_to(settings.jars_dir.resolve())
+        started = time.monotonic()
+        with pytest.raises(LakehouseError, match=f"port {port} is already in use"):
+            local_kafka.start(other)
+        assert time.monotonic() - started < 10
+    assert local_kafka.running_pid(other) is None
+
+
+def test_start_without_java_is_one_line(settings, tmp_path):
+    (tmp_path / "jars").symlink_to(settings.jars_dir.resolve())
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PATH=os.path.dirname(sys.executable), LAKEHOUSE_HOME=str(tmp_path),
+               LAKEHOUSE_KAFKA_PORT=str(local_kafka.free_port()))
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "kafka", "start"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Java not found"), result.stderr
+
+
+def test_stop_and_restart_keep_the_data(tmp_path, settings):
+    (tmp_path / "jars").symlink_to(settings.jars_dir.resolve())
+    own = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port())})
+    from confluent_kafka import Consumer, Producer
+
+    local_kafka.start(own, log=lambda _: None)
+    try:
+        producer = Producer({"bootstrap.servers": own.kafka_bootstrap_servers})
+        from producers.delivery import ensure_topic
+        ensure_topic(own, "kept", partitions=1)
+        producer.produce("kept", b"survives a restart")
+        assert producer.flush(30) == 0
+        pid = local_kafka.running_pid(own)
+        assert local_kafka.stop(own, log=lambda _: None)
+        assert local_kafka.running_pid(own) is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        local_kafka.start(own, log=lambda _: None)
+        consumer = Consumer({"bootstrap.servers": own.kafka_bootstrap_servers, "group.id": "t",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["kept"])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+        consumer.close()
+        assert message is not None and message.value() == b"survives a restart"
+    finally:
+        local_kafka.stop(own, log=lambda _: None)

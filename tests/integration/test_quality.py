@@ -1,0 +1,176 @@
+"""Great Expectations suites on a real Iceberg table, through the shared Spark session.
+
+The tests run in file order and share the session's GX folder (<home>/gx): the first run
+starts from a fresh folder, the later ones reuse what it stored (a run twice in a row).
+Each test writes the whole table itself, so none depends on another's data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from expectations import run_quality
+from expectations.runner import TABLE_EXISTS, format_summary
+from expectations.suites import SUITES, SuiteSpec, not_null, select_suites
+from lakehouse.errors import LakehouseError
+
+pytestmark = pytest.mark.integration
+
+# The real silver.user_events expectations, run against a table of the tests' own, so these
+# tests never touch the silver table other tests build with dbt in the same catalog.
+[REAL_SUITE] = [s for s in SUITES if s.table == "silver.user_events"]
+TABLE = "silver.qa_user_events"
+SUITE = TABLE
+QA_SUITES = (dataclasses.replace(REAL_SUITE, table=TABLE, stream="qa_user_events"),)
+NOT_NULL = "expect_column_values_to_not_be_null"
+UNIQUE = "expect_column_values_to_be_unique"
+IN_SET = "expect_column_values_to_be_in_set"
+
+SCHEMA = (
+    "event_id string, customer_id bigint, session_id string, event_type string, "
+    "event_at timestamp, page string, device string, duration_ms int, _rescued string, "
+    "_kafka_topic string, _kafka_partition int, _kafka_offset bigint, "
+    "_kafka_timestamp timestamp, _ingested_at timestamp"
+)
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0)
+
+
+def event(n: int, event_type: str, *, event_id: str | None = None,
+          customer_id: int | None = 1000) -> tuple:
+    at = T0 + dt.timedelta(seconds=n)
+    return (event_id or f"evt-{n:04d}", customer_id, f"sess-{n % 3}", event_type, at,
+            f"/page/{n}", "mobile", 100 + n, None, "user_events", 0, n, at, at)
+
+
+# One row of every allowed event type, plus a second page_view: clean by every rule.
+CLEAN = [event(n, t) for n, t in enumerate(
+    ["page_view", "search", "add_to_cart", "checkout", "login", "logout", "page_view"])]
+
+
+def write_events(spark, rows: list[tuple]) -> None:
+    spark.createDataFrame(rows, SCHEMA).writeTo(TABLE).using("iceberg").createOrReplace()
+    assert spark.table(TABLE).count() == len(rows)  # the write really landed
+
+
+@pytest.fixture(scope="module")
+def session_identity(spark):
+    """What must be unchanged after every GX run: the Python object and its JVM context."""
+    return spark, spark.sparkContext.applicationId, spark._jsparkSession.hashCode()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_table(spark):
+    yield
+    spark.sql(f"drop table if exists {TABLE}")
+
+
+def test_clean_table_passes_and_builds_data_docs(spark, settings, session_identity):
+    write_events(spark, CLEAN)
+
+    report = run_quality(spark, settings, layer="silver", suites=QA_SUITES)
+
+    assert [s.name for s in report.suites] == [SUITE]
+    results = report.suites[0].results
+    assert [(r.expectation, r.column, r.severity) for r in results] == [
+        (NOT_NULL, "event_id", "critical"),
+        (UNIQUE, "event_id", "critical"),
+        (NOT_NULL, "event_type", "critical"),
+        (IN_SET, "event_type", "critical"),
+        (NOT_NULL, "event_at", "critical"),
+        (NOT_NULL, "customer_id", "warning"),
+    ]
+    assert all(r.success for r in results), format_summary(report)
+    # GX really looked at the rows: every check counted all of them and found nothing wrong.
+    assert {(r.element_count, r.unexpected_count) for r in results} == {(len(CLEAN), 0)}
+    assert (report.passed, report.critical_failures, report.warning_failures) == (True, 0, 0)
+
+    assert report.docs_index.name == "index.html"
+    assert report.docs_index.is_file()
+    assert report.docs_index.is_relative_to(settings.home / "gx")
+    assert SUITE in report.docs_index.read_text()
+
+    summary = format_summary(report)
+    assert summary.splitlines()[0].split() == [
+        "SUITE", "EXPECTATION", "COLUMN", "SEVERITY", "RESULT", "UNEXPECTED"]
+    assert "PASSED: 0 critical failure(s), 0 warning(s) in 6 check(s) of 1 suite(s)" in summary
+
+
+def test_duplicate_id_and_unknown_type_are_critical_failures(spark, settings):
+    duplicate = event(100, "search", event_id=CLEAN[2][0])  # same id as an existing row
+    unknown = event(101, "refund")
+    write_events(spark, [*CLEAN, duplicate, unknown])
+
+    report = run_quality(spark, settings, layer="silver", suites=QA_SUITES)
+
+    assert report.passed is False
+    assert report.critical_failures == 2
+    assert report.warning_failures == 0
+    failed = {(r.expectation, r.column) for r in report.failures()}
+    assert failed == {(UNIQUE, "event_id"), (IN_SET, "event_type")}
+
+    unique = report.result(SUITE, UNIQUE, "event_id")
+    assert unique.unexpected_count == 2  # both rows sharing the id
+    assert unique.unexpected_sample == (CLEAN[2][0], CLEAN[2][0])
+    assert unique.element_count == len(CLEAN) + 2
+
+    in_set = report.result(SUITE, IN_SET, "event_type")
+    assert in_set.unexpected_count == 1
+    assert in_set.unexpected_sample == ("refund",)
+
+    summary = format_summary(report)
+    assert "FAILED: 2 critical failure(s), 0 warning(s)" in summary
+    unique_line = next(line for line in summary.splitlines() if UNIQUE in line)
+    assert unique_line.split()[-2:] == ["FAIL", "2"]
+
+
+def test_null_customer_is_only_a_warning(spark, settings):
+    write_events(spark, [*CLEAN, event(200, "login", customer_id=None)])
+
+    report = run_quality(spark, settings, layer="silver", suites=QA_SUITES)
+
+    assert report.passed is True
+    assert report.critical_failures == 0
+    assert report.warning_failures == 1
+    [warning] = report.failures()
+    assert (warning.expectation, warning.column, warning.severity) == (NOT_NULL, "customer_id", "warning")
+    assert warning.unexpected_count == 1
+    assert "PASSED: 0 critical failure(s), 1 warning(s)" in format_summary(report)
+
+
+def test_missing_table_is_reported_as_a_critical_failure(spark, settings):
+    table = "silver.qa_never_created"
+    assert not spark.catalog.tableExists(table)
+    missing = SuiteSpec(layer="silver", stream="qa_never_created", table=table,
+                        expectations=(not_null("id"),))
+
+    report = run_quality(spark, settings, stream="qa_never_created", suites=(*SUITES, missing))
+
+    assert [s.name for s in report.suites] == [table]
+    [check] = report.results
+    assert (check.expectation, check.severity, check.success) == (TABLE_EXISTS, "critical", False)
+    assert table in (check.message or "") and "does not exist" in (check.message or "")
+    assert (report.passed, report.critical_failures) == (False, 1)
+    assert report.docs_index.is_file()
+
+
+def test_selection_that_matches_nothing_is_an_error(spark, settings):
+    with pytest.raises(LakehouseError, match="no quality suite"):
+        select_suites(layer="gold", stream="user_events")
+    with pytest.raises(LakehouseError, match="unknown layer"):
+        run_quality(spark, settings, layer="platinum")
+
+
+def test_spark_session_survives_gx(spark, session_identity):
+    from pyspark.sql import SparkSession
+
+    same_object, app_id, jvm_session = session_identity
+    assert spark is same_object
+    assert SparkSession.getActiveSession() is spark
+    assert spark.sparkContext.applicationId == app_id  # not stopped and restarted
+    assert spark._jsparkSession.hashCode() == jvm_session
+    assert spark.range(3).count() == 3
+    # The Iceberg catalog is still the session's (a restarted bare session would lack it).
+    assert spark.conf.get("spark.sql.defaultCatalog") == "lake"

@@ -1,0 +1,93 @@
+"""The JSON decoder and the bronze / dead-letter split, on small Kafka-shaped DataFrames."""
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from pyspark.sql import functions as F
+
+from ingestion import dead_letters
+from ingestion.decode import decode_json, to_bronze
+from ingestion.streams import get_stream, json_contract
+
+SPEC = get_stream("user_events")
+CONTRACT = json_contract(SPEC)
+GOOD = {
+    "event_id": "e-1", "customer_id": 7, "session_id": "s-7-1", "event_type": "search",
+    "event_timestamp": "2026-11-20T10:00:00.123Z", "page": "/search", "device": "web", "duration_ms": 40,
+}
+
+
+def kafka_rows(spark, values):
+    rows = [
+        (b"k", value, "user_events", 0, offset, datetime(2026, 11, 20, tzinfo=UTC))
+        for offset, value in enumerate(values)
+    ]
+    return spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, "
+                                       "offset long, timestamp timestamp")
+
+
+def decode(spark, *payloads):
+    values = [p if isinstance(p, bytes) or p is None else json.dumps(p).encode() for p in payloads]
+    return decode_json(kafka_rows(spark, values), CONTRACT, SPEC.event_time_column)
+
+
+def test_valid_event_decodes_with_types_and_no_error(spark):
+    row = decode(spark, GOOD).collect()[0]
+    assert row._error_code is None
+    assert row.event_id == "e-1" and row.customer_id == 7 and row.duration_ms == 40
+    assert row.event_timestamp == datetime(2026, 11, 20, 10, 0, 0, 123000)
+    assert row._rescued is None
+
+
+def test_undeclared_fields_are_rescued_not_dropped(spark):
+    row = decode(spark, {**GOOD, "campaign": "winter", "score": 3}).collect()[0]
+    assert row._error_code is None
+    assert json.loads(row._rescued) == {"campaign": "winter", "score": "3"}
+
+
+@pytest.mark.parametrize("payload, code, detail", [
+    (b'{"event_id": "e-1", "event_ty', "CORRUPT_PAYLOAD", "not a JSON object"),
+    (b"\xff\xfe\x00garbage", "CORRUPT_PAYLOAD", "not a JSON object"),
+    (b"[1, 2, 3]", "CORRUPT_PAYLOAD", "not a JSON object"),
+    (None, "CORRUPT_PAYLOAD", "not a JSON object"),
+    ({**GOOD, "customer_id": "seven"}, "SCHEMA_MISMATCH", "customer_id"),
+    ({**GOOD, "event_timestamp": "yesterday"}, "SCHEMA_MISMATCH", "event_timestamp"),
+    ({k: v for k, v in GOOD.items() if k != "event_id"}, "MISSING_REQUIRED_FIELD", "event_id"),
+    ({**GOOD, "event_type": None}, "MISSING_REQUIRED_FIELD", "event_type"),
+    ({**GOOD, "event_timestamp": "1999-12-31T23:59:59Z"}, "EVENT_TIME_OUT_OF_RANGE", "1999-12-31"),
+    ({**GOOD, "event_timestamp": "2999-01-01T00:00:00Z"}, "EVENT_TIME_OUT_OF_RANGE", "2999-01-01"),
+])
+def test_unreadable_records_get_the_right_reason(spark, payload, code, detail):
+    row = decode(spark, payload).collect()[0]
+    assert row._error_code == code
+    assert detail in row._error_detail
+
+
+def test_late_events_are_valid(spark):
+    row = decode(spark, {**GOOD, "event_timestamp": "2020-01-01T00:00:00Z"}).collect()[0]
+    assert row._error_code is None
+
+
+def test_every_record_goes_to_exactly_one_side(spark):
+    decoded = decode(spark, GOOD, b"{broken", {**GOOD, "event_id": "e-2"}, {**GOOD, "customer_id": "x"})
+    ingested_at = F.lit(datetime(2026, 11, 21, tzinfo=UTC)).cast("timestamp")
+    payload = [f.name for f in CONTRACT.schema.fields]
+    bronze = to_bronze(decoded, payload, 5, ingested_at).collect()
+    dead = dead_letters.to_dead_letters(decoded, "user_events", 5, ingested_at).collect()
+    assert sorted(r._kafka_offset for r in bronze) == [0, 2]
+    assert sorted(r.offset for r in dead) == [1, 3]
+    assert {r.error_code for r in dead} == {"CORRUPT_PAYLOAD", "SCHEMA_MISMATCH"}
+    assert dead[0].value in (b"{broken", json.dumps({**GOOD, "customer_id": "x"}).encode())
+    assert all(r._batch_id == 5 for r in bronze) and all(r.batch_id == 5 for r in dead)
+    assert set(bronze[0].asDict()) == {*payload, "_rescued", "_kafka_topic", "_kafka_partition", "_kafka_offset",
+                                       "_kafka_timestamp", "_kafka_key", "_ingested_at", "_batch_id"}
+    assert [f.name for f in dead_letters.SCHEMA.fields] == list(dead[0].asDict())
+
+
+def test_error_codes_are_a_closed_documented_set(spark):
+    decoded = decode(spark, b"x", {**GOOD, "customer_id": "x"}, {**GOOD, "event_id": None},
+                     {**GOOD, "event_timestamp": "1990-01-01T00:00:00Z"})
+    codes = {r._error_code for r in decoded.collect()}
+    assert codes <= set(dead_letters.ERROR_CODES)
+    assert len(codes) == 4

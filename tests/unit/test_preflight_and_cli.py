@@ -1,0 +1,72 @@
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from lakehouse.cli import build_parser
+from tests.conftest import REPO_ROOT
+
+PREFLIGHT = str(REPO_ROOT / "lakehouse" / "preflight.py")
+
+
+def run_preflight(*args, env=None):
+    return subprocess.run([sys.executable, PREFLIGHT, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_missing_java_is_one_clear_line(tmp_path):
+    env = {"PATH": str(tmp_path), "HOME": os.environ.get("HOME", "/root")}
+    result = run_preflight("java", env=env)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Java not found")
+
+
+def test_java_present_passes():
+    assert run_preflight("java").returncode == 0
+
+
+def test_taken_port_is_one_clear_line():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = run_preflight("port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: port {port} is already in use: stop what listens there, "
+        "or choose another port for Kafka with LAKEHOUSE_KAFKA_PORT=<port>"
+    )
+
+
+def test_taken_port_is_fine_when_it_is_our_own_broker(tmp_path):
+    pidfile = tmp_path / "broker.pid"
+    pidfile.write_text(str(os.getpid()))  # a live process stands in for the broker
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert run_preflight("port", str(sock.getsockname()[1]), str(pidfile)).returncode == 0
+
+
+SUBCOMMANDS = ["kafka", "produce", "ingest", "quality", "dbt-profile", "config", "demo"]
+
+
+@pytest.mark.parametrize("command", [[], *[[c] for c in SUBCOMMANDS]])
+def test_every_subcommand_explains_itself(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([*command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lakehouse")
+    assert len(out.splitlines()) > 3
+
+
+def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "ingest", "clicks"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: unknown stream 'clicks'; configured streams: user_events"
+    ]
