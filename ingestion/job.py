@@ -23,6 +23,7 @@ from ingestion.decode import decode_json, to_bronze
 from ingestion.streams import STREAMS, StreamSpec, get_stream, json_contract
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
+from lakehouse.kafka_admin import admin_client, topic_names
 
 log = logging.getLogger("lakehouse.ingest")
 
@@ -123,17 +124,7 @@ def build_query(
 
 
 def check_topic(settings: Settings, topic: str) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({**settings.kafka_client_config(), "log_level": 0})
-    try:
-        topics = admin.list_topics(timeout=5).topics
-    except KafkaException:
-        raise LakehouseError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: is it running? (`lakehouse kafka start`)"
-        ) from None
-    if topic not in topics:
+    if topic not in topic_names(admin_client(settings), settings):
         raise LakehouseError(f"topic {topic!r} does not exist on {settings.kafka_bootstrap_servers}: "
                              f"produce to it first (`lakehouse produce {topic}`)")
 

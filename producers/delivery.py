@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
-
-CONNECT_TIMEOUT_S = 5.0
+from lakehouse.kafka_admin import admin_client, topic_names
 
 
 def producer_config(settings: Settings, **overrides) -> dict:
@@ -29,17 +28,10 @@ def producer_config(settings: Settings, **overrides) -> dict:
 def ensure_topic(settings: Settings, topic: str, partitions: int = 3) -> None:
     """Create the topic if missing; fail in seconds with one line if Kafka is unreachable."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({**settings.kafka_client_config(), "log_level": 0})
-    try:
-        metadata = admin.list_topics(timeout=CONNECT_TIMEOUT_S)
-    except KafkaException:
-        raise LakehouseError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} within {CONNECT_TIMEOUT_S:.0f}s: "
-            "is it running? (`lakehouse kafka start`)"
-        ) from None
-    if topic in metadata.topics:
+    admin = admin_client(settings)
+    if topic in topic_names(admin, settings):
         return
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     try:

@@ -118,12 +118,15 @@ def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings,
     silver_before = spark.table("silver.user_events").count()
     first_snapshot = spark.sql(
         "select snapshot_id from silver.user_events.snapshots order by committed_at limit 1").collect()[0][0]
-    # The same seed re-sends the same events: every one of them is a duplicate for silver.
-    resent = user_events.produce(settings, 500, corrupt_rate=0.0, seed=SEED, progress=False)
+    bronze_before = spark.table("bronze.user_events").count()
+    # Same seed, same fault rate: the first 500 messages again, faults included. Every
+    # readable one is a duplicate: bronze keeps it (dedup is silver's job), silver must not.
+    resent = user_events.produce(settings, 500, corrupt_rate=0.02, seed=SEED, progress=False)
     assert resent.delivery.delivered == 500
     job.run(spark, settings, ["user_events"], available_now=True)
     run_dbt(settings, ["run"], target_dir=dbt_target, capture=True)
 
+    assert spark.table("bronze.user_events").count() == bronze_before + 500 - len(resent.faults)
     assert spark.table("silver.user_events").count() == silver_before
     history = {r.snapshot_id for r in spark.sql("select snapshot_id from silver.user_events.history").collect()}
     assert first_snapshot in history, "silver was recreated instead of updated incrementally"

@@ -83,3 +83,15 @@ def test_stop_and_restart_keep_the_data(tmp_path, settings):
         assert message is not None and message.value() == b"survives a restart"
     finally:
         local_kafka.stop(own, log=lambda _: None)
+
+
+def test_unreachable_broker_fails_fast_with_one_line(tmp_path):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path),
+           "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{local_kafka.free_port()}"}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "produce", "user_events", "--count", "10"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach Kafka at 127.0.0.1:"), result.stderr
