@@ -42,20 +42,33 @@ def _kafka(args, settings: Settings) -> int:
 
 
 def _produce(args, settings: Settings) -> int:
-    from producers import user_events
+    from producers.faults import FaultRates
+    from producers.run import PRODUCERS, produce
 
-    if args.stream != "user_events":
-        raise LakehouseError(f"unknown stream {args.stream!r}; producible now: user_events")
-    result = user_events.produce(settings, args.count, args.corrupt_rate, args.seed)
-    report = result.delivery
-    print(f"{report.topic}: {report.delivered:,} delivered, {report.failed:,} failed, "
-          f"{len(result.faults):,} faulty on purpose, {report.rate:,.0f} msg/s")
+    faults = FaultRates.demo() if args.demo_faults else FaultRates(
+        duplicate=args.fault_duplicate, late=args.fault_late, out_of_order=args.fault_out_of_order,
+        corrupt=args.fault_corrupt, invalid=args.fault_invalid, unknown_schema_id=args.fault_unknown_schema_id,
+        evolve_after=args.evolve_after,
+    )
+    streams = sorted(PRODUCERS) if args.stream == "all" else [args.stream]
+    manifests, failed = [], 0
+    for stream in streams:
+        report = produce(settings, stream, args.count, args.duration, args.rate, faults, args.seed,
+                         args.processes)
+        manifest = report.manifest(faults.as_dict())
+        manifests.append({"stream": stream, **manifest})
+        faults_text = ", ".join(f"{kind} {n:,}" for kind, n in manifest["faults"].items()) or "no faults"
+        print(f"{report.topic}: {report.delivered:,} delivered, {report.failed:,} failed, "
+              f"{report.rate:,.0f} msg/s; {faults_text}; {len(manifest['dead_letters']):,} for dead letters")
+        failed += report.failed
+        if report.failed:
+            print(f"  delivery errors: {'; '.join(report.errors)}", file=sys.stderr)
     if args.manifest:
         with open(args.manifest, "w") as handle:
-            json.dump(result.manifest(), handle, indent=2)
+            json.dump(manifests if len(manifests) > 1 else manifests[0], handle, indent=2)
         print(f"fault manifest: {args.manifest}")
-    if report.failed:
-        raise LakehouseError(f"{report.failed} message(s) were not delivered: {'; '.join(report.errors)}")
+    if failed:
+        raise LakehouseError(f"{failed} message(s) were not delivered")
     return 0
 
 
@@ -99,7 +112,7 @@ def _config(args, settings: Settings) -> int:
 def _demo(args, settings: Settings) -> int:
     from lakehouse import demo
 
-    return demo.main(settings, events=args.events, corrupt_rate=args.corrupt_rate)
+    return demo.main(settings, events=args.events)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,14 +127,32 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--json", action="store_true", help="status as JSON")
     kafka.set_defaults(func=_kafka)
 
-    produce = sub.add_parser("produce", help="produce demo events to Kafka",
-                             description="Produce generated events (acks=all, idempotent) to the stream's topic.")
-    produce.add_argument("stream", choices=["user_events"], help="stream to produce")
-    produce.add_argument("--count", type=int, default=10_000, help="number of messages (default 10000)")
-    produce.add_argument("--corrupt-rate", type=float, default=0.0,
-                         help="share of faulty messages: truncated, garbled, missing field, wrong type (0..1)")
-    produce.add_argument("--seed", type=int, help="random seed for a repeatable run")
-    produce.add_argument("--manifest", help="write the fault manifest (coordinates of faulty records) here")
+    produce = sub.add_parser(
+        "produce", help="produce demo messages to Kafka",
+        description="Produce generated messages (acks=all, idempotent) to a stream's topic, with optional "
+                    "fault injection. Every injected fault is recorded in the manifest with its Kafka "
+                    "coordinates, so dead letters can be checked record for record.")
+    produce.add_argument("stream", help="stream to produce, or 'all'")
+    amount = produce.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--count", type=int, help="number of messages (faults add re-sends on top)")
+    amount.add_argument("--duration", type=float, metavar="SECONDS", help="produce for this long")
+    produce.add_argument("--rate", type=float, metavar="MSG_PER_S", help="cap on messages per second (all processes)")
+    produce.add_argument("--processes", type=int, default=1, help="producer processes (default 1)")
+    produce.add_argument("--seed", type=int, help="random seed: the same seed sends the same events")
+    produce.add_argument("--manifest", metavar="PATH", help="write the fault manifest (JSON) here")
+    faults = produce.add_argument_group("fault injection (rates 0..1, all off by default)")
+    faults.add_argument("--demo-faults", action="store_true", help="the demo's mix of every fault below")
+    for name, text in [
+        ("duplicate", "re-send a message later"),
+        ("late", "event time days in the past (kept in bronze)"),
+        ("out-of-order", "hold a message back and send it after newer ones"),
+        ("corrupt", "truncated or garbled bytes (-> CORRUPT_PAYLOAD)"),
+        ("invalid", "missing required field or wrong type (-> MISSING_REQUIRED_FIELD / SCHEMA_MISMATCH)"),
+        ("unknown-schema-id", "registry-framed formats: unknown schema id (-> UNKNOWN_SCHEMA_ID)"),
+    ]:
+        faults.add_argument(f"--fault-{name}", type=float, default=0.0, metavar="RATE", help=text)
+    faults.add_argument("--evolve-after", type=float, metavar="SHARE",
+                        help="switch to the evolved schema after this share of the run (e.g. 0.5)")
     produce.set_defaults(func=_produce)
 
     from ingestion.job import add_arguments as ingest_arguments
@@ -150,7 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Start Kafka, produce (with corrupt messages), ingest, dbt run, "
                                       "quality checks, print a summary, stop what was started.")
     demo.add_argument("--events", type=int, default=20_000, help="user events to produce (default 20000)")
-    demo.add_argument("--corrupt-rate", type=float, default=0.005, help="share of faulty messages (default 0.005)")
     demo.set_defaults(func=_demo)
     return parser
 

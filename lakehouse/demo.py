@@ -41,12 +41,23 @@ def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
     return {row.error_code: row.n for row in rows}
 
 
-def main(settings: Settings, events: int = 20_000, corrupt_rate: float = 0.005) -> int:
+def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
+    """Error codes of the dead letters at the given (partition, offset) coordinates."""
+    if not coordinates:
+        return {}
+    wanted = spark.createDataFrame(list(coordinates), "partition int, offset long")
+    rows = (spark.table("bronze.dead_letters").where(f"stream = '{stream}'")
+            .join(wanted, ["partition", "offset"]).select("partition", "offset", "error_code").collect())
+    return {(row.partition, row.offset): row.error_code for row in rows}
+
+
+def main(settings: Settings, events: int = 20_000) -> int:
     from expectations.runner import format_summary, run_quality
     from ingestion import job
     from lakehouse.dbt import run_dbt
     from lakehouse.spark import ensure_namespaces, get_spark
     from producers import user_events
+    from producers.faults import FaultRates
 
     started_kafka = False
     spark = None
@@ -59,11 +70,16 @@ def main(settings: Settings, events: int = 20_000, corrupt_rate: float = 0.005) 
         else:
             print("reusing the Kafka broker that is already running (it stays running)")
 
-        _step(2, f"produce {events:,} user events, {corrupt_rate:.1%} of them faulty")
-        produced = user_events.produce(settings, events, corrupt_rate)
-        if produced.delivery.failed:
-            raise LakehouseError(f"{produced.delivery.failed} messages were not delivered")
-        print(f"delivered {produced.delivery.delivered:,}, faulty on purpose {len(produced.faults):,}")
+        faults = FaultRates.demo()
+        _step(2, f"produce {events:,} user events with the demo's faults (duplicates, late, out of order, "
+                 "corrupt, invalid, schema evolution)")
+        produced = user_events.produce(settings, events, faults)
+        if produced.failed:
+            raise LakehouseError(f"{produced.failed} messages were not delivered")
+        manifest = produced.manifest(faults.as_dict())
+        expected_dead = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
+        print(f"delivered {produced.delivered:,}; injected: "
+              + ", ".join(f"{kind} {n:,}" for kind, n in manifest["faults"].items()))
 
         _step(3, "ingest Kafka -> bronze (available-now)")
         spark = get_spark(settings, app_name="lakehouse-demo")
@@ -81,6 +97,7 @@ def main(settings: Settings, events: int = 20_000, corrupt_rate: float = 0.005) 
         counts = table_counts(spark)
         by_reason = dead_letters_by_reason(spark, "user_events")
         new_dead = sum(by_reason.values()) - dead_before
+        found = dead_letters_at(spark, "user_events", expected_dead)
         print("\n" + "=" * 64)
         print("lakehouse demo summary")
         print("=" * 64)
@@ -88,9 +105,9 @@ def main(settings: Settings, events: int = 20_000, corrupt_rate: float = 0.005) 
             print(f"  {table:<32} {count:>12,} rows")
         reasons = ", ".join(f"{code} {n:,}" for code, n in by_reason.items()) or "none"
         print(f"  dead letters by reason: {reasons}")
-        matched = new_dead == len(produced.faults)
-        print(f"  dead letters this run: {new_dead:,}; faulty messages produced: {len(produced.faults):,}"
-              f" -> {'match' if matched else 'MISMATCH'}")
+        matched = new_dead == len(expected_dead) and found == expected_dead
+        print(f"  dead letters this run: {new_dead:,}; unreadable messages produced: {len(expected_dead):,}"
+              f" -> {'match, record for record' if matched else 'MISMATCH'}")
         verdict = "PASSED" if report.passed else "FAILED"
         print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
         print(f"  report: {report.docs_index}")
@@ -99,7 +116,7 @@ def main(settings: Settings, events: int = 20_000, corrupt_rate: float = 0.005) 
         if empty:
             raise LakehouseError(f"empty after the demo: {', '.join(empty)}")
         if not matched:
-            raise LakehouseError("dead letters do not match the faulty messages produced")
+            raise LakehouseError("dead letters do not match the unreadable messages produced")
         if not report.passed:
             raise LakehouseError("critical quality checks failed; see the report")
         return 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
 from lakehouse.kafka_admin import admin_client, topic_names
+from producers.faults import DEAD_LETTER_CODES
 
 
 def producer_config(settings: Settings, **overrides) -> dict:
@@ -41,6 +43,26 @@ def ensure_topic(settings: Settings, topic: str, partitions: int = 3) -> None:
             raise LakehouseError(f"cannot create topic {topic}: {exc}") from None
 
 
+class Outgoing(NamedTuple):
+    """One message to send. ``fault`` names an injected fault (see producers.faults)."""
+
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None  # None: the producer's partitioner picks by key
+    fault: str | None = None
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    partition: int
+    offset: int
+
+    @property
+    def expected_code(self) -> str | None:
+        return DEAD_LETTER_CODES.get(self.kind)
+
+
 @dataclass
 class DeliveryReport:
     topic: str
@@ -50,10 +72,39 @@ class DeliveryReport:
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    faults: list[FaultRecord] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.delivered / self.seconds if self.seconds else 0.0
+
+    def merge(self, other: DeliveryReport) -> DeliveryReport:
+        """Reports of several producer processes as one (seconds: the longest)."""
+        return DeliveryReport(
+            topic=self.topic, sent=self.sent + other.sent, delivered=self.delivered + other.delivered,
+            failed=self.failed + other.failed, bytes=self.bytes + other.bytes,
+            errors=(self.errors + other.errors)[:5], seconds=max(self.seconds, other.seconds),
+            faults=self.faults + other.faults,
+        )
+
+    def manifest(self, fault_rates: dict | None = None) -> dict:
+        """What was produced, for exact checks downstream: counts per fault kind, and the
+        coordinates and expected code of every record that must end in dead letters."""
+        counts: dict[str, int] = {}
+        for fault in self.faults:
+            counts[fault.kind] = counts.get(fault.kind, 0) + 1
+        dead = sorted((f for f in self.faults if f.expected_code), key=lambda f: (f.partition, f.offset))
+        return {
+            "topic": self.topic,
+            "produced": self.delivered,
+            "failed": self.failed,
+            "fault_rates": fault_rates or {},
+            "faults": dict(sorted(counts.items())),
+            "dead_letters": [
+                {"partition": f.partition, "offset": f.offset, "kind": f.kind, "error_code": f.expected_code}
+                for f in dead
+            ],
+        }
 
 
 class Progress:
@@ -81,15 +132,16 @@ class Progress:
 def send_all(
     settings: Settings,
     topic: str,
-    messages: Iterable[tuple[bytes | None, bytes | None, Callable | None]],
+    messages: Iterable[Outgoing],
     total: int | None = None,
     progress: bool = True,
+    rate: float | None = None,
 ) -> DeliveryReport:
-    """Produce (key, value, on_delivery) triples; block until every one is acknowledged.
+    """Produce the messages; block until every one is acknowledged or failed.
 
-    ``on_delivery(msg)`` (optional, per message) sees the delivered message, e.g. to record
-    the offset of an injected fault. BufferError (local queue full) is handled by serving
-    delivery callbacks and retrying, never by dropping. Ctrl-C still flushes what was sent.
+    ``rate`` caps messages per second. BufferError (local queue full) is handled by serving
+    delivery callbacks and retrying, never by dropping. Ctrl-C stops producing but still
+    flushes what was handed to the client, so the report counts every message.
     """
     from confluent_kafka import Producer
 
@@ -97,24 +149,28 @@ def send_all(
     producer = Producer(producer_config(settings))
     bar = Progress(f"produce {topic}", total, progress)
 
-    def acknowledged(err, msg, extra: Callable | None = None):
+    def acknowledged(err, msg):
         if err is not None:
             report.failed += 1
             if len(report.errors) < 5:
                 report.errors.append(str(err))
-            return
-        report.delivered += 1
-        if extra is not None:
-            extra(msg)
+        else:
+            report.delivered += 1
+
+    def acknowledged_fault(err, msg, kind: str):
+        acknowledged(err, msg)
+        if err is None:
+            report.faults.append(FaultRecord(kind, msg.partition(), msg.offset()))
 
     started = time.monotonic()
     try:
-        for key, value, on_delivery in messages:
-            callback = acknowledged if on_delivery is None else (
-                lambda err, msg, extra=on_delivery: acknowledged(err, msg, extra))
+        for key, value, partition, fault in messages:
+            callback = acknowledged if fault is None else (
+                lambda err, msg, kind=fault: acknowledged_fault(err, msg, kind))
+            extra = {} if partition is None else {"partition": partition}
             while True:
                 try:
-                    producer.produce(topic, value=value, key=key, on_delivery=callback)
+                    producer.produce(topic, value=value, key=key, on_delivery=callback, **extra)
                     break
                 except BufferError:
                     producer.poll(0.1)
@@ -122,12 +178,16 @@ def send_all(
             report.bytes += len(value or b"")
             if report.sent % 1000 == 0:
                 producer.poll(0)
-                bar.update(report.delivered)
+                bar.update(report.sent)
+                if rate:
+                    ahead = report.sent / rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        producer.poll(ahead)  # serve callbacks while waiting
     finally:
         # Deliver (or fail) everything handed to the client, also on Ctrl-C.
         remaining = producer.flush(60)
         report.failed += remaining
         report.seconds = time.monotonic() - started
-        bar.update(report.delivered, force=True)
+        bar.update(report.sent, force=True)
         bar.close()
     return report

@@ -1,37 +1,38 @@
 """The `user_events` stream: JSON objects described by schemas/user_events.schema.json.
 
-Generation is pure (a seeded random source in, dicts and bytes out); producing is done by
-producers.delivery. Faults are opt-in rates; each injected fault is recorded with the
-Kafka coordinates it landed at and the dead-letter code the ingestion must give it.
+Generation is pure (seeded random sources in, messages out); sending is producers.delivery.
+Faults follow producers.faults: one injected fault per message at most, labelled, so the
+manifest can say exactly which records must reach dead letters and which bronze.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lakehouse.config import Settings
-from producers.delivery import DeliveryReport, ensure_topic, send_all
+from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
+from producers.faults import FaultRates
 
 TOPIC = "user_events"
+PARTITIONS = 3
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "user_events.schema.json"
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
 EVENT_TYPES = SCHEMA["properties"]["event_type"]["enum"]
 EVENT_TYPE_WEIGHTS = [50, 15, 15, 5, 10, 5]
 DEVICES = SCHEMA["properties"]["device"]["enum"]
 PAGES = ["/", "/search", "/product/{}", "/cart", "/checkout", "/account"]
-
-# Fault kind -> dead-letter code the ingestion must route it with (DESIGN §7).
-FAULT_CODES = {
-    "truncated": "CORRUPT_PAYLOAD",
-    "garbled": "CORRUPT_PAYLOAD",
-    "missing_field": "MISSING_REQUIRED_FIELD",
-    "wrong_type": "SCHEMA_MISMATCH",
-}
+REFERRERS = ["search", "email", "social", "direct"]
+# The fault kinds this format can carry that make a record unreadable.
+UNREADABLE = ("truncated", "garbled", "missing_field", "wrong_type")
+# Held-back and re-sent messages go out this many messages later at most.
+MAX_DELAY = 500
 
 
 def make_event(rng: random.Random, now: datetime) -> dict:
@@ -44,11 +45,15 @@ def make_event(rng: random.Random, now: datetime) -> dict:
         "customer_id": customer_id,
         "session_id": f"s-{customer_id}-{rng.randint(1, 20)}",
         "event_type": event_type,
-        "event_timestamp": occurred.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "event_timestamp": _iso(occurred),
         "page": page,
         "device": rng.choice(DEVICES),
         "duration_ms": rng.randint(5, 120_000),
     }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def encode(event: dict) -> bytes:
@@ -56,7 +61,7 @@ def encode(event: dict) -> bytes:
 
 
 def inject_fault(kind: str, event: dict, rng: random.Random) -> bytes:
-    """The bytes of a faulty message of the given kind, derived from a valid event."""
+    """The bytes of an unreadable message of the given kind, derived from a valid event."""
     payload = encode(event)
     if kind == "truncated":  # any proper prefix of a JSON object is invalid JSON
         return payload[: rng.randint(1, len(payload) - 1)]
@@ -68,74 +73,86 @@ def inject_fault(kind: str, event: dict, rng: random.Random) -> bytes:
         return encode(broken)
     if kind == "wrong_type":
         return encode({**event, "customer_id": "not-a-number"})
-    raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_CODES)}")
+    raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(UNREADABLE)}")
 
 
-@dataclass
-class FaultRecord:
-    kind: str
-    expected_code: str
-    partition: int = -1
-    offset: int = -1
+def messages(
+    count: int | None,
+    faults: FaultRates = FaultRates(),
+    seed: int | None = None,
+    duration: float | None = None,
+) -> Iterator[Outgoing]:
+    """``count`` events (or as many as ``duration`` seconds allow), with faults injected.
 
+    Re-sent duplicates and held-back messages are extra messages on top of ``count``.
+    Two random sources: the events depend on the seed alone, so the same seed sends the same
+    event ids whatever the fault rates (duplicates across runs on demand).
+    """
+    rng = random.Random(seed)
+    fault_rng = random.Random(None if seed is None else f"faults-{seed}")
+    started = time.monotonic()
+    pending: list[tuple[int, Outgoing]] = []  # (release after message index, message)
+    unreadable = itertools.cycle(UNREADABLE)
+    now = datetime.now(UTC)
 
-@dataclass
-class ProduceResult:
-    delivery: DeliveryReport
-    faults: list[FaultRecord] = field(default_factory=list)
+    def share_done(index: int) -> float:
+        if count:
+            return index / count
+        return (time.monotonic() - started) / duration if duration else 0.0
 
-    def manifest(self) -> dict:
-        counts: dict[str, int] = {}
-        for fault in self.faults:
-            counts[fault.kind] = counts.get(fault.kind, 0) + 1
-        return {
-            "topic": self.delivery.topic,
-            "produced": self.delivery.delivered,
-            "failed": self.delivery.failed,
-            "faults": counts,
-            "dead_letters": [
-                {"partition": f.partition, "offset": f.offset, "kind": f.kind, "error_code": f.expected_code}
-                for f in self.faults
-            ],
-        }
+    for index in itertools.count():
+        if (count is not None and index >= count) or (
+                duration is not None and time.monotonic() - started >= duration):
+            break
+        if index % 10_000 == 0:
+            now = datetime.now(UTC)
+        event = make_event(rng, now)
+        key = event["event_id"].encode()
+        fault = None
+        if faults.evolve_after is not None and share_done(index) >= faults.evolve_after:
+            event["referrer"] = rng.choice(REFERRERS)  # a field schema v1 does not declare
+            fault = "evolved"
+        draw = fault_rng.random()
+        if draw < faults.corrupt + faults.invalid:
+            kind = next(unreadable)
+            while (kind in ("truncated", "garbled")) != (draw < faults.corrupt):
+                kind = next(unreadable)
+            yield Outgoing(key, inject_fault(kind, event, fault_rng), None, kind)
+        else:
+            if draw < faults.corrupt + faults.invalid + faults.late:
+                event["event_timestamp"] = _iso(now - timedelta(days=fault_rng.randint(2, 30)))
+                fault = "late"
+            message = Outgoing(key, encode(event), None, fault)
+            released = index
+            if fault is None and fault_rng.random() < faults.out_of_order:
+                released = index + fault_rng.randint(5, MAX_DELAY)
+                pending.append((released, message._replace(fault="out_of_order")))
+            else:
+                yield message
+            if fault_rng.random() < faults.duplicate:
+                # A re-send always follows its original, held back or not.
+                resend = Outgoing(key, message.value, None, "duplicate")
+                pending.append((released + fault_rng.randint(1, MAX_DELAY), resend))
+        if pending and min(due for due, _ in pending) <= index:
+            # Stable sort: of two messages due together, the one scheduled first goes first.
+            due_now = sorted((p for p in pending if p[0] <= index), key=lambda p: p[0])
+            pending = [p for p in pending if p[0] > index]
+            for _, message in due_now:
+                yield message
+    for _, message in sorted(pending, key=lambda p: p[0]):
+        yield message
 
 
 def produce(
     settings: Settings,
-    count: int,
-    corrupt_rate: float = 0.0,
+    count: int | None = None,
+    faults: FaultRates = FaultRates(),
     seed: int | None = None,
     progress: bool = True,
-) -> ProduceResult:
-    """Produce ``count`` messages; a ``corrupt_rate`` share of them faulty (kinds in turn)."""
-    if count < 0 or not 0.0 <= corrupt_rate <= 1.0:
-        raise ValueError("count must be >= 0 and corrupt_rate within [0, 1]")
-    # Two streams of randomness: the events depend on the seed alone, so the same seed
-    # re-sends the same event ids whatever the fault rate (duplicates on demand).
-    rng = random.Random(seed)
-    fault_rng = random.Random(None if seed is None else f"faults-{seed}")
-    ensure_topic(settings, TOPIC)
-    faults: list[FaultRecord] = []
-    kinds = list(FAULT_CODES)
+    duration: float | None = None,
+    rate: float | None = None,
+) -> DeliveryReport:
+    ensure_topic(settings, TOPIC, PARTITIONS)
+    return send_all(settings, TOPIC, messages(count, faults, seed, duration), total=count,
+                    progress=progress, rate=rate)
 
-    def messages():
-        now = datetime.now(UTC)
-        for i in range(count):
-            event = make_event(rng, now)
-            key = event["event_id"].encode()
-            if fault_rng.random() < corrupt_rate:
-                kind = kinds[len(faults) % len(kinds)]
-                record = FaultRecord(kind, FAULT_CODES[kind])
-                faults.append(record)
-
-                def landed(msg, record=record):
-                    record.partition, record.offset = msg.partition(), msg.offset()
-
-                yield key, inject_fault(kind, event, fault_rng), landed
-            else:
-                yield key, encode(event), None
-            if i % 10_000 == 9_999:
-                now = datetime.now(UTC)
-
-    report = send_all(settings, TOPIC, messages(), total=count, progress=progress)
-    return ProduceResult(delivery=report, faults=faults)

@@ -13,19 +13,23 @@ from pyiceberg.catalog.sql import SqlCatalog
 from ingestion import job
 from lakehouse.dbt import run_dbt
 from producers import user_events
+from producers.faults import FaultRates
 
 pytestmark = pytest.mark.integration
 
 EVENTS = 3_000
 SEED = 42
+FAULTS = FaultRates(duplicate=0.02, late=0.02, out_of_order=0.02, corrupt=0.01, invalid=0.01, evolve_after=0.5)
 
 
 @pytest.fixture(scope="module")
 def produced(kafka, settings):
-    result = user_events.produce(settings, EVENTS, corrupt_rate=0.02, seed=SEED, progress=False)
-    assert result.delivery.delivered == EVENTS and result.delivery.failed == 0
-    assert len(result.faults) > 20
-    return result
+    report = user_events.produce(settings, EVENTS, FAULTS, seed=SEED, progress=False)
+    manifest = report.manifest()
+    assert report.failed == 0 and report.delivered == EVENTS + manifest["faults"]["duplicate"]
+    assert len(manifest["dead_letters"]) > 20
+    assert {"late", "out_of_order", "evolved"} <= set(manifest["faults"])
+    return report
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +62,20 @@ def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(spark, ingest
     dead_coords = {(r.partition, r.offset): r.error_code for r in dead}
     assert len(bronze) == len(bronze_coords) and len(dead) == len(dead_coords)  # no record twice
     assert not bronze_coords & set(dead_coords)  # never both
-    assert len(bronze_coords) + len(dead_coords) == EVENTS  # never neither
+    assert len(bronze_coords) + len(dead_coords) == ingested.delivered  # never neither
     expected = {(d["partition"], d["offset"]): d["error_code"] for d in ingested.manifest()["dead_letters"]}
     assert dead_coords == expected  # the right records, with the right reasons
+
+
+def test_duplicates_late_and_evolved_records_are_kept_in_bronze(spark, ingested):
+    faults = ingested.manifest()["faults"]
+    bronze = spark.table("bronze.user_events")
+    assert bronze.count() - bronze.select("event_id").distinct().count() == faults["duplicate"]
+    rescued = bronze.where("_rescued is not null").collect()
+    assert len(rescued) >= faults["evolved"]  # re-sends of evolved records carry it too
+    assert all(set(json.loads(row._rescued)) == {"referrer"} for row in rescued)
+    late = bronze.where("event_timestamp < _kafka_timestamp - interval 1 day").count()
+    assert late >= faults["late"]
 
 
 def test_replayed_batch_is_not_written_twice(spark, settings, ingested):
@@ -119,14 +134,15 @@ def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings,
     first_snapshot = spark.sql(
         "select snapshot_id from silver.user_events.snapshots order by committed_at limit 1").collect()[0][0]
     bronze_before = spark.table("bronze.user_events").count()
-    # Same seed, same fault rate: the first 500 messages again, faults included. Every
+    # Same seed, same fault rates: the first 500 events again, faults included. Every
     # readable one is a duplicate: bronze keeps it (dedup is silver's job), silver must not.
-    resent = user_events.produce(settings, 500, corrupt_rate=0.02, seed=SEED, progress=False)
-    assert resent.delivery.delivered == 500
+    resent = user_events.produce(settings, 500, FAULTS, seed=SEED, progress=False)
+    assert resent.failed == 0
     job.run(spark, settings, ["user_events"], available_now=True)
     run_dbt(settings, ["run"], target_dir=dbt_target, capture=True)
 
-    assert spark.table("bronze.user_events").count() == bronze_before + 500 - len(resent.faults)
+    unreadable = len(resent.manifest()["dead_letters"])
+    assert spark.table("bronze.user_events").count() == bronze_before + resent.delivered - unreadable
     assert spark.table("silver.user_events").count() == silver_before
     history = {r.snapshot_id for r in spark.sql("select snapshot_id from silver.user_events.history").collect()}
     assert first_snapshot in history, "silver was recreated instead of updated incrementally"

@@ -1,0 +1,139 @@
+"""Debezium (PostgreSQL connector, JSON converter without schemas) messages of the source tables.
+
+The `customers` stream (DESIGN §5). Key: ``{"customer_id": N}``; value: the change event
+envelope (``before``, ``after``, ``source``, ``op``, ``ts_ms``). A delete is followed by a
+tombstone, the same key with a null value, so that log compaction can drop the key; the
+ingestion must recognise tombstones rather than dead-letter them (DESIGN §6).
+
+Encoding is generic over the source tables, but only `customers` is streamed this way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.simulator import Change
+from producers.cdc.source import TABLES, key_column
+
+TOPIC = "customers"
+TABLE = "customers"
+CONNECTOR_VERSION = "2.7.0.Final"
+SERVER_NAME = "lakehouse"  # topic.prefix of the connector
+DATABASE = "shop"
+SCHEMA = "public"
+
+OP_CODES = {"I": "c", "U": "u", "D": "d", "R": "r"}
+OPS_BY_CODE = {code: op for op, code in OP_CODES.items()}
+
+
+def _json(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_key(table: str, key: int) -> bytes:
+    return _json({key_column(table): key})
+
+
+def envelope(change: Change, emitted_ms: int | None = None, snapshot: str | None = None) -> dict:
+    """The value of a change event as a dict.
+
+    ``snapshot``: "true", "last" (the final record of a snapshot) or "false"; by default "true"
+    for a read and "false" otherwise. ``emitted_ms`` is when the connector processed the change
+    (the envelope's own ``ts_ms``); it defaults to the commit time so that encoding is pure.
+    """
+    if snapshot is None:
+        snapshot = "true" if change.op == "R" else "false"
+    return {
+        "before": change.before,
+        "after": change.after,
+        "source": {
+            "version": CONNECTOR_VERSION,
+            "connector": "postgresql",
+            "name": SERVER_NAME,
+            "ts_ms": change.commit_ts_ms,
+            "snapshot": snapshot,
+            "db": DATABASE,
+            "schema": SCHEMA,
+            "table": change.table,
+            "txId": change.tx_id,
+            "lsn": change.lsn,
+        },
+        "op": OP_CODES[change.op],
+        "ts_ms": change.commit_ts_ms if emitted_ms is None else emitted_ms,
+    }
+
+
+def encode_change(
+    change: Change,
+    emitted_ms: int | None = None,
+    snapshot: str | None = None,
+) -> list[tuple[bytes, bytes | None]]:
+    """The Kafka (key, value) messages of one change: one, or two for a delete (+ tombstone)."""
+    key = encode_key(change.table, change.key)
+    messages: list[tuple[bytes, bytes | None]] = [(key, _json(envelope(change, emitted_ms, snapshot)))]
+    if change.op == "D":
+        messages.append((key, None))
+    return messages
+
+
+def encode_changes(
+    changes: Iterable[Change],
+    table: str = TABLE,
+    emitted_ms: int | None = None,
+) -> list[tuple[bytes, bytes | None]]:
+    """The messages of every change of ``table``, in the given order.
+
+    The last read of each snapshot is marked ``snapshot: "last"`` as Debezium does, which needs
+    the whole snapshot in one call.
+    """
+    selected = [change for change in changes if change.table == table]
+    messages: list[tuple[bytes, bytes | None]] = []
+    for index, change in enumerate(selected):
+        following = selected[index + 1] if index + 1 < len(selected) else None
+        ends_snapshot = change.op == "R" and (
+            following is None or following.op != "R" or following.tx_id != change.tx_id)
+        messages.extend(encode_change(change, emitted_ms, "last" if ends_snapshot else None))
+    return messages
+
+
+def decode(key: bytes | None, value: bytes | None) -> NormalizedChange | None:
+    """The normalized change of one message; None for a tombstone.
+
+    Raises InvalidChange when the value is not a Debezium change event of a known table.
+    """
+    if value is None:
+        return None
+    try:
+        event = json.loads(value)
+        source = event["source"]
+        table = source["table"]
+        op = OPS_BY_CODE[event["op"]]
+        image = event["before"] if op == "D" else event["after"]
+        seq = (_int(source["lsn"]),)
+        source_ts_ms = _int(source["ts_ms"])
+    except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidChange(f"not a Debezium change event: {type(exc).__name__}: {exc}") from None
+    if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
+        raise InvalidChange(f"change of table {table!r} without its {'before' if op == 'D' else 'after'} image")
+    return NormalizedChange(table, op, _key(key, table, image), image, seq, source_ts_ms)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _key(key: bytes | None, table: str, image: dict) -> int:
+    """The primary key, from the message key when there is one; it must agree with the image."""
+    column = key_column(table)
+    try:
+        from_image = _int(image[column])
+        from_key = from_image if key is None else _int(json.loads(key)[column])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidChange(f"no usable {column} in key or image: {type(exc).__name__}: {exc}") from None
+    if from_key != from_image:
+        raise InvalidChange(f"message key {column}={from_key} but image {column}={from_image}")
+    return from_key

@@ -1,0 +1,119 @@
+"""AWS DMS JSON messages (Kafka target endpoint) of the source tables.
+
+The `accounts` stream (DESIGN §5). Key: the primary key as text (DMS's "primary-key"
+partition key type); value: ``{"data": row, "metadata": {...}}``. For a delete, ``data`` is
+the before-image, the only image DMS sends for it. DMS has no log position, so the order of
+changes rests on the commit timestamp (microseconds), the transaction id and the record's
+position in its transaction: see NormalizedChange.seq.
+
+Encoding is generic over the source tables, but only `accounts` is streamed this way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.simulator import Change
+from producers.cdc.source import TABLES, key_column
+
+TOPIC = "accounts"
+TABLE = "accounts"
+SCHEMA_NAME = "shop"
+
+OPERATIONS = {"I": "insert", "U": "update", "D": "delete", "R": "load"}
+OPS_BY_OPERATION = {operation: op for op, operation in OPERATIONS.items()}
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def iso_us(epoch_ms: int) -> str:
+    """ISO-8601 UTC with microseconds, as DMS writes its timestamps."""
+    instant = EPOCH + timedelta(milliseconds=epoch_ms)
+    return instant.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def epoch_us(text: str) -> int:
+    """Microseconds since the epoch of an ISO-8601 instant; exact (integer arithmetic, no float)."""
+    instant = datetime.fromisoformat(text)
+    if instant.tzinfo is None:
+        raise ValueError(f"timestamp without a time zone: {text!r}")
+    return (instant - EPOCH) // MICROSECOND
+
+
+def encode_key(key: int) -> bytes:
+    return str(key).encode()
+
+
+def document(change: Change) -> dict:
+    commit_time = iso_us(change.commit_ts_ms)
+    return {
+        "data": change.before if change.op == "D" else change.after,
+        "metadata": {
+            "timestamp": commit_time,
+            "record-type": "data",
+            "operation": OPERATIONS[change.op],
+            "partition-key-type": "primary-key",
+            "schema-name": SCHEMA_NAME,
+            "table-name": change.table,
+            "transaction-id": change.tx_id,
+            "transaction-record-id": change.position,
+            "commit-timestamp": commit_time,
+        },
+    }
+
+
+def encode_change(change: Change) -> list[tuple[bytes, bytes]]:
+    """The Kafka (key, value) messages of one change: always exactly one (DMS sends no tombstones)."""
+    value = json.dumps(document(change), separators=(",", ":"), ensure_ascii=False).encode()
+    return [(encode_key(change.key), value)]
+
+
+def encode_changes(changes: Iterable[Change], table: str = TABLE) -> list[tuple[bytes, bytes]]:
+    return [message for change in changes if change.table == table for message in encode_change(change)]
+
+
+def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
+    """The normalized change of one message.
+
+    Raises InvalidChange for anything that is not a DMS data record of a known table (control
+    records included: they carry no row).
+    """
+    try:
+        if value is None:
+            raise ValueError("no value")
+        record = json.loads(value)
+        metadata, image = record["metadata"], record["data"]
+        if metadata["record-type"] != "data":
+            raise ValueError(f"record-type {metadata['record-type']!r}")
+        table = metadata["table-name"]
+        op = OPS_BY_OPERATION[metadata["operation"]]
+        commit_us = epoch_us(metadata["commit-timestamp"])
+        seq = (commit_us, _int(metadata["transaction-id"]), _int(metadata["transaction-record-id"]))
+    except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None
+    if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
+        raise InvalidChange(f"record of table {table!r} without a data object")
+    # `_source_ts` in milliseconds, like Debezium's: both streams then share one event-time type.
+    return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _key(key: bytes | None, table: str, image: dict) -> int:
+    column = key_column(table)
+    try:
+        from_image = _int(image[column])
+        from_key = from_image if key is None else int(key.decode())
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidChange(f"no usable {column} in key or data: {type(exc).__name__}: {exc}") from None
+    if from_key != from_image:
+        raise InvalidChange(f"message key {column}={from_key} but data {column}={from_image}")
+    return from_key

@@ -1,0 +1,121 @@
+"""Producing a CDC stream: the simulator commits changes, the stream's format encodes them.
+
+Each CDC stream owns a source database file (<state>/cdc/<stream>.db): its table there is the
+authoritative state the silver mirror must equal. The first time a stream's topic is
+created, the stream starts the way a connector does: an initial load of the source written
+silently, then a snapshot of it (Debezium `r`, DMS `load`), then live changes.
+
+Faults: re-sends and reordering across partitions are applied to the real change messages
+(the mirror must converge anyway); corrupt and invalid messages are *extra* poison messages,
+never a replaced change, so the oracle stays exact.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse.config import Settings
+from lakehouse.kafka_admin import admin_client, topic_names
+from producers.cdc import debezium, dms
+from producers.cdc.faults import duplicate, key_partition, reorder
+from producers.cdc.simulator import CdcSimulator
+from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
+from producers.faults import FaultRates
+
+PARTITIONS = 3
+INITIAL_LOAD_TRANSACTIONS = 200
+REORDER_WINDOW = 50
+CHUNK_TRANSACTIONS = 200
+
+
+@dataclass(frozen=True)
+class CdcFormat:
+    stream: str
+    table: str
+    topic: str
+    encode: Callable  # (changes) -> list[(key, value)]
+
+
+FORMATS = {
+    "customers": CdcFormat("customers", "customers", debezium.TOPIC,
+                           lambda changes: debezium.encode_changes(changes, table="customers")),
+    "accounts": CdcFormat("accounts", "accounts", dms.TOPIC,
+                          lambda changes: dms.encode_changes(changes, table="accounts")),
+}
+
+
+def source_path(settings: Settings, stream: str) -> Path:
+    return settings.home / "cdc" / f"{stream}.db"
+
+
+def poison(kind: str, key: bytes | None, value: bytes | None, rng: random.Random) -> bytes:
+    """An unreadable message derived from a real one."""
+    if kind == "truncated":
+        return (value or b"{}")[: max(1, len(value or b"{}") // 2)]
+    if kind == "garbled":
+        return b"\xff\xfe\x00" + rng.randbytes(rng.randint(8, 48))
+    # invalid_envelope: valid JSON that is no change record of the format
+    document = json.loads(value) if value else {}
+    document.pop("op", None)
+    document.pop("metadata", None)
+    return json.dumps(document).encode()
+
+
+def labelled(messages: list[tuple[bytes | None, bytes | None]], faults: FaultRates,
+             rng: random.Random) -> list[Outgoing]:
+    """Apply delivery faults to encoded changes and add poison messages, each labelled."""
+    sent = duplicate(messages, faults.duplicate, rng) if faults.duplicate else list(messages)
+    placed = reorder(sent, faults.out_of_order, rng, REORDER_WINDOW, PARTITIONS)
+    seen: set[tuple] = set()
+    out: list[Outgoing] = []
+    for partition, key, value in placed:
+        label = None
+        if (key, value) in seen:
+            label = "duplicate"
+        elif partition != key_partition(key, PARTITIONS):
+            label = "out_of_order"  # away from its key's partition: order with its key is lost
+        seen.add((key, value))
+        out.append(Outgoing(key, value, partition, label))
+        draw = rng.random()
+        if value is not None and draw < faults.corrupt + faults.invalid:
+            kind = rng.choice(["truncated", "garbled"]) if draw < faults.corrupt else "invalid_envelope"
+            out.append(Outgoing(key, poison(kind, key, value, rng), partition, kind))
+    return out
+
+
+def messages(settings: Settings, stream: str, count: int | None, faults: FaultRates, seed: int | None,
+             duration: float | None, first_start: bool) -> Iterator[Outgoing]:
+    """Change messages until ``count`` changes (not counting faults) or ``duration`` seconds."""
+    fmt = FORMATS[stream]
+    path = source_path(settings, stream)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(None if seed is None else f"cdc-faults-{seed}")
+    started = time.monotonic()
+    with CdcSimulator(path, seed=seed, start_ms=int(time.time() * 1000)) as simulator:
+        if first_start:
+            simulator.run(INITIAL_LOAD_TRANSACTIONS)  # the database existed before the connector
+            yield from labelled(fmt.encode(simulator.snapshot()), FaultRates(), rng)
+        produced = 0
+        while (count is None or produced < count) and (
+                duration is None or time.monotonic() - started < duration):
+            # Never drop a committed change (the oracle has it): near the end, run fewer
+            # transactions instead, so the count is met or exceeded by one transaction at most.
+            batch = CHUNK_TRANSACTIONS if count is None else max(1, min(CHUNK_TRANSACTIONS, (count - produced) // 4))
+            changes = [c for c in simulator.run(batch) if c.table == fmt.table]
+            produced += len(changes)
+            yield from labelled(fmt.encode(changes), faults, rng)
+
+
+def produce(settings: Settings, count: int | None = None, faults: FaultRates = FaultRates(),
+            seed: int | None = None, progress: bool = True, duration: float | None = None,
+            rate: float | None = None, *, stream: str) -> DeliveryReport:
+    fmt = FORMATS[stream]
+    first_start = fmt.topic not in topic_names(admin_client(settings), settings)
+    ensure_topic(settings, fmt.topic, PARTITIONS)
+    return send_all(settings, fmt.topic, messages(settings, stream, count, faults, seed, duration, first_start),
+                    total=count, progress=progress, rate=rate)

@@ -1,0 +1,61 @@
+"""Producing one stream, or all, from one or several processes: what `lakehouse produce` runs."""
+
+from __future__ import annotations
+
+import multiprocessing
+from functools import partial, reduce
+
+from lakehouse.config import Settings
+from lakehouse.errors import LakehouseError
+from producers import user_events
+from producers.cdc import stream as cdc_stream
+from producers.delivery import DeliveryReport
+from producers.faults import FaultRates
+
+# Stream name -> its produce function (settings, count, faults, seed, progress, duration, rate).
+PRODUCERS = {
+    "user_events": user_events.produce,
+    "customers": partial(cdc_stream.produce, stream="customers"),
+    "accounts": partial(cdc_stream.produce, stream="accounts"),
+}
+
+
+CDC_STREAMS = set(cdc_stream.FORMATS)
+
+
+def _one_process(stream, settings, count, faults, seed, duration, rate) -> DeliveryReport:
+    return PRODUCERS[stream](settings, count, faults, seed, False, duration, rate)
+
+
+def produce(
+    settings: Settings,
+    stream: str,
+    count: int | None = None,
+    duration: float | None = None,
+    rate: float | None = None,
+    faults: FaultRates = FaultRates(),
+    seed: int | None = None,
+    processes: int = 1,
+    progress: bool = True,
+) -> DeliveryReport:
+    if stream not in PRODUCERS:
+        raise LakehouseError(f"unknown stream {stream!r}; producible: {', '.join(sorted(PRODUCERS))}")
+    if (count is None) == (duration is None):
+        raise LakehouseError("give either a message count or a duration")
+    if processes < 1 or (count is not None and count < 0) or (rate is not None and rate <= 0):
+        raise LakehouseError("processes must be >= 1, count >= 0 and rate > 0")
+    if processes > 1 and stream in CDC_STREAMS:
+        raise LakehouseError(f"{stream} is produced by one process: its source database orders the changes")
+    if processes == 1:
+        return PRODUCERS[stream](settings, count, faults, seed, progress, duration, rate)
+    # Spawned, not forked: the parent may hold a JVM or librdkafka threads.
+    shares = [None] * processes if count is None else [
+        count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    jobs = [
+        (stream, settings, share, faults, None if seed is None else seed * 1000 + i, duration,
+         None if rate is None else rate / processes)
+        for i, share in enumerate(shares)
+    ]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        reports = pool.starmap(_one_process, jobs)
+    return reduce(DeliveryReport.merge, reports)

@@ -1,0 +1,212 @@
+"""Debezium (`customers`) and AWS DMS (`accounts`) messages: encoding, decoding, round trips."""
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from producers.cdc import debezium, dms
+from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.simulator import CdcSimulator, Change
+
+ISO_US = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+@pytest.fixture(scope="module")
+def changes(tmp_path_factory) -> list[Change]:
+    """A snapshot of a non-empty database, then a run with every kind of change."""
+    with CdcSimulator(tmp_path_factory.mktemp("cdc") / "s.db", seed=5, key_space=30, hot_keys=4,
+                      op_weights=(0.3, 0.45, 0.25)) as sim:
+        sim.run(150)
+        result = [*sim.snapshot(), *sim.run(250)]
+    assert {c.op for c in result} == {"R", "I", "U", "D"}
+    return result
+
+
+def of(changes: list[Change], table: str) -> list[Change]:
+    return [c for c in changes if c.table == table]
+
+
+# --- Debezium -----------------------------------------------------------------------------
+
+
+def test_debezium_round_trip_gives_back_the_change(changes):
+    customers = of(changes, "customers")
+    assert len(customers) > 100
+    for change in customers:
+        key, value = debezium.encode_change(change)[0]
+        decoded = debezium.decode(key, value)
+        image = change.before if change.op == "D" else change.after
+        assert decoded == NormalizedChange("customers", change.op, change.key, image, (change.lsn,),
+                                           change.commit_ts_ms)
+
+
+def test_debezium_envelope_carries_the_source_coordinates(changes):
+    change = next(c for c in of(changes, "customers") if c.op == "U")
+    key, value = debezium.encode_change(change, emitted_ms=change.commit_ts_ms + 250)[0]
+    assert key == f'{{"customer_id":{change.key}}}'.encode()
+    event = json.loads(value)
+    assert event == {
+        "before": change.before,
+        "after": change.after,
+        "source": {
+            "version": "2.7.0.Final", "connector": "postgresql", "name": "lakehouse",
+            "ts_ms": change.commit_ts_ms, "snapshot": "false", "db": "shop", "schema": "public",
+            "table": "customers", "txId": change.tx_id, "lsn": change.lsn,
+        },
+        "op": "u",
+        "ts_ms": change.commit_ts_ms + 250,
+    }
+
+
+@pytest.mark.parametrize(("op", "code", "before", "after"), [
+    ("I", "c", False, True), ("U", "u", True, True), ("D", "d", True, False), ("R", "r", False, True)])
+def test_debezium_op_mapping_and_images(changes, op, code, before, after):
+    change = next(c for c in of(changes, "customers") if c.op == op)
+    event = json.loads(debezium.encode_change(change)[0][1])
+    assert event["op"] == code
+    assert (event["before"] is not None, event["after"] is not None) == (before, after)
+    assert debezium.decode(None, json.dumps(event).encode()).op == op
+
+
+def test_every_debezium_delete_is_followed_by_a_tombstone(changes):
+    messages = debezium.encode_changes(changes)
+    deletes = [i for i, (_k, v) in enumerate(messages) if v is not None and json.loads(v)["op"] == "d"]
+    tombstones = [i for i, (_k, v) in enumerate(messages) if v is None]
+    assert len(deletes) > 10
+    assert tombstones == [i + 1 for i in deletes]
+    for i in deletes:
+        assert messages[i + 1][0] == messages[i][0]
+        assert debezium.decode(*messages[i + 1]) is None
+    assert len(messages) == len(of(changes, "customers")) + len(deletes)
+
+
+def test_debezium_marks_the_end_of_the_snapshot(changes):
+    messages = debezium.encode_changes(changes)
+    markers = [json.loads(v)["source"]["snapshot"] for _k, v in messages if v is not None]
+    reads = sum(1 for c in of(changes, "customers") if c.op == "R")
+    assert reads > 5
+    assert markers[:reads] == ["true"] * (reads - 1) + ["last"]
+    assert set(markers[reads:]) == {"false"}
+
+
+def test_debezium_keeps_non_ascii_text_intact(changes):
+    change = next(c for c in of(changes, "customers")
+                  if c.after and not (c.after["name"] + (c.after["city"] or "")).isascii())
+    key, value = debezium.encode_change(change)[0]
+    assert change.after["name"].encode() in value or change.after["city"].encode() in value
+    assert debezium.decode(key, value).image == change.after
+
+
+@pytest.mark.parametrize("value", [
+    b"not json", b"\xff\xfe", b"[1, 2]", b"{}",
+    b'{"before":null,"after":{"customer_id":1},"op":"x","source":{"table":"customers","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":null,"op":"c","source":{"table":"customers","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"orders","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","lsn":"1","ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","ts_ms":1}}',
+])
+def test_debezium_decode_refuses_what_is_not_a_change_event(value):
+    with pytest.raises(InvalidChange):
+        debezium.decode(b'{"customer_id":1}', value)
+
+
+def test_debezium_decode_refuses_a_key_that_contradicts_the_image():
+    value = b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","lsn":1,"ts_ms":1}}'
+    assert debezium.decode(b'{"customer_id":1}', value).key == 1
+    with pytest.raises(InvalidChange, match="customer_id=2"):
+        debezium.decode(b'{"customer_id":2}', value)
+
+
+# --- DMS ----------------------------------------------------------------------------------
+
+
+def test_dms_round_trip_gives_back_the_change(changes):
+    accounts = of(changes, "accounts")
+    assert len(accounts) > 100
+    for change in accounts:
+        [(key, value)] = dms.encode_change(change)
+        assert key == str(change.key).encode()
+        image = change.before if change.op == "D" else change.after
+        assert dms.decode(key, value) == NormalizedChange(
+            "accounts", change.op, change.key, image,
+            (change.commit_ts_ms * 1000, change.tx_id, change.position), change.commit_ts_ms)
+
+
+@pytest.mark.parametrize(("op", "operation"), [("I", "insert"), ("U", "update"), ("D", "delete"), ("R", "load")])
+def test_dms_operation_mapping_and_metadata(changes, op, operation):
+    change = next(c for c in of(changes, "accounts") if c.op == op)
+    record = json.loads(dms.encode_change(change)[0][1])
+    metadata = record["metadata"]
+    assert metadata["operation"] == operation
+    assert metadata["record-type"] == "data" and metadata["partition-key-type"] == "primary-key"
+    assert (metadata["schema-name"], metadata["table-name"]) == ("shop", "accounts")
+    assert (metadata["transaction-id"], metadata["transaction-record-id"]) == (change.tx_id, change.position)
+    assert ISO_US.match(metadata["timestamp"]) and metadata["timestamp"] == metadata["commit-timestamp"]
+    assert dms.epoch_us(metadata["commit-timestamp"]) == change.commit_ts_ms * 1000
+
+
+def test_dms_delete_carries_the_before_image_and_no_tombstone(changes):
+    deletes = [c for c in of(changes, "accounts") if c.op == "D"]
+    assert len(deletes) > 10
+    for change in deletes:
+        messages = dms.encode_change(change)
+        assert len(messages) == 1
+        record = json.loads(messages[0][1])
+        assert record["data"] == change.before and record["data"]["balance"] == change.before["balance"]
+    assert None not in {v for _k, v in dms.encode_changes(changes)}
+
+
+def test_dms_timestamps_are_exact_to_the_microsecond():
+    assert dms.iso_us(1_793_491_233_352) == "2026-11-01T00:00:33.352000Z"
+    assert dms.epoch_us("2026-11-01T00:00:33.352001Z") == 1_793_491_233_352_001
+    assert dms.epoch_us("2026-11-01T01:00:33.352001+01:00") == 1_793_491_233_352_001
+    with pytest.raises(ValueError):
+        dms.epoch_us("2026-11-01T00:00:33.352001")  # no zone: ambiguous
+
+
+GOOD_DMS = {
+    "data": {"account_id": 4, "balance": "1.00"},
+    "metadata": {"timestamp": "2026-11-01T00:00:00.000000Z", "record-type": "data", "operation": "insert",
+                 "partition-key-type": "primary-key", "schema-name": "shop", "table-name": "accounts",
+                 "transaction-id": 9, "transaction-record-id": 0, "commit-timestamp": "2026-11-01T00:00:00.000000Z"},
+}
+
+
+def _dms_with(**metadata) -> bytes:
+    return json.dumps({**GOOD_DMS, "metadata": {**GOOD_DMS["metadata"], **metadata}}).encode()
+
+
+def test_dms_decode_of_a_hand_written_record():
+    decoded = dms.decode(b"4", json.dumps(GOOD_DMS).encode())
+    assert (decoded.table, decoded.op, decoded.key, decoded.image) == ("accounts", "I", 4, GOOD_DMS["data"])
+    assert decoded.seq == (1_793_491_200_000_000, 9, 0)
+
+
+@pytest.mark.parametrize("value", [
+    None, b"not json", b"{}", json.dumps({"metadata": GOOD_DMS["metadata"]}).encode(),
+    _dms_with(**{"record-type": "control"}), _dms_with(operation="truncate"), _dms_with(**{"table-name": "x"}),
+    _dms_with(**{"commit-timestamp": "yesterday"}), _dms_with(**{"transaction-id": "9"}),
+])
+def test_dms_decode_refuses_what_is_not_a_data_record(value):
+    with pytest.raises(InvalidChange):
+        dms.decode(b"4", value)
+
+
+def test_dms_decode_refuses_a_key_that_contradicts_the_data():
+    with pytest.raises(InvalidChange, match="account_id=5"):
+        dms.decode(b"5", json.dumps(GOOD_DMS).encode())
+
+
+def test_formats_agree_on_the_change_they_carry(changes):
+    """The same change through either format: same table, op, key, image and source time."""
+    counted = Counter()
+    for change in changes[:80]:
+        via_debezium = debezium.decode(*debezium.encode_change(change)[0])
+        via_dms = dms.decode(*dms.encode_change(change)[0])
+        assert (via_debezium.table, via_debezium.op, via_debezium.key, via_debezium.image,
+                via_debezium.source_ts_ms) == (via_dms.table, via_dms.op, via_dms.key, via_dms.image,
+                                               via_dms.source_ts_ms)
+        counted[change.table] += 1
+    assert counted["customers"] and counted["accounts"]
