@@ -12,12 +12,12 @@ KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
 PYTEST_DEFAULT := -m "not slow and not chaos"
 
-.PHONY: help setup install jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight
+.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: install jars ## Install everything that is missing (virtualenv + JVM jars); a no-op when done
+setup: install protos jars ## Install everything that is missing (virtualenv, compiled schemas, JVM jars); a no-op when done
 
 install: $(VENV)/.installed ## Create the virtualenv and install the project with its pinned dependencies
 
@@ -27,6 +27,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
+
+protos: install ## Compile producers/schemas/*.proto into producers/generated/ (a no-op when up to date)
+	@$(BIN)/python -m producers.protobuf
 
 jars: $(JARS_STAMP) ## Fetch the Kafka broker, Iceberg runtime, connectors, JDBC driver from Maven Central
 
@@ -68,4 +71,4 @@ format: install ## Format the code (ruff)
 
 clean: ## Stop the local broker and delete all state (data, catalog, jars, checkpoints, reports)
 	-@test -x $(BIN)/lakehouse && $(BIN)/lakehouse kafka stop
-	rm -rf $(STATE) target logs
+	rm -rf $(STATE) target logs producers/generated

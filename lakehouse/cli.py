@@ -45,6 +45,11 @@ def _produce(args, settings: Settings) -> int:
     from producers.faults import FaultRates
     from producers.run import PRODUCERS, produce
 
+    chosen = any(getattr(args, name) for name in (
+        "fault_duplicate", "fault_late", "fault_out_of_order", "fault_corrupt", "fault_invalid",
+        "fault_unknown_schema_id", "evolve_after"))
+    if args.stream == "all" and not chosen:
+        args.demo_faults = True  # `produce all` is the demo mix unless faults are chosen
     faults = FaultRates.demo() if args.demo_faults else FaultRates(
         duplicate=args.fault_duplicate, late=args.fault_late, out_of_order=args.fault_out_of_order,
         corrupt=args.fault_corrupt, invalid=args.fault_invalid, unknown_schema_id=args.fault_unknown_schema_id,
@@ -132,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Produce generated messages (acks=all, idempotent) to a stream's topic, with optional "
                     "fault injection. Every injected fault is recorded in the manifest with its Kafka "
                     "coordinates, so dead letters can be checked record for record.")
-    produce.add_argument("stream", help="stream to produce, or 'all'")
+    produce.add_argument("stream", help="stream to produce (user_events, employees, purchases, customers, "
+                                        "accounts), or 'all': every stream with the demo's faults")
     amount = produce.add_mutually_exclusive_group(required=True)
     amount.add_argument("--count", type=int, help="number of messages (faults add re-sends on top)")
     amount.add_argument("--duration", type=float, metavar="SECONDS", help="produce for this long")

@@ -8,9 +8,15 @@ Kafka coordinates it landed at, so tests and the demo check dead letters record 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from lakehouse.errors import LakehouseError
+from producers.message import Outgoing
 
 # Fault kind -> the dead-letter code ingestion must give it (DESIGN §7).
 DEAD_LETTER_CODES = {
@@ -38,10 +44,10 @@ class FaultRates:
     evolve_after: float | None = None  # switch to the evolved schema after this share of the run
 
     def __post_init__(self):
-        for field in fields(self):
-            value = getattr(self, field.name)
+        for rate in fields(self):
+            value = getattr(self, rate.name)
             if value is not None and not 0.0 <= value <= 1.0:
-                raise LakehouseError(f"fault rate {field.name.replace('_', '-')}={value} is not within 0..1")
+                raise LakehouseError(f"fault rate {rate.name.replace('_', '-')}={value} is not within 0..1")
 
     @classmethod
     def demo(cls) -> FaultRates:
@@ -51,3 +57,103 @@ class FaultRates:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+class Budget:
+    """How many messages a run makes: a count, or as many as a duration allows."""
+
+    def __init__(self, count: int | None, duration: float | None = None):
+        self.count, self.duration = count, duration
+        self.started = time.monotonic()
+
+    def __iter__(self) -> Iterator[int]:
+        for index in itertools.count():
+            if self.count is not None and index >= self.count:
+                return
+            if self.duration is not None and index % 256 == 0 and self.elapsed() >= self.duration:
+                return
+            yield index
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def share_done(self, index: int) -> float:
+        if self.count:
+            return index / self.count
+        return self.elapsed() / self.duration if self.duration else 0.0
+
+
+@dataclass(frozen=True)
+class FaultHooks:
+    """How one stream encodes its records and breaks them; records are the stream's own objects.
+
+    ``corrupt`` and ``invalid`` map a fault kind (a key of DEAD_LETTER_CODES) to a function
+    returning the bytes of an unreadable message; a rate with no kinds is not applicable to
+    the format and injects nothing.
+    """
+
+    encode: Callable[[Any], bytes]
+    late: Callable[[Any, random.Random], Any]  # the record with its event time days in the past
+    corrupt: dict[str, Callable[[Any, random.Random], bytes]]
+    invalid: dict[str, Callable[[Any, random.Random], bytes]] = field(default_factory=dict)
+    unknown_schema_id: Callable[[Any, random.Random], bytes] | None = None
+    evolve: Callable[[Any, random.Random], Any] | None = None  # the record in the evolved schema
+
+
+# Held-back and re-sent messages go out at most this many messages later.
+MAX_DELAY = 500
+
+
+def inject(
+    records: Iterable[tuple[bytes | None, Any]],
+    faults: FaultRates,
+    rng: random.Random,
+    hooks: FaultHooks,
+    share_done: Callable[[int], float],
+) -> Iterator[Outgoing]:
+    """The messages of the records, with faults injected: one fault per record at most.
+
+    Re-sent duplicates are extra messages, held-back ones are only delayed; a re-send always
+    follows its original. ``rng`` is the fault source only, so the records themselves stay the
+    same for a seed whatever the rates.
+    """
+    corrupt_kinds = itertools.cycle(sorted(hooks.corrupt)) if hooks.corrupt else None
+    invalid_kinds = itertools.cycle(sorted(hooks.invalid)) if hooks.invalid else None
+    corrupt = faults.corrupt if hooks.corrupt else 0.0
+    invalid = corrupt + (faults.invalid if hooks.invalid else 0.0)
+    unknown = invalid + (faults.unknown_schema_id if hooks.unknown_schema_id else 0.0)
+    late = unknown + faults.late
+    pending: list[tuple[int, Outgoing]] = []  # (release after record index, message)
+    for index, (key, record) in enumerate(records):
+        fault = None
+        if hooks.evolve and faults.evolve_after is not None and share_done(index) >= faults.evolve_after:
+            record, fault = hooks.evolve(record, rng), "evolved"
+        draw = rng.random()
+        if draw < corrupt:
+            kind = next(corrupt_kinds)
+            yield Outgoing(key, hooks.corrupt[kind](record, rng), None, kind)
+        elif draw < invalid:
+            kind = next(invalid_kinds)
+            yield Outgoing(key, hooks.invalid[kind](record, rng), None, kind)
+        elif draw < unknown:
+            yield Outgoing(key, hooks.unknown_schema_id(record, rng), None, "unknown_schema_id")
+        else:
+            if draw < late:
+                record, fault = hooks.late(record, rng), "late"
+            message = Outgoing(key, hooks.encode(record), None, fault)
+            released = index
+            if fault is None and rng.random() < faults.out_of_order:
+                released = index + rng.randint(5, MAX_DELAY)
+                pending.append((released, message._replace(fault="out_of_order")))
+            else:
+                yield message
+            if rng.random() < faults.duplicate:
+                pending.append((released + rng.randint(1, MAX_DELAY), Outgoing(key, message.value, None, "duplicate")))
+        if pending and min(due for due, _ in pending) <= index:
+            # Stable sort: of two messages due together, the one scheduled first goes first.
+            due_now = sorted((p for p in pending if p[0] <= index), key=lambda p: p[0])
+            pending = [p for p in pending if p[0] > index]
+            for _, message in due_now:
+                yield message
+    for _, message in sorted(pending, key=lambda p: p[0]):
+        yield message

@@ -7,13 +7,16 @@ from functools import partial, reduce
 
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
-from producers import user_events
+from producers import employees, purchases, user_events
 from producers.cdc import stream as cdc_stream
 from producers.delivery import DeliveryReport
 from producers.faults import FaultRates
+from producers.registry import registry_for
 
 # Stream name -> its produce function (settings, count, faults, seed, progress, duration, rate).
 PRODUCERS = {
+    "employees": employees.produce,
+    "purchases": purchases.produce,
     "user_events": user_events.produce,
     "customers": partial(cdc_stream.produce, stream="customers"),
     "accounts": partial(cdc_stream.produce, stream="accounts"),
@@ -21,6 +24,21 @@ PRODUCERS = {
 
 
 CDC_STREAMS = set(cdc_stream.FORMATS)
+
+# Stream name -> the messages alone, no Kafka: (settings, count, faults, seed) -> Outgoing
+# messages. For measuring generation and serialization apart from delivery (benchmarks/).
+MESSAGE_SOURCES = {
+    "employees": lambda settings, count, faults, seed: employees.messages(count, seed, None, faults),
+    "purchases": lambda settings, count, faults, seed: purchases.messages(
+        count, purchases.register_schemas(registry_for(settings)), seed,
+        faults=None if faults == FaultRates() else faults),
+    "user_events": lambda settings, count, faults, seed: user_events.messages(count, faults, seed),
+    **{
+        name: partial(lambda settings, count, faults, seed, name: cdc_stream.messages(
+            settings, name, count, faults, seed, None, first_start=False), name=name)
+        for name in cdc_stream.FORMATS
+    },
+}
 
 
 def _one_process(stream, settings, count, faults, seed, duration, rate) -> DeliveryReport:

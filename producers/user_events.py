@@ -7,18 +7,17 @@ manifest can say exactly which records must reach dead letters and which bronze.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from lakehouse.config import Settings
 from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
-from producers.faults import FaultRates
+from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 TOPIC = "user_events"
 PARTITIONS = 3
@@ -31,8 +30,6 @@ PAGES = ["/", "/search", "/product/{}", "/cart", "/checkout", "/account"]
 REFERRERS = ["search", "email", "social", "direct"]
 # The fault kinds this format can carry that make a record unreadable.
 UNREADABLE = ("truncated", "garbled", "missing_field", "wrong_type")
-# Held-back and re-sent messages go out this many messages later at most.
-MAX_DELAY = 500
 
 
 def make_event(rng: random.Random, now: datetime) -> dict:
@@ -76,6 +73,24 @@ def inject_fault(kind: str, event: dict, rng: random.Random) -> bytes:
     raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(UNREADABLE)}")
 
 
+def _late(event: dict, rng: random.Random) -> dict:
+    occurred = datetime.fromisoformat(event["event_timestamp"]) - timedelta(days=rng.randint(2, 30))
+    return {**event, "event_timestamp": _iso(occurred)}
+
+
+def _evolve(event: dict, rng: random.Random) -> dict:
+    return {**event, "referrer": rng.choice(REFERRERS)}  # a field schema v1 does not declare
+
+
+HOOKS = FaultHooks(
+    encode=encode,
+    late=_late,
+    corrupt={kind: partial(inject_fault, kind) for kind in ("truncated", "garbled")},
+    invalid={kind: partial(inject_fault, kind) for kind in ("missing_field", "wrong_type")},
+    evolve=_evolve,
+)
+
+
 def messages(
     count: int | None,
     faults: FaultRates = FaultRates(),
@@ -84,63 +99,22 @@ def messages(
 ) -> Iterator[Outgoing]:
     """``count`` events (or as many as ``duration`` seconds allow), with faults injected.
 
-    Re-sent duplicates and held-back messages are extra messages on top of ``count``.
     Two random sources: the events depend on the seed alone, so the same seed sends the same
     event ids whatever the fault rates (duplicates across runs on demand).
     """
     rng = random.Random(seed)
     fault_rng = random.Random(None if seed is None else f"faults-{seed}")
-    started = time.monotonic()
-    pending: list[tuple[int, Outgoing]] = []  # (release after message index, message)
-    unreadable = itertools.cycle(UNREADABLE)
-    now = datetime.now(UTC)
+    budget = Budget(count, duration)
 
-    def share_done(index: int) -> float:
-        if count:
-            return index / count
-        return (time.monotonic() - started) / duration if duration else 0.0
+    def events():
+        now = datetime.now(UTC)
+        for index in budget:
+            if index % 10_000 == 0:
+                now = datetime.now(UTC)
+            event = make_event(rng, now)
+            yield event["event_id"].encode(), event
 
-    for index in itertools.count():
-        if (count is not None and index >= count) or (
-                duration is not None and time.monotonic() - started >= duration):
-            break
-        if index % 10_000 == 0:
-            now = datetime.now(UTC)
-        event = make_event(rng, now)
-        key = event["event_id"].encode()
-        fault = None
-        if faults.evolve_after is not None and share_done(index) >= faults.evolve_after:
-            event["referrer"] = rng.choice(REFERRERS)  # a field schema v1 does not declare
-            fault = "evolved"
-        draw = fault_rng.random()
-        if draw < faults.corrupt + faults.invalid:
-            kind = next(unreadable)
-            while (kind in ("truncated", "garbled")) != (draw < faults.corrupt):
-                kind = next(unreadable)
-            yield Outgoing(key, inject_fault(kind, event, fault_rng), None, kind)
-        else:
-            if draw < faults.corrupt + faults.invalid + faults.late:
-                event["event_timestamp"] = _iso(now - timedelta(days=fault_rng.randint(2, 30)))
-                fault = "late"
-            message = Outgoing(key, encode(event), None, fault)
-            released = index
-            if fault is None and fault_rng.random() < faults.out_of_order:
-                released = index + fault_rng.randint(5, MAX_DELAY)
-                pending.append((released, message._replace(fault="out_of_order")))
-            else:
-                yield message
-            if fault_rng.random() < faults.duplicate:
-                # A re-send always follows its original, held back or not.
-                resend = Outgoing(key, message.value, None, "duplicate")
-                pending.append((released + fault_rng.randint(1, MAX_DELAY), resend))
-        if pending and min(due for due, _ in pending) <= index:
-            # Stable sort: of two messages due together, the one scheduled first goes first.
-            due_now = sorted((p for p in pending if p[0] <= index), key=lambda p: p[0])
-            pending = [p for p in pending if p[0] > index]
-            for _, message in due_now:
-                yield message
-    for _, message in sorted(pending, key=lambda p: p[0]):
-        yield message
+    return inject(events(), faults, fault_rng, HOOKS, budget.share_done)
 
 
 def produce(
@@ -154,5 +128,5 @@ def produce(
 ) -> DeliveryReport:
     ensure_topic(settings, TOPIC, PARTITIONS)
     return send_all(settings, TOPIC, messages(count, faults, seed, duration), total=count,
-                    progress=progress, rate=rate)
+                    progress=progress, rate=rate, track_faults=faults != FaultRates())
 
