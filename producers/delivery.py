@@ -158,6 +158,8 @@ def send_all(
             report.faults.append(FaultRecord(kind, msg.partition(), msg.offset()))
 
     started = time.monotonic()
+    # Serve callbacks and check the rate often enough for a low rate to be smooth.
+    every = 1000 if not rate else max(1, min(1000, int(rate // 20)))
     try:
         for key, value, partition, fault in messages:
             callback = acknowledged if fault is None else (
@@ -173,13 +175,13 @@ def send_all(
                     producer.poll(0.1)
             report.sent += 1
             report.bytes += len(value or b"")
-            if report.sent % 1000 == 0:
+            if report.sent % every == 0:
                 producer.poll(0)
                 bar.update(report.sent)
                 if rate:
-                    ahead = report.sent / rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        producer.poll(ahead)  # serve callbacks while waiting
+                    # poll() returns as soon as it served an event: wait until on schedule.
+                    while (ahead := report.sent / rate - (time.monotonic() - started)) > 0:
+                        producer.poll(min(ahead, 0.05))
     finally:
         # Deliver (or fail) everything handed to the client, also on Ctrl-C.
         remaining = producer.flush(60)

@@ -70,7 +70,7 @@ class Budget:
         for index in itertools.count():
             if self.count is not None and index >= self.count:
                 return
-            if self.duration is not None and index % 256 == 0 and self.elapsed() >= self.duration:
+            if self.duration is not None and index % 16 == 0 and self.elapsed() >= self.duration:
                 return
             yield index
 

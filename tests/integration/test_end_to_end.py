@@ -4,6 +4,7 @@ producer -> Kafka broker -> Structured Streaming job -> Iceberg bronze (+ dead l
 -> dbt silver/gold (its own Spark process) -> pyiceberg and Spark read back -> GX suite.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -134,9 +135,11 @@ def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings,
     first_snapshot = spark.sql(
         "select snapshot_id from silver.user_events.snapshots order by committed_at limit 1").collect()[0][0]
     bronze_before = spark.table("bronze.user_events").count()
-    # Same seed, same fault rates: the first 500 events again, faults included. Every
-    # readable one is a duplicate: bronze keeps it (dedup is silver's job), silver must not.
-    resent = user_events.produce(settings, 500, FAULTS, seed=SEED, progress=False)
+    # Same seed, same fault rates: the first 500 events again, faults included (the original
+    # run evolved its schema only after event 1,500, so the re-send must not evolve at all).
+    # Every readable one is a duplicate: bronze keeps it (dedup is silver's job), silver must not.
+    resent = user_events.produce(settings, 500, dataclasses.replace(FAULTS, evolve_after=None), seed=SEED,
+                                 progress=False)
     assert resent.failed == 0
     job.run(spark, settings, ["user_events"], available_now=True)
     run_dbt(settings, ["run"], target_dir=dbt_target, capture=True)

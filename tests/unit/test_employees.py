@@ -149,7 +149,7 @@ def test_garbage_does_not_decode():
 def test_produce_sends_count_keyed_employees(monkeypatch):
     sent = {}
 
-    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None):
+    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None, track_faults=True):
         sent[topic] = list(messages)
         return employees.DeliveryReport(topic=topic)
 
@@ -169,8 +169,24 @@ def test_produce_for_a_duration_stops_by_itself():
     assert produced > 0
 
 
-def test_faults_are_refused_until_implemented():
-    from producers.faults import FaultRates
+def test_unreadable_employees_never_parse_and_missing_start_date_is_detectable():
+    """The fault hooks promise codes to ingestion: corrupt bytes never parse as an Employee
+    (a plain cut could end on a field boundary and still parse), and the invalid kind parses
+    but lacks start_date, part of the identity."""
+    import random
+    from datetime import UTC, datetime
 
-    with pytest.raises(LakehouseError, match="not implemented for the employees stream"):
-        employees.produce(None, 10, FaultRates(corrupt=0.1))
+    from google.protobuf.message import DecodeError
+
+    rng = random.Random(1)
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    for _ in range(300):
+        employee = employees.make_employee(rng, now)
+        for hook in employees.HOOKS.corrupt.values():
+            with pytest.raises(DecodeError):
+                decode(hook(employee, rng))
+        [missing] = employees.HOOKS.invalid.values()
+        parsed = decode(missing(employee, rng))
+        assert not parsed.HasField("start_date") and parsed.id == employee.id
+        late = employees.HOOKS.late(employee, rng)
+        assert employee.start_date.seconds - late.start_date.seconds >= 2 * 86_400

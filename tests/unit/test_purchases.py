@@ -133,7 +133,7 @@ def test_parsed_schemas_are_reused():
 def test_produce_registers_both_versions_then_sends_a_mix(monkeypatch, registry):
     sent = {}
 
-    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None):
+    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None, track_faults=True):
         sent[topic] = list(messages)
         return purchases.DeliveryReport(topic=topic)
 
@@ -150,11 +150,37 @@ def test_produce_registers_both_versions_then_sends_a_mix(monkeypatch, registry)
     assert {decode(value, registry)[0] for _k, value, _p, _f in sent["purchases"]} == {1}
 
 
-def test_produce_refuses_unknown_versions_and_faults(registry):
-    from lakehouse.errors import LakehouseError
-    from producers.faults import FaultRates
-
+def test_produce_refuses_unknown_versions(registry):
     with pytest.raises(ValueError, match="non-empty subset"):
         purchases.produce(None, 10, registry=registry, versions=[3])
-    with pytest.raises(LakehouseError, match="not implemented for the purchases stream"):
-        purchases.produce(None, 10, FaultRates(unknown_schema_id=0.1), registry=registry)
+
+
+def test_fault_hooks_break_purchases_the_promised_way(registry):
+    """Truncated bodies never decode, garbled bytes have no magic byte, unknown ids are unknown,
+    and evolution switches a record to schema v2."""
+    import random
+    from datetime import UTC, datetime
+
+    from producers import wire
+    from producers.avro import decode_body
+    from producers.registry import SchemaNotFound
+
+    ids = purchases.register_schemas(registry)
+    hooks = purchases.fault_hooks(ids)
+    rng = random.Random(2)
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    for _ in range(300):
+        record = (1, purchases.make_purchase(rng, now, 1))
+        schema_id, body = wire.unframe(hooks.corrupt["truncated"](record, rng))
+        assert schema_id == ids[1]
+        with pytest.raises(ValueError):
+            decode_body(body, purchases.SCHEMAS[1].parsed)
+        with pytest.raises(ValueError):
+            wire.unframe(hooks.corrupt["garbled"](record, rng))
+        unknown_id, _ = wire.unframe(hooks.unknown_schema_id(record, rng))
+        with pytest.raises(SchemaNotFound):
+            registry.get_schema(unknown_id)
+        version, evolved = hooks.evolve(record, rng)
+        assert version == 2 and "payment_method" in evolved
+        schema_id, decoded = purchases.decode(hooks.encode((version, evolved)), registry)
+        assert schema_id == ids[2] and decoded["payment_method"] == evolved["payment_method"]
