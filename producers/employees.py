@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -218,34 +217,17 @@ def messages(
         fault_rng = random.Random(None if seed is None else f"faults-{seed}")
         budget = Budget(count, duration)
 
-        def records():
-            now = datetime.now(UTC)
-            for index in budget:
-                if index % 1000 == 0:
-                    now = datetime.now(UTC)
-                employee = make_employee(rng, now)
-                yield key(employee), employee
+        def make(now):
+            employee = make_employee(rng, now)
+            return key(employee), employee
 
-        yield from inject(records(), faults, fault_rng, HOOKS, budget.share_done)
+        yield from inject(budget.records(make), faults, fault_rng, HOOKS, budget.share_done)
         return
-    for chunk in _chunks(count, duration):
+    for chunk in Budget(count, duration).chunks():
         # A fresh clock reading per chunk keeps start dates near real time. Plain tuples in
         # Outgoing's field order: building a NamedTuple costs a third of an employee.
         for message_key, value in payloads(rng, datetime.now(UTC), chunk):
             yield message_key, value, None, None
-
-
-def _chunks(count: int | None, duration: float | None, size: int = 1000) -> Iterator[int]:
-    """Sizes of the chunks to generate: ``count`` in all, or chunks until ``duration`` is up."""
-    started = time.monotonic()
-    remaining = count
-    while remaining is None or remaining > 0:
-        if duration is not None and time.monotonic() - started >= duration:
-            return
-        chunk = size if remaining is None else min(size, remaining)
-        yield chunk
-        if remaining is not None:
-            remaining -= chunk
 
 
 def produce(

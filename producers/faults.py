@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse.errors import LakehouseError
@@ -73,6 +74,26 @@ class Budget:
             if self.duration is not None and index % 16 == 0 and self.elapsed() >= self.duration:
                 return
             yield index
+
+    def records(self, make: Callable[[datetime], tuple[bytes | None, Any]], clock_every: int = 1000):
+        """(key, record) pairs from ``make(now)``, one per message of the budget. The clock is
+        read every ``clock_every`` records: event times stay near real time at little cost."""
+        now = datetime.now(UTC)
+        for index in self:
+            if index % clock_every == 0:
+                now = datetime.now(UTC)
+            yield make(now)
+
+    def chunks(self, size: int = 1000) -> Iterator[int]:
+        """Sizes of the chunks to generate: ``count`` in all, or chunks until the duration is up."""
+        remaining = self.count
+        while remaining is None or remaining > 0:
+            if self.duration is not None and self.elapsed() >= self.duration:
+                return
+            chunk = size if remaining is None else min(size, remaining)
+            yield chunk
+            if remaining is not None:
+                remaining -= chunk
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

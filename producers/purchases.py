@@ -12,7 +12,6 @@ producers.delivery. The key is the transaction id.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -195,34 +194,17 @@ def messages(
         fault_rng = random.Random(None if seed is None else f"faults-{seed}")
         budget = Budget(count, duration)
 
-        def records():
-            now = datetime.now(UTC)
-            for index in budget:
-                if index % 1000 == 0:
-                    now = datetime.now(UTC)
-                purchase = make_purchase(rng, now, 1)
-                yield key(purchase), (1, purchase)
+        def make(now):
+            purchase = make_purchase(rng, now, 1)
+            return key(purchase), (1, purchase)
 
-        yield from inject(records(), faults, fault_rng, fault_hooks(schema_ids), budget.share_done)
+        yield from inject(budget.records(make), faults, fault_rng, fault_hooks(schema_ids), budget.share_done)
         return
-    for chunk in _chunks(count, duration):
+    for chunk in Budget(count, duration).chunks():
         # A fresh clock reading per chunk keeps transaction times near real time. Plain tuples
         # in Outgoing's field order: cheaper than building the NamedTuple.
         for message_key, value in payloads(rng, datetime.now(UTC), chunk, schema_ids, versions):
             yield message_key, value, None, None
-
-
-def _chunks(count: int | None, duration: float | None, size: int = 1000) -> Iterator[int]:
-    """Sizes of the chunks to generate: ``count`` in all, or chunks until ``duration`` is up."""
-    started = time.monotonic()
-    remaining = count
-    while remaining is None or remaining > 0:
-        if duration is not None and time.monotonic() - started >= duration:
-            return
-        chunk = size if remaining is None else min(size, remaining)
-        yield chunk
-        if remaining is not None:
-            remaining -= chunk
 
 
 def produce(

@@ -11,7 +11,7 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -106,15 +106,11 @@ def messages(
     fault_rng = random.Random(None if seed is None else f"faults-{seed}")
     budget = Budget(count, duration)
 
-    def events():
-        now = datetime.now(UTC)
-        for index in budget:
-            if index % 10_000 == 0:
-                now = datetime.now(UTC)
-            event = make_event(rng, now)
-            yield event["event_id"].encode(), event
+    def make(now):
+        event = make_event(rng, now)
+        return event["event_id"].encode(), event
 
-    return inject(events(), faults, fault_rng, HOOKS, budget.share_done)
+    return inject(budget.records(make, clock_every=10_000), faults, fault_rng, HOOKS, budget.share_done)
 
 
 def produce(
