@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.oracle import InvalidChange, NormalizedChange, strict_int
 from producers.cdc.simulator import Change
 from producers.cdc.source import TABLES, key_column
 
@@ -111,8 +111,8 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange | None:
         table = source["table"]
         op = OPS_BY_CODE[event["op"]]
         image = event["before"] if op == "D" else event["after"]
-        seq = (_int(source["lsn"]),)
-        source_ts_ms = _int(source["ts_ms"])
+        seq = (strict_int(source["lsn"]),)
+        source_ts_ms = strict_int(source["ts_ms"])
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a Debezium change event: {type(exc).__name__}: {exc}") from None
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
@@ -120,18 +120,12 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange | None:
     return NormalizedChange(table, op, _key(key, table, image), image, seq, source_ts_ms)
 
 
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
-
-
 def _key(key: bytes | None, table: str, image: dict) -> int:
     """The primary key, from the message key when there is one; it must agree with the image."""
     column = key_column(table)
     try:
-        from_image = _int(image[column])
-        from_key = from_image if key is None else _int(json.loads(key)[column])
+        from_image = strict_int(image[column])
+        from_key = from_image if key is None else strict_int(json.loads(key)[column])
     except (ValueError, TypeError, KeyError) as exc:
         raise InvalidChange(f"no usable {column} in key or image: {type(exc).__name__}: {exc}") from None
     if from_key != from_image:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.oracle import InvalidChange, NormalizedChange, strict_int
 from producers.cdc.simulator import Change
 from producers.cdc.source import TABLES, key_column
 
@@ -92,7 +92,7 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
         table = metadata["table-name"]
         op = OPS_BY_OPERATION[metadata["operation"]]
         commit_us = epoch_us(metadata["commit-timestamp"])
-        seq = (commit_us, _int(metadata["transaction-id"]), _int(metadata["transaction-record-id"]))
+        seq = (commit_us, strict_int(metadata["transaction-id"]), strict_int(metadata["transaction-record-id"]))
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
@@ -101,16 +101,10 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
     return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000)
 
 
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
-
-
 def _key(key: bytes | None, table: str, image: dict) -> int:
     column = key_column(table)
     try:
-        from_image = _int(image[column])
+        from_image = strict_int(image[column])
         from_key = from_image if key is None else int(key.decode())
     except (ValueError, TypeError, KeyError) as exc:
         raise InvalidChange(f"no usable {column} in key or data: {type(exc).__name__}: {exc}") from None

@@ -84,3 +84,10 @@ def apply(changes: Iterable[NormalizedChange]) -> dict[int, dict]:
     """
     latest = latest_by_key(changes)
     return {key: dict(latest[key].image) for key in sorted(latest) if latest[key].op != "D"}
+
+
+def strict_int(value: object) -> int:
+    """An integer field of a change record; bools and numeric strings are not integers."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value

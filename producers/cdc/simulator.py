@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -259,11 +261,9 @@ class CdcSimulator:
         snapshot takes its own transaction id, commit instant and LSNs, after every change
         committed so far and before every later one, so it orders correctly against both.
         """
-        self.conn.execute("begin immediate")  # a consistent read that also owns the counters
-        try:
+        with self._locked():  # a consistent read that also owns the counters
             rows = [(table, key, row) for table in TABLES for key, row in read_table(self.conn, table).items()]
             if not rows:
-                self.conn.execute("rollback")
                 return []
             state = self._state()
             commit_ts_ms = self._tick(state)
@@ -273,10 +273,6 @@ class CdcSimulator:
                                       self._next_lsn(state), position))
             state["next_tx_id"] += 1
             self._save_state(state)
-            self.conn.execute("commit")
-        except BaseException:
-            self.conn.execute("rollback")
-            raise
         return changes
 
     def run(self, transactions: int) -> list[Change]:
@@ -289,8 +285,7 @@ class CdcSimulator:
         return changes
 
     def _transaction(self) -> list[Change]:
-        self.conn.execute("begin immediate")
-        try:
+        with self._locked():
             state = self._state()
             commit_ts_ms = self._tick(state)
             now = iso_ms(commit_ts_ms)
@@ -307,11 +302,19 @@ class CdcSimulator:
                                       self._next_lsn(state), position))
             state["next_tx_id"] = tx_id + 1
             self._save_state(state)
-            self.conn.execute("commit")
+        return changes
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One source transaction: BEGIN IMMEDIATE (it owns the counters too), then COMMIT, or
+        ROLLBACK on any error so the database never holds half a transaction."""
+        self.conn.execute("begin immediate")
+        try:
+            yield
         except BaseException:
             self.conn.execute("rollback")
             raise
-        return changes
+        self.conn.execute("commit")
 
     def _tick(self, state: dict[str, int]) -> int:
         if self.rng.random() >= self.same_ts_share:
