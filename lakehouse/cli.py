@@ -58,8 +58,10 @@ def _produce(args, settings: Settings) -> int:
     streams = sorted(PRODUCERS) if args.stream == "all" else [args.stream]
     manifests, failed = [], 0
     for stream in streams:
+        # With `all`, --key-space goes to the CDC streams only; a single other stream refuses it.
+        key_space = args.key_space if stream in ("customers", "accounts") or args.stream != "all" else None
         report = produce(settings, stream, args.count, args.duration, args.rate, faults, args.seed,
-                         args.processes)
+                         args.processes, key_space=key_space)
         manifest = report.manifest(faults.as_dict())
         manifests.append({"stream": stream, **manifest})
         faults_text = ", ".join(f"{kind} {n:,}" for kind, n in manifest["faults"].items()) or "no faults"
@@ -146,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--processes", type=int, default=1, help="producer processes (default 1)")
     produce.add_argument("--seed", type=int, help="random seed: the same seed sends the same events")
     produce.add_argument("--manifest", metavar="PATH", help="write the fault manifest (JSON) here")
+    produce.add_argument("--key-space", type=int, metavar="N",
+                         help="CDC streams: primary keys 1..N of the simulated source tables (default 1000)")
     faults = produce.add_argument_group("fault injection (rates 0..1, all off by default)")
     faults.add_argument("--demo-faults", action="store_true", help="the demo's mix of every fault below")
     for name, text in [

@@ -55,6 +55,7 @@ def produce(
     seed: int | None = None,
     processes: int = 1,
     progress: bool = True,
+    key_space: int | None = None,
 ) -> DeliveryReport:
     if stream not in PRODUCERS:
         raise LakehouseError(f"unknown stream {stream!r}; producible: {', '.join(sorted(PRODUCERS))}")
@@ -62,10 +63,15 @@ def produce(
         raise LakehouseError("give either a message count or a duration")
     if processes < 1 or (count is not None and count < 0) or (rate is not None and rate <= 0):
         raise LakehouseError("processes must be >= 1, count >= 0 and rate > 0")
+    options = {}
+    if key_space is not None:
+        if stream not in CDC_STREAMS or key_space < 1:
+            raise LakehouseError("--key-space applies to the CDC streams (customers, accounts) and must be >= 1")
+        options["key_space"] = key_space
     if processes > 1 and stream in CDC_STREAMS:
         raise LakehouseError(f"{stream} is produced by one process: its source database orders the changes")
     if processes == 1:
-        return PRODUCERS[stream](settings, count, faults, seed, progress, duration, rate)
+        return PRODUCERS[stream](settings, count, faults, seed, progress, duration, rate, **options)
     # Spawned, not forked: the parent may hold a JVM or librdkafka threads.
     shares = [None] * processes if count is None else [
         count // processes + (1 if i < count % processes else 0) for i in range(processes)]

@@ -31,6 +31,7 @@ PARTITIONS = 3
 INITIAL_LOAD_TRANSACTIONS = 200
 REORDER_WINDOW = 50
 CHUNK_TRANSACTIONS = 200
+KEY_SPACE = 1000  # primary keys 1..KEY_SPACE: small enough for updates and deletes to hit
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,14 @@ def labelled(messages: list[tuple[bytes | None, bytes | None]], faults: FaultRat
 
 
 def messages(settings: Settings, stream: str, count: int | None, faults: FaultRates, seed: int | None,
-             duration: float | None, first_start: bool) -> Iterator[Outgoing]:
+             duration: float | None, first_start: bool, key_space: int = KEY_SPACE) -> Iterator[Outgoing]:
     """Change messages until ``count`` changes (not counting faults) or ``duration`` seconds."""
     fmt = FORMATS[stream]
     path = source_path(settings, stream)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(None if seed is None else f"cdc-faults-{seed}")
     started = time.monotonic()
-    with CdcSimulator(path, seed=seed, start_ms=int(time.time() * 1000)) as simulator:
+    with CdcSimulator(path, seed=seed, key_space=key_space, start_ms=int(time.time() * 1000)) as simulator:
         if first_start:
             simulator.run(INITIAL_LOAD_TRANSACTIONS)  # the database existed before the connector
             yield from labelled(fmt.encode(simulator.snapshot()), FaultRates(), rng)
@@ -113,9 +114,9 @@ def messages(settings: Settings, stream: str, count: int | None, faults: FaultRa
 
 def produce(settings: Settings, count: int | None = None, faults: FaultRates = FaultRates(),
             seed: int | None = None, progress: bool = True, duration: float | None = None,
-            rate: float | None = None, *, stream: str) -> DeliveryReport:
+            rate: float | None = None, *, stream: str, key_space: int = KEY_SPACE) -> DeliveryReport:
     fmt = FORMATS[stream]
     first_start = fmt.topic not in topic_names(admin_client(settings), settings)
     ensure_topic(settings, fmt.topic, PARTITIONS)
-    return send_all(settings, fmt.topic, messages(settings, stream, count, faults, seed, duration, first_start),
-                    total=count, progress=progress, rate=rate)
+    changes = messages(settings, stream, count, faults, seed, duration, first_start, key_space)
+    return send_all(settings, fmt.topic, changes, total=count, progress=progress, rate=rate)

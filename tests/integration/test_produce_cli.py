@@ -56,3 +56,17 @@ def test_cli_writes_a_manifest_and_refuses_bad_input(kafka, settings, tmp_path):
         assert result.returncode == 1
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_cdc_key_space_is_configurable(kafka, tmp_path):
+    from lakehouse.config import Settings
+    from producers.cdc.source import read_tables
+    from producers.cdc.stream import source_path
+
+    own = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS": kafka})
+    report = produce(own, "accounts", count=300, seed=5, progress=False, key_space=40)
+    assert report.failed == 0 and report.delivered >= 300
+    keys = set(read_tables(source_path(own, "accounts"))["accounts"])
+    assert keys and max(keys) <= 40
+    with pytest.raises(Exception, match="applies to the CDC streams"):
+        produce(own, "employees", count=1, key_space=40)
