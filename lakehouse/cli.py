@@ -43,7 +43,7 @@ def _kafka(args, settings: Settings) -> int:
 
 def _produce(args, settings: Settings) -> int:
     from producers.faults import FaultRates
-    from producers.run import PRODUCERS, produce
+    from producers.run import CDC_STREAMS, PRODUCERS, produce
 
     chosen = any(getattr(args, name) for name in (
         "fault_duplicate", "fault_late", "fault_out_of_order", "fault_corrupt", "fault_invalid",
@@ -59,7 +59,7 @@ def _produce(args, settings: Settings) -> int:
     manifests, failed = [], 0
     for stream in streams:
         # With `all`, --key-space goes to the CDC streams only; a single other stream refuses it.
-        key_space = args.key_space if stream in ("customers", "accounts") or args.stream != "all" else None
+        key_space = args.key_space if stream in CDC_STREAMS or args.stream != "all" else None
         report = produce(settings, stream, args.count, args.duration, args.rate, faults, args.seed,
                          args.processes, key_space=key_space)
         manifest = report.manifest(faults.as_dict())

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
 from lakehouse.kafka_admin import admin_client, topic_names
-from producers.faults import DEAD_LETTER_CODES
+from producers.faults import DEAD_LETTER_CODES, FaultRates
 from producers.message import Outgoing
 
 
@@ -192,3 +192,23 @@ def send_all(
         bar.update(report.sent, force=True)
         bar.close()
     return report
+
+
+def produce_to_topic(
+    settings: Settings,
+    topic: str,
+    messages: Iterable[Outgoing],
+    faults: FaultRates,
+    partitions: int = 3,
+    total: int | None = None,
+    progress: bool = True,
+    rate: float | None = None,
+) -> DeliveryReport:
+    """What every stream's producer does: create the topic if needed, then send everything.
+
+    Deliveries are reported one by one only when faults are injected (their coordinates go to
+    the manifest); otherwise the client reports failures only, which is cheaper.
+    """
+    ensure_topic(settings, topic, partitions)
+    return send_all(settings, topic, messages, total=total, progress=progress, rate=rate,
+                    track_faults=faults != FaultRates())

@@ -21,7 +21,7 @@ from functools import cache, lru_cache
 
 from lakehouse.config import Settings
 from producers import protobuf
-from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
+from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 _pb2 = protobuf.load("employee")  # compiles Employee.proto first if needed
@@ -214,14 +214,13 @@ def messages(
     """``count`` employees, or as many as ``duration`` seconds allow, with faults injected."""
     rng = random.Random(seed)
     if faults != FaultRates():
-        fault_rng = random.Random(None if seed is None else f"faults-{seed}")
         budget = Budget(count, duration)
 
         def make(now):
             employee = make_employee(rng, now)
             return key(employee), employee
 
-        yield from inject(budget.records(make), faults, fault_rng, HOOKS, budget.share_done)
+        yield from inject(budget.records(make), faults, seed, HOOKS, budget.share_done)
         return
     for chunk in Budget(count, duration).chunks():
         # A fresh clock reading per chunk keeps start dates near real time. Plain tuples in
@@ -240,6 +239,5 @@ def produce(
     rate: float | None = None,
 ) -> DeliveryReport:
     """Produce employees to the `employees` topic (the signature of every producer, see producers.run)."""
-    ensure_topic(settings, TOPIC)
-    return send_all(settings, TOPIC, messages(count, seed, duration, faults), total=count, progress=progress,
-                    rate=rate, track_faults=faults != FaultRates())
+    return produce_to_topic(settings, TOPIC, messages(count, seed, duration, faults), faults, total=count,
+                            progress=progress, rate=rate)

@@ -125,19 +125,25 @@ class FaultHooks:
 MAX_DELAY = 500
 
 
+def fault_random(seed: int | None, purpose: str = "faults") -> random.Random:
+    """The random source of a run's faults: apart from the records' own, so one seed gives the
+    same records whatever the fault rates (duplicates across runs on demand)."""
+    return random.Random(None if seed is None else f"{purpose}-{seed}")
+
+
 def inject(
     records: Iterable[tuple[bytes | None, Any]],
     faults: FaultRates,
-    rng: random.Random,
+    seed: int | None,
     hooks: FaultHooks,
     share_done: Callable[[int], float],
 ) -> Iterator[Outgoing]:
     """The messages of the records, with faults injected: one fault per record at most.
 
     Re-sent duplicates are extra messages, held-back ones are only delayed; a re-send always
-    follows its original. ``rng`` is the fault source only, so the records themselves stay the
-    same for a seed whatever the rates.
+    follows its original. Faults draw from their own random source (see ``fault_random``).
     """
+    rng = fault_random(seed)
     corrupt_kinds = itertools.cycle(sorted(hooks.corrupt)) if hooks.corrupt else None
     invalid_kinds = itertools.cycle(sorted(hooks.invalid)) if hooks.invalid else None
     corrupt = faults.corrupt if hooks.corrupt else 0.0

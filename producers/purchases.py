@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lakehouse.config import Settings
 from producers import avro, wire
-from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
+from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 from producers.registry import SchemaRegistry, registry_for, value_subject
 
@@ -191,14 +191,13 @@ def messages(
     """
     rng = random.Random(seed)
     if faults is not None:
-        fault_rng = random.Random(None if seed is None else f"faults-{seed}")
         budget = Budget(count, duration)
 
         def make(now):
             purchase = make_purchase(rng, now, 1)
             return key(purchase), (1, purchase)
 
-        yield from inject(budget.records(make), faults, fault_rng, fault_hooks(schema_ids), budget.share_done)
+        yield from inject(budget.records(make), faults, seed, fault_hooks(schema_ids), budget.share_done)
         return
     for chunk in Budget(count, duration).chunks():
         # A fresh clock reading per chunk keeps transaction times near real time. Plain tuples
@@ -223,7 +222,6 @@ def produce(
     if not versions or set(versions) - set(SCHEMAS):
         raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {versions}")
     schema_ids = register_schemas(registry or registry_for(settings))
-    ensure_topic(settings, TOPIC)
-    return send_all(settings, TOPIC, messages(count, schema_ids, seed, duration, versions,
-                                                 None if faults == FaultRates() else faults), total=count,
-                    progress=progress, rate=rate, track_faults=faults != FaultRates())
+    chosen = None if faults == FaultRates() else faults
+    return produce_to_topic(settings, TOPIC, messages(count, schema_ids, seed, duration, versions, chosen), faults,
+                            total=count, progress=progress, rate=rate)

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from lakehouse.config import Settings
-from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
+from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 TOPIC = "user_events"
@@ -103,14 +103,13 @@ def messages(
     event ids whatever the fault rates (duplicates across runs on demand).
     """
     rng = random.Random(seed)
-    fault_rng = random.Random(None if seed is None else f"faults-{seed}")
     budget = Budget(count, duration)
 
     def make(now):
         event = make_event(rng, now)
         return event["event_id"].encode(), event
 
-    return inject(budget.records(make, clock_every=10_000), faults, fault_rng, HOOKS, budget.share_done)
+    return inject(budget.records(make, clock_every=10_000), faults, seed, HOOKS, budget.share_done)
 
 
 def produce(
@@ -122,7 +121,6 @@ def produce(
     duration: float | None = None,
     rate: float | None = None,
 ) -> DeliveryReport:
-    ensure_topic(settings, TOPIC, PARTITIONS)
-    return send_all(settings, TOPIC, messages(count, faults, seed, duration), total=count,
-                    progress=progress, rate=rate, track_faults=faults != FaultRates())
+    return produce_to_topic(settings, TOPIC, messages(count, faults, seed, duration), faults, PARTITIONS,
+                            total=count, progress=progress, rate=rate)
 

@@ -24,8 +24,8 @@ from lakehouse.kafka_admin import admin_client, topic_names
 from producers.cdc import debezium, dms
 from producers.cdc.faults import duplicate, key_partition, reorder
 from producers.cdc.simulator import CdcSimulator
-from producers.delivery import DeliveryReport, Outgoing, ensure_topic, send_all
-from producers.faults import FaultRates
+from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
+from producers.faults import FaultRates, fault_random
 
 PARTITIONS = 3
 INITIAL_LOAD_TRANSACTIONS = 200
@@ -95,7 +95,7 @@ def messages(settings: Settings, stream: str, count: int | None, faults: FaultRa
     fmt = FORMATS[stream]
     path = source_path(settings, stream)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(None if seed is None else f"cdc-faults-{seed}")
+    rng = fault_random(seed, "cdc-faults")
     started = time.monotonic()
     with CdcSimulator(path, seed=seed, key_space=key_space, start_ms=int(time.time() * 1000)) as simulator:
         if first_start:
@@ -117,6 +117,6 @@ def produce(settings: Settings, count: int | None = None, faults: FaultRates = F
             rate: float | None = None, *, stream: str, key_space: int = KEY_SPACE) -> DeliveryReport:
     fmt = FORMATS[stream]
     first_start = fmt.topic not in topic_names(admin_client(settings), settings)
-    ensure_topic(settings, fmt.topic, PARTITIONS)
     changes = messages(settings, stream, count, faults, seed, duration, first_start, key_space)
-    return send_all(settings, fmt.topic, changes, total=count, progress=progress, rate=rate)
+    return produce_to_topic(settings, fmt.topic, changes, faults, PARTITIONS, total=count, progress=progress,
+                            rate=rate)

@@ -7,7 +7,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
 from lakehouse.errors import LakehouseError
-from producers import employees, protobuf
+from producers import delivery, employees, protobuf
 from producers.employees import Employee, Role, decode, encode, key, make_employee, payloads
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -153,8 +153,8 @@ def test_produce_sends_count_keyed_employees(monkeypatch):
         sent[topic] = list(messages)
         return employees.DeliveryReport(topic=topic)
 
-    monkeypatch.setattr(employees, "ensure_topic", lambda *a, **k: None)
-    monkeypatch.setattr(employees, "send_all", fake_send_all)
+    monkeypatch.setattr(delivery, "ensure_topic", lambda *a, **k: None)
+    monkeypatch.setattr(delivery, "send_all", fake_send_all)
     employees.produce(None, 2500, seed=3, progress=False)
     batch = sent["employees"]
     assert len(batch) == 2500

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import fastavro
 import pytest
 
-from producers import avro, purchases, wire
+from producers import avro, delivery, purchases, wire
 from producers.purchases import SCHEMAS, decode, encode, key, make_purchase, payloads, register_schemas
 from producers.registry import LocalSchemaRegistry, SchemaNotFound
 
@@ -137,8 +137,8 @@ def test_produce_registers_both_versions_then_sends_a_mix(monkeypatch, registry)
         sent[topic] = list(messages)
         return purchases.DeliveryReport(topic=topic)
 
-    monkeypatch.setattr(purchases, "ensure_topic", lambda *a, **k: None)
-    monkeypatch.setattr(purchases, "send_all", fake_send_all)
+    monkeypatch.setattr(delivery, "ensure_topic", lambda *a, **k: None)
+    monkeypatch.setattr(delivery, "send_all", fake_send_all)
     purchases.produce(None, 2500, seed=3, progress=False, registry=registry)
     assert registry.subject_versions("purchases-value") == [1, 2]
     batch = sent["purchases"]
