@@ -1,8 +1,8 @@
 """Producing a CDC stream: the simulator commits changes, the stream's format encodes them.
 
 Each CDC stream owns a source database file (<state>/cdc/<stream>.db): its table there is the
-authoritative state the silver mirror must equal. The first time a stream's topic is
-created, the stream starts the way a connector does: an initial load of the source written
+authoritative state the silver mirror must equal. When a stream's topic or its source
+database is new, the stream starts the way a connector does: an initial load of the source written
 silently, then a snapshot of it (Debezium `r`, DMS `load`), then live changes.
 
 Faults: re-sends and reordering across partitions are applied to the real change messages
@@ -116,7 +116,10 @@ def produce(settings: Settings, count: int | None = None, faults: FaultRates = F
             seed: int | None = None, progress: bool = True, duration: float | None = None,
             rate: float | None = None, *, stream: str, key_space: int = KEY_SPACE) -> DeliveryReport:
     fmt = FORMATS[stream]
-    first_start = fmt.topic not in topic_names(admin_client(settings), settings)
+    # A connector snapshots when it starts afresh: for a new topic, or a new source database
+    # (whose rows the topic would otherwise never carry, while the oracle holds them).
+    first_start = (not source_path(settings, stream).exists()
+                   or fmt.topic not in topic_names(admin_client(settings), settings))
     changes = messages(settings, stream, count, faults, seed, duration, first_start, key_space)
     return produce_to_topic(settings, fmt.topic, changes, faults, PARTITIONS, total=count, progress=progress,
                             rate=rate)
