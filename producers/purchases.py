@@ -182,7 +182,7 @@ def messages(
     seed: int | None = None,
     duration: float | None = None,
     versions: Sequence[int] = VERSIONS,
-    faults: FaultRates | None = None,
+    faults: FaultRates = FaultRates(),
 ) -> Iterator[Outgoing]:
     """``count`` purchases (or as many as ``duration`` seconds allow).
 
@@ -190,7 +190,7 @@ def messages(
     ``faults.evolve_after`` (schema evolution mid-stream), faults injected.
     """
     rng = random.Random(seed)
-    if faults is not None:
+    if faults != FaultRates():
         budget = Budget(count, duration)
 
         def make(now):
@@ -222,6 +222,5 @@ def produce(
     if not versions or set(versions) - set(SCHEMAS):
         raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {versions}")
     schema_ids = register_schemas(registry or registry_for(settings))
-    chosen = None if faults == FaultRates() else faults
-    return produce_to_topic(settings, TOPIC, messages(count, schema_ids, seed, duration, versions, chosen), faults,
+    return produce_to_topic(settings, TOPIC, messages(count, schema_ids, seed, duration, versions, faults), faults,
                             total=count, progress=progress, rate=rate)

@@ -25,19 +25,18 @@ PRODUCERS = {
 
 CDC_STREAMS = set(cdc_stream.FORMATS)
 
+def _cdc_messages(settings, count, faults, seed, *, stream):
+    return cdc_stream.messages(settings, stream, count, faults, seed, None, first_start=False)
+
+
 # Stream name -> the messages alone, no Kafka: (settings, count, faults, seed) -> Outgoing
 # messages. For measuring generation and serialization apart from delivery (benchmarks/).
 MESSAGE_SOURCES = {
     "employees": lambda settings, count, faults, seed: employees.messages(count, seed, None, faults),
     "purchases": lambda settings, count, faults, seed: purchases.messages(
-        count, purchases.register_schemas(registry_for(settings)), seed,
-        faults=None if faults == FaultRates() else faults),
+        count, purchases.register_schemas(registry_for(settings)), seed, faults=faults),
     "user_events": lambda settings, count, faults, seed: user_events.messages(count, faults, seed),
-    **{
-        name: partial(lambda settings, count, faults, seed, name: cdc_stream.messages(
-            settings, name, count, faults, seed, None, first_start=False), name=name)
-        for name in cdc_stream.FORMATS
-    },
+    **{name: partial(_cdc_messages, stream=name) for name in cdc_stream.FORMATS},
 }
 
 
