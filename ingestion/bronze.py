@@ -9,8 +9,11 @@ checkpoint is reset (then everything is, rightly, written again).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
+
+from lakehouse.errors import LakehouseError
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
@@ -39,8 +42,68 @@ def create_table_ddl(table: str, schema: StructType, partitioning: tuple[str, ..
     )
 
 
-def ensure_table(spark: SparkSession, table: str, schema: StructType, partitioning: tuple[str, ...]) -> None:
-    spark.sql(create_table_ddl(table, schema, partitioning, STREAMING_TABLE_PROPERTIES))
+def ensure_table(spark: SparkSession, table: str, schema: StructType, partitioning: tuple[str, ...]) -> list[str]:
+    """Create the table, or evolve it to hold ``schema``; the changes made, for the log."""
+    if not spark.catalog.tableExists(table):
+        spark.sql(create_table_ddl(table, schema, partitioning, STREAMING_TABLE_PROPERTIES))
+        return [f"created {table}"]
+    return evolve_table(spark, table, schema)
+
+
+# Iceberg's type promotions (spec: "Schema Evolution"): lossless, so old files stay readable.
+WIDENINGS = {("int", "bigint"), ("float", "double")}
+
+
+def is_widening(old: DataType, new: DataType) -> bool:
+    return (old.simpleString(), new.simpleString()) in WIDENINGS
+
+
+def schema_changes(current: StructType, wanted: StructType, prefix: str = "") -> list[str]:
+    """ALTER clauses that make ``current`` hold ``wanted``: columns added (nested too) and
+    types widened. Columns ``wanted`` lacks stay (a record of an older schema has them null);
+    a type change that is not a widening is refused rather than losing data."""
+    clauses = []
+    existing = {f.name: f.dataType for f in current.fields}
+    for field in wanted.fields:
+        path = f"{prefix}`{field.name}`"
+        old = existing.get(field.name)
+        if old is None:
+            clauses.append(f"add column {path} {field.dataType.simpleString()}")
+        elif isinstance(old, StructType) and isinstance(field.dataType, StructType):
+            clauses.extend(schema_changes(old, field.dataType, f"{path}."))
+        elif old != field.dataType and is_widening(old, field.dataType):
+            clauses.append(f"alter column {path} type {field.dataType.simpleString()}")
+        elif old != field.dataType and not is_widening(field.dataType, old):
+            raise LakehouseError(
+                f"column {path} changed type from {old.simpleString()} to {field.dataType.simpleString()}, "
+                "which is not a lossless widening: add a new column instead")
+    return clauses
+
+
+def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[str]:
+    clauses = schema_changes(spark.table(table).schema, schema)
+    for clause in clauses:
+        spark.sql(f"alter table {table} {clause}")
+    return [f"{table}: {clause}" for clause in clauses]
+
+
+def _aligned(column: Column, source: DataType, target: DataType) -> Column:
+    if isinstance(source, StructType) and isinstance(target, StructType) and source != target:
+        have = {f.name: f.dataType for f in source.fields}
+        return F.when(column.isNotNull(), F.struct(*[
+            (_aligned(column[f.name], have[f.name], f.dataType) if f.name in have
+             else F.lit(None).cast(f.dataType)).alias(f.name)
+            for f in target.fields]))
+    return column if source == target else column.cast(target)
+
+
+def align(rows: DataFrame, table_schema: StructType) -> DataFrame:
+    """The rows in the table's column order and types; columns the rows lack are null."""
+    have = {f.name: f.dataType for f in rows.schema.fields}
+    return rows.select(*[
+        (_aligned(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
+         else F.lit(None).cast(f.dataType)).alias(f.name)
+        for f in table_schema.fields])
 
 
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
@@ -51,13 +114,10 @@ def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int 
     return int(rows[0].batch_id) if rows else None
 
 
-def append_once(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int) -> bool:
-    """Append the rows unless this batch of this query is already committed. True if written."""
-    last = last_committed_batch(spark, table, query_id)
-    if last is not None and last >= batch_id:
-        return False
-    (rows.writeTo(table)
+def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
+    """Append the rows in one snapshot that names the query and batch it comes from."""
+    (align(rows, spark.table(table).schema).writeTo(table)
         .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
         .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
         .append())
-    return True
+

@@ -1,9 +1,11 @@
 """Pure transformations from Kafka rows to validated records: DataFrame in, DataFrame out.
 
 Input: the Kafka source's columns (key, value, topic, partition, offset, timestamp, ...).
-Output of ``decode_json``: the declared payload columns, ``_rescued`` (undeclared fields as a
-JSON object), the Kafka columns, and ``_error_code`` / ``_error_detail``, which are null for
-a good record and name the reason (DESIGN §7) for one that must go to dead letters.
+Output of every ``decode_*``: the stream's bronze payload columns (and format extras such
+as ``_rescued``, ``_schema_id`` or the CDC changelog columns), the Kafka columns, and
+``_error_code`` / ``_error_detail``, null for a good record and naming the reason
+(DESIGN §7) for one that must go to dead letters. A decode that "succeeds" into garbage
+(an all-null Avro struct, a Protobuf message without its identity) is caught here too.
 """
 
 from __future__ import annotations
@@ -13,14 +15,22 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from ingestion.streams import JsonContract
 
 CORRUPT_COLUMN = "_corrupt_record"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+ERROR_COLUMNS = ("_error_code", "_error_detail")
 EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
 MAX_CLOCK_SKEW = "INTERVAL 1 DAY"
+CDC_COLUMNS = ("op", "_source_ts", "_seq", "_is_tombstone")
 
 
 def _first_error(checks: list[tuple[Column, str, Column]]) -> tuple[Column, Column]:
@@ -37,6 +47,30 @@ def _names_where(conditions: dict[str, Column]) -> Column:
     return F.concat_ws(", ", *[F.when(cond, F.lit(name)) for name, cond in conditions.items()])
 
 
+def _any(conditions) -> Column:
+    return reduce(operator.or_, conditions, F.lit(False))
+
+
+def _missing_check(payload: Column, required: tuple[str, ...]) -> tuple[Column, str, Column]:
+    missing = {name: payload[name].isNull() for name in required}
+    return (_any(missing.values()), "MISSING_REQUIRED_FIELD",
+            F.concat(F.lit("missing required field(s): "), _names_where(missing)))
+
+
+def _event_time_check(event_time: Column, name: str) -> tuple[Column, str, Column]:
+    return ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp"))
+            | (event_time > F.current_timestamp() + F.expr(MAX_CLOCK_SKEW)),
+            "EVENT_TIME_OUT_OF_RANGE",
+            F.concat(F.lit(f"{name}="), event_time.cast("string")))
+
+
+def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Column, str, Column]]) -> DataFrame:
+    code, detail = _first_error(checks)
+    return frame.select(*columns, *KAFKA_COLUMNS, code.alias("_error_code"), detail.alias("_error_detail"))
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
 def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str) -> DataFrame:
     text = F.col("value").cast("string")
     # Parsed twice on purpose: as a loose map (is it a JSON object at all? which keys does it
@@ -52,35 +86,258 @@ def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str) 
     wrong_type = {
         name: loose_col[name].isNotNull() & typed_col[name].isNull() for name in declared
     }
-    missing = {name: typed_col[name].isNull() for name in contract.required}
-    event_time = typed_col[event_time_column]
-    code, detail = _first_error([
+    extra = F.map_filter(loose_col, lambda k, _v: ~k.isin(*declared))
+    rescued = F.when(F.size(extra) > 0, F.to_json(extra))
+    return _with_errors(parsed, [*[typed_col[name].alias(name) for name in declared], rescued.alias("_rescued")], [
         (loose_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
         (typed_col[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
          F.concat(F.lit("wrong type for field(s): "), _names_where(wrong_type))),
-        (reduce(operator.or_, missing.values(), F.lit(False)), "MISSING_REQUIRED_FIELD",
-         F.concat(F.lit("missing required field(s): "), _names_where(missing))),
-        ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp"))
-         | (event_time > F.current_timestamp() + F.expr(MAX_CLOCK_SKEW)),
-         "EVENT_TIME_OUT_OF_RANGE",
-         F.concat(F.lit(f"{event_time_column}="), event_time.cast("string"))),
+        _missing_check(typed_col, contract.required),
+        _event_time_check(typed_col[event_time_column], event_time_column),
     ])
-    extra = F.map_filter(loose_col, lambda k, _v: ~k.isin(*declared))
-    rescued = F.when(F.size(extra) > 0, F.to_json(extra))
-    return parsed.select(
-        *[typed_col[name].alias(name) for name in declared],
-        rescued.alias("_rescued"),
-        *KAFKA_COLUMNS,
-        code.alias("_error_code"),
-        detail.alias("_error_detail"),
+
+
+# --- Avro, Confluent wire format -----------------------------------------------------------
+
+HEADER_SIZE = 5  # magic byte 0 + 4-byte big-endian schema id (producers/wire.py)
+
+
+def confluent_schema_id(value: Column) -> Column:
+    """The schema id of a framed message; null when the value has no wire-format header."""
+    framed = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
+    return F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+
+
+def decode_avro(
+    raw: DataFrame,
+    writer_schemas: dict[int, str],
+    writer_types: dict[int, StructType],
+    columns: StructType,
+    required: tuple[str, ...],
+    event_time_column: str,
+) -> DataFrame:
+    """Avro records, each read with the writer schema its header names, as ``columns``.
+
+    ``writer_types`` is the Spark type each writer schema decodes to; ``columns`` is the union
+    of them (bronze's payload columns): a field a writer lacks is null in its records.
+    """
+    from pyspark.sql.avro.functions import from_avro
+
+    schema_id = confluent_schema_id(F.col("value"))
+    body = F.expr(f"substring(value, {HEADER_SIZE + 1})")
+    payload = F.lit(None).cast(columns)
+    for writer_id, writer_schema in writer_schemas.items():
+        # PERMISSIVE: a body that does not decode gives null (or an all-null struct), caught below.
+        decoded = from_avro(body, writer_schema, {"mode": "PERMISSIVE"})
+        known = {field.name for field in writer_types[writer_id].fields}
+        unified = F.struct(*[
+            (decoded[field.name] if field.name in known else F.lit(None)).cast(field.dataType).alias(field.name)
+            for field in columns.fields
+        ])
+        payload = F.when(schema_id == writer_id, unified).otherwise(payload)
+    parsed = raw.select(*KAFKA_COLUMNS, schema_id.alias("_schema_id"), payload.alias("_payload"))
+    payload_col, id_col = F.col("_payload"), F.col("_schema_id")
+    all_null = reduce(operator.and_, [payload_col[f.name].isNull() for f in columns.fields], F.lit(True))
+    known_ids = list(writer_schemas) or [-1]
+    return _with_errors(parsed, [*[payload_col[f.name].alias(f.name) for f in columns.fields],
+                                 id_col.cast("int").alias("_schema_id")], [
+        (id_col.isNull(), "CORRUPT_PAYLOAD",
+         F.lit("no Confluent wire-format header (magic byte 0 and a 4-byte schema id)")),
+        (~id_col.isin(*known_ids), "UNKNOWN_SCHEMA_ID",
+         F.concat(F.lit("schema id "), id_col.cast("string"), F.lit(" is not registered for this stream"))),
+        (payload_col.isNull() | all_null, "CORRUPT_PAYLOAD",
+         F.concat(F.lit("body does not decode with writer schema "), id_col.cast("string"))),
+        _missing_check(payload_col, required),
+        _event_time_check(payload_col[event_time_column], event_time_column),
+    ])
+
+
+# --- Protobuf ------------------------------------------------------------------------------
+
+def decode_protobuf(raw: DataFrame, decoder: str, columns: StructType, required: tuple[str, ...],
+                    event_time_column: str) -> DataFrame:
+    """Protobuf records through the registered decoder function ``decoder`` (see
+    ingestion/protobuf_decoder.py), which returns (payload, error_code, error_detail)."""
+    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(decoder, F.col("value")).alias("_decoded"))
+    decoded = F.col("_decoded")
+    payload = decoded["payload"]
+    return _with_errors(parsed, [payload[f.name].alias(f.name) for f in columns.fields], [
+        (decoded["error_code"].isNotNull(), "CORRUPT_PAYLOAD", decoded["error_detail"]),
+        _missing_check(payload, required),
+        _event_time_check(payload[event_time_column], event_time_column),
+    ])
+
+
+# --- CDC: Debezium and DMS into one changelog shape (DESIGN §6) ----------------------------
+
+DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R"}
+DMS_OPS = {"insert": "I", "update": "U", "delete": "D", "load": "R"}
+
+
+def _lookup(mapping: dict[str, str], column: Column) -> Column:
+    return F.element_at(F.create_map(*[F.lit(x) for pair in mapping.items() for x in pair]), column)
+
+
+def _image_key(key_text: Column, identity: tuple[str, ...], image: StructType, as_json: bool) -> Column:
+    """The primary key the message key carries: a JSON object (Debezium) or the bare value (DMS)."""
+    if as_json:
+        key_schema = StructType([StructField(name, image[name].dataType, True) for name in identity])
+        return F.from_json(key_text, key_schema)
+    (name,) = identity  # DMS keys are the bare value of a one-column key
+    return F.struct(key_text.cast(image[name].dataType).alias(name))
+
+
+def _changelog(
+    parsed: DataFrame,
+    image_schema: StructType,
+    identity: tuple[str, ...],
+    op: Column,
+    image: Column,
+    source_ts: Column,
+    seq: Column,
+    tombstone: Column,
+    message_key: Column,
+    checks: list[tuple[Column, str, Column]],
+) -> DataFrame:
+    """The normalized changelog columns plus the checks every CDC format shares."""
+    key_present = F.col("key").isNotNull()
+    mismatch = {name: key_present & ~message_key[name].eqNullSafe(image[name]) for name in identity}
+    unreadable_key = key_present & _any(message_key[name].isNull() for name in identity)
+    columns = [
+        F.when(~tombstone, op).alias("op"),
+        # A tombstone carries only its key: its row is the key, every other column null.
+        *[F.when(tombstone, message_key[f.name]).otherwise(image[f.name]).cast(f.dataType).alias(f.name)
+          if f.name in identity else F.when(~tombstone, image[f.name]).alias(f.name)
+          for f in image_schema.fields],
+        F.when(~tombstone, source_ts).alias("_source_ts"),
+        F.when(~tombstone, seq).alias("_seq"),
+        tombstone.alias("_is_tombstone"),
+    ]
+    not_tombstone = ~tombstone
+    return _with_errors(parsed, columns, [
+        (tombstone & unreadable_key, "INVALID_CDC_ENVELOPE", F.lit("tombstone without a readable key")),
+        *[(not_tombstone & failed, code, detail) for failed, code, detail in checks],
+        (not_tombstone & _any(image[name].isNull() for name in identity), "MISSING_REQUIRED_FIELD",
+         F.concat(F.lit("change without its key: "), _names_where({n: image[n].isNull() for n in identity}))),
+        (not_tombstone & unreadable_key, "INVALID_CDC_ENVELOPE",
+         F.concat(F.lit("unreadable message key: "), F.col("key").cast("string"))),
+        (not_tombstone & _any(mismatch.values()), "INVALID_CDC_ENVELOPE",
+         F.concat(F.lit("message key and row disagree on "), _names_where(mismatch))),
+    ])
+
+
+def _json_envelope(schema: StructType) -> tuple[Column, Column]:
+    text = F.col("value").cast("string")
+    loose = F.from_json(text, MapType(StringType(), StringType()))
+    typed = F.from_json(text, StructType([*schema.fields, StructField(CORRUPT_COLUMN, StringType(), True)]),
+                        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN})
+    return loose, typed
+
+
+def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
+    """Debezium change events (JSON, no schemas) -> changelog; a null value is a tombstone.
+
+    ``_seq`` is the change's LSN: for one key, WAL order is commit order (see
+    producers/cdc/oracle.py for why nothing else is needed).
+    """
+    image_schema = row.schema
+    envelope = StructType([
+        StructField("before", image_schema), StructField("after", image_schema),
+        StructField("source", StructType([
+            StructField("ts_ms", LongType()), StructField("lsn", LongType()), StructField("txId", LongType()),
+            StructField("snapshot", StringType()), StructField("table", StringType())])),
+        StructField("op", StringType()), StructField("ts_ms", LongType()),
+    ])
+    loose, typed = _json_envelope(envelope)
+    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_env"),
+                        _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
+    env, source = F.col("_env"), F.col("_env.source")
+    op = _lookup(DEBEZIUM_OPS, env["op"])
+    image = F.when(env["op"] == "d", env["before"]).otherwise(env["after"])
+    tombstone = F.col("value").isNull()
+    envelope_gaps = {
+        "op": op.isNull(), "source": source.isNull(), "source.lsn": source["lsn"].isNull(),
+        "source.ts_ms": source["ts_ms"].isNull(), "before/after image": image.isNull(),
+    }
+    return _changelog(
+        parsed, image_schema, identity, op, image,
+        source_ts=F.timestamp_millis(source["ts_ms"]),
+        seq=F.struct(source["lsn"].alias("lsn")),
+        tombstone=tombstone, message_key=F.col("_key"),
+        checks=[
+            (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+            (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit("not a Debezium change event, missing or invalid: "), _names_where(envelope_gaps))),
+            (~source["table"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit(f"change of another table (expected {source_table}): "),
+                      F.coalesce(source["table"], F.lit("none")))),
+            (env[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
+             F.lit("a field of the change has a value of the wrong type")),
+        ],
     )
 
 
-def to_bronze(decoded: DataFrame, payload_columns: list[str], batch_id: int, ingested_at: Column) -> DataFrame:
+def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
+    """AWS DMS JSON records -> changelog. DMS sends no tombstones: a null value is invalid.
+
+    ``_seq`` is (commit time in µs, transaction id, record position in the transaction): DMS
+    gives no log position (see producers/cdc/oracle.py).
+    """
+    image_schema = row.schema
+    envelope = StructType([
+        StructField("data", image_schema),
+        StructField("metadata", StructType([
+            StructField(name, LongType() if name.startswith("transaction") else StringType())
+            for name in ("timestamp", "record-type", "operation", "schema-name", "table-name",
+                         "transaction-id", "transaction-record-id", "commit-timestamp")])),
+    ])
+    loose, typed = _json_envelope(envelope)
+    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_env"),
+                        _image_key(F.col("key").cast("string"), identity, image_schema, False).alias("_key"))
+    env, metadata = F.col("_env"), F.col("_env.metadata")
+    op = _lookup(DMS_OPS, metadata["operation"])
+    committed = metadata["commit-timestamp"].cast("timestamp")
+    envelope_gaps = {
+        "metadata": metadata.isNull(), "data": env["data"].isNull(), "operation": op.isNull(),
+        "commit-timestamp": committed.isNull(), "transaction-id": metadata["transaction-id"].isNull(),
+        "transaction-record-id": metadata["transaction-record-id"].isNull(),
+    }
+    return _changelog(
+        parsed, image_schema, identity, op, env["data"],
+        source_ts=committed,
+        seq=F.struct(F.unix_micros(committed).alias("commit_us"),
+                     metadata["transaction-id"].alias("transaction_id"),
+                     metadata["transaction-record-id"].alias("record_id")),
+        tombstone=F.lit(False), message_key=F.col("_key"),
+        checks=[
+            (F.col("value").isNull(), "INVALID_CDC_ENVELOPE", F.lit("no value (DMS sends no tombstones)")),
+            (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+            (~metadata["record-type"].eqNullSafe(F.lit("data")), "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit("not a DMS data record: record-type "),
+                      F.coalesce(metadata["record-type"], F.lit("missing")))),
+            (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit("not a DMS data record, missing or invalid: "), _names_where(envelope_gaps))),
+            (~metadata["table-name"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit(f"record of another table (expected {source_table}): "),
+                      F.coalesce(metadata["table-name"], F.lit("none")))),
+            (env[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
+             F.lit("a field of the record has a value of the wrong type")),
+        ],
+    )
+
+
+# --- the bronze side of a decoded batch ----------------------------------------------------
+
+def bronze_columns(decoded: DataFrame) -> list[str]:
+    """The payload and format columns of a decoded frame: what bronze keeps besides metadata."""
+    internal = {*KAFKA_COLUMNS, *ERROR_COLUMNS}
+    return [name for name in decoded.columns if name not in internal]
+
+
+def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
     """Bronze rows of a decoded batch: good records with their Kafka metadata (DESIGN §6)."""
     return decoded.where(F.col("_error_code").isNull()).select(
-        *payload_columns,
-        "_rescued",
+        *bronze_columns(decoded),
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").cast("int").alias("_kafka_partition"),
         F.col("offset").cast("long").alias("_kafka_offset"),

@@ -1,14 +1,16 @@
 """The bronze ingestion job: one Structured Streaming query per stream, Kafka -> Iceberg.
 
-Each micro-batch is decoded once, then split: readable records append to the stream's
-bronze table, the rest to bronze.dead_letters (DESIGN §6-8). ``build_query`` returns the
-unstarted writer; ``main`` is the command line (`lakehouse ingest`).
+One generic runner for every stream of the pipeline configuration (ingestion/pipeline.yml):
+each micro-batch is decoded once by the stream's decoder, then split: readable records
+append to the stream's bronze table, the rest to bronze.dead_letters (DESIGN §6-8).
+``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import time
 from datetime import UTC, datetime
@@ -18,17 +20,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from ingestion import bronze, dead_letters
-from ingestion.decode import decode_json, to_bronze
-from ingestion.streams import STREAMS, StreamSpec, get_stream, json_contract
+from ingestion import bronze, checkpoint, dead_letters
+from ingestion.decode import to_bronze
+from ingestion.decoders import Decoder, decoder_for
+from ingestion.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
-from lakehouse.kafka_admin import admin_client, topic_names
+from lakehouse.kafka_admin import admin_client, end_offsets, topic_names
 
 log = logging.getLogger("lakehouse.ingest")
-
-BRONZE_EXTRA_COLUMNS = "_rescued string, _kafka_topic string, _kafka_partition int, _kafka_offset bigint, " \
-    "_kafka_timestamp timestamp, _kafka_key string, _ingested_at timestamp, _batch_id bigint"
 
 
 def query_name(spec: StreamSpec) -> str:
@@ -39,14 +39,12 @@ def checkpoint_location(settings: Settings, spec: StreamSpec) -> str:
     return str(settings.checkpoint_root / query_name(spec))
 
 
-def ensure_tables(spark: SparkSession, spec: StreamSpec) -> None:
-    from pyspark.sql.types import StructType, _parse_datatype_string
-
-    contract = json_contract(spec)
-    extra: StructType = _parse_datatype_string(BRONZE_EXTRA_COLUMNS)
-    schema = StructType([*contract.schema.fields, *extra.fields])
-    bronze.ensure_table(spark, spec.bronze_table, schema, (f"days({spec.event_time_column})",))
-    bronze.ensure_table(spark, dead_letters.TABLE, dead_letters.SCHEMA, dead_letters.PARTITIONING)
+def ensure_tables(spark: SparkSession, spec: StreamSpec, decoder: Decoder) -> list[str]:
+    """Create (or evolve) the stream's bronze table and the dead-letter table; changes made."""
+    decoder.refresh()
+    changes = bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
+    changes += bronze.ensure_table(spark, dead_letters.TABLE, dead_letters.SCHEMA, dead_letters.PARTITIONING)
+    return changes
 
 
 def _current_query_id(spark: SparkSession, name: str) -> str:
@@ -56,40 +54,102 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
     raise RuntimeError(f"streaming query {name} is not active")
 
 
-def batch_writer(spark: SparkSession, spec: StreamSpec):
-    """The foreachBatch function of a stream: decode once, write bronze and dead letters once.
+def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: Decoder | None = None):
+    """The foreachBatch function of a stream: decode once, write dead letters and bronze once.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
     """
-    contract = json_contract(spec)
-    payload_columns = [f.name for f in contract.schema.fields]
+    decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
+    location = checkpoint_location(settings, spec)
+    commits = _Commits(spark)
 
     def write(batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         query_id = _current_query_id(spark, name)
+        changes = decoder.refresh()
+        if changes:
+            # foreachBatch plans every batch afresh: the new schema applies from this batch on.
+            log.info("%s: schema changed (%s); evolving bronze, no query restart needed", spec.name, "; ".join(changes))
+            for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
+                log.info("%s: %s", spec.name, change)
         # One timestamp for the whole batch, so a replay of it is written identically.
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
-        decoded = decode_json(batch, contract, spec.event_time_column).persist()
+        decoded = decoder.decode(batch).persist()
         try:
-            read = decoded.count()
-            good = to_bronze(decoded, payload_columns, batch_id, ingested_at)
-            bad = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at)
-            bad_count = bad.count()
-            wrote_bronze = bronze.append_once(spark, spec.bronze_table, good, query_id, batch_id)
-            wrote_dead = bad_count > 0 and bronze.append_once(
-                spark, dead_letters.TABLE, bad, query_id, batch_id)
+            stats = decoded.agg(F.count(F.lit(1)).alias("read"),
+                                F.count("_error_code").alias("dead")).collect()[0]
+            read, dead = stats.read, stats.dead
+            written = _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits)
         finally:
             decoded.unpersist()
         seconds = time.monotonic() - started
-        skipped = "" if wrote_bronze or wrote_dead or read == 0 else " (already committed: skipped)"
+        note = "" if written or read == 0 else " (already committed: skipped)"
         log.info(
-            "%s batch %d: read %d, bronze %d, dead letters %d, %.1fs, %.0f rows/s%s",
-            spec.name, batch_id, read, read - bad_count, bad_count, seconds, read / max(seconds, 1e-9), skipped,
+            "%s batch %d: read %d, bronze %d, dead letters %d, %.1fs, %.0f rows/s, lag %s%s",
+            spec.name, batch_id, read, read - dead, dead, seconds, read / max(seconds, 1e-9),
+            _lag_text(settings, spec, location, batch_id), note,
         )
 
     return write
+
+
+class _Commits:
+    """The last batch of this query committed to each table (DESIGN §8).
+
+    Read from the table's snapshots once, at the first batch after a start; from then on this
+    process is the query's only writer and its batches commit in order, so it keeps count
+    itself instead of querying snapshot metadata (a Spark job) twice per batch.
+    """
+
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+        self.last: dict[tuple[str, str], int | None] = {}
+
+    def includes(self, table: str, query_id: str, batch_id: int) -> bool:
+        if (table, query_id) not in self.last:
+            self.last[(table, query_id)] = bronze.last_committed_batch(self.spark, table, query_id)
+        last = self.last[(table, query_id)]
+        return last is not None and last >= batch_id
+
+    def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
+        bronze.append(self.spark, table, rows, query_id, batch_id)
+        self.last[(table, query_id)] = batch_id
+
+
+def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits: _Commits) -> bool:
+    """Dead letters, then bronze, each skipped if this batch is already in it (DESIGN §8).
+
+    Two tables cannot commit atomically, so a crash can fall between the two commits. The
+    replay then decodes the batch again, perhaps with a newer schema: anything already in
+    dead letters stays there and is kept out of bronze, so no record lands on both sides.
+    """
+    good = to_bronze(decoded, batch_id, ingested_at)
+    bad = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at)
+    in_dead = commits.includes(dead_letters.TABLE, query_id, batch_id)
+    in_bronze = commits.includes(spec.bronze_table, query_id, batch_id)
+    if dead and not in_dead:
+        commits.append(dead_letters.TABLE, bad, query_id, batch_id)
+    if not in_bronze:
+        if in_dead:
+            already = (spark.table(dead_letters.TABLE)
+                       .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
+                       .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
+            good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
+        commits.append(spec.bronze_table, good, query_id, batch_id)
+    return not (in_dead and in_bronze)
+
+
+def _lag_text(settings: Settings, spec: StreamSpec, location: str, batch_id: int) -> str:
+    """Messages left in Kafka after this batch (end offsets now minus this batch's end)."""
+    read_up_to = checkpoint.batch_offsets(location, batch_id).get(spec.topic)
+    if read_up_to is None:
+        return "unknown"
+    try:
+        return f"{checkpoint.lag(end_offsets(settings, spec.topic), read_up_to):,}"
+    except LakehouseError:
+        return "unknown (Kafka unreachable)"
 
 
 def build_query(
@@ -100,6 +160,7 @@ def build_query(
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
+    decoder: Decoder | None = None,
 ) -> DataStreamWriter:
     reader = (
         spark.readStream.format("kafka")
@@ -115,7 +176,7 @@ def build_query(
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     writer = (
         reader.load().writeStream.queryName(query_name(spec))
-        .foreachBatch(batch_writer(spark, spec))
+        .foreachBatch(batch_writer(spark, settings, spec, decoder))
         .option("checkpointLocation", checkpoint_location(settings, spec))
     )
     if available_now:
@@ -132,21 +193,27 @@ def check_topic(settings: Settings, topic: str) -> None:
 def run(
     spark: SparkSession,
     settings: Settings,
-    stream_names: list[str],
+    names: list[str],
     available_now: bool = False,
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
 ) -> None:
     """Start one query per stream in this Spark application and wait for them."""
-    specs = [get_stream(name) for name in stream_names]
+    specs = resolve_streams(names)
     for spec in specs:
         check_topic(settings, spec.topic)
-        ensure_tables(spark, spec)
+    decoders = {spec.name: decoder_for(spark, settings, spec) for spec in specs}
+    for spec in specs:
+        for change in ensure_tables(spark, spec, decoders[spec.name]):
+            log.info("%s: %s", spec.name, change)
     queries = [
-        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets).start()
+        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets,
+                    decoders[spec.name]).start()
         for spec in specs
     ]
+    log.info("ingesting %s (%s)", ", ".join(spec.name for spec in specs),
+             "available now" if available_now else f"every {trigger or settings.trigger_interval}")
     stop = _StopOnSignal()
     try:
         # Wait in short slices so a stop request is seen within a second. One failed query
@@ -202,26 +269,46 @@ def _first_line(exc) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("streams", nargs="+", metavar="STREAM",
-                        help=f"streams to ingest, or 'all' ({', '.join(sorted(STREAMS))})")
+                        help="streams to ingest (from the pipeline file), or 'all'")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--available-now", action="store_true",
-                      help="read everything in the topic now, then stop (batch-like)")
+                      help="read everything in the topics now, then stop (batch-like)")
     mode.add_argument("--trigger", metavar="INTERVAL",
-                      help="processing-time trigger, e.g. '30 seconds' (default: LAKEHOUSE_TRIGGER_INTERVAL)")
+                      help="processing-time trigger, e.g. '30s' or '1 minute' (default: LAKEHOUSE_TRIGGER_INTERVAL)")
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
-                        help="cap on records per micro-batch (all partitions together)")
+                        help="cap on records per micro-batch and stream (all partitions together)")
     parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
                         help="where a new query starts (a restarted one resumes from its checkpoint)")
+
+
+_TRIGGER = re.compile(r"^(\d+)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$")
+_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
+
+
+def normalize_trigger(text: str | None) -> str | None:
+    """'30s' -> '30 seconds', '2 minutes' -> '2 minutes'; anything else is a clear error."""
+    if text is None:
+        return None
+    match = _TRIGGER.match(text.strip().lower())
+    if not match:
+        raise LakehouseError(f"invalid trigger interval {text!r}: use e.g. 30s, 500ms, 2m, '1 minute'")
+    number, unit = match.groups()
+    unit = _UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
+    return f"{number} {unit}"
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     from lakehouse.spark import ensure_namespaces, get_spark
 
-    names = sorted(STREAMS) if args.streams == ["all"] else args.streams
-    for name in names:
-        get_stream(name)  # validate before paying for a Spark start-up
+    # Everything the configuration can get wrong is checked before paying for a Spark start-up.
+    names = stream_names() if args.streams == ["all"] else args.streams
+    specs = [get_stream(name) for name in names]
+    if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
+        raise LakehouseError("--max-offsets-per-trigger must be at least 1")
+    trigger = normalize_trigger(args.trigger or (None if args.available_now else settings.trigger_interval))
+    for spec in specs:
+        check_topic(settings, spec.topic)
     spark = get_spark(settings, app_name="lakehouse-ingest")
     ensure_namespaces(spark)
-    run(spark, settings, names, args.available_now, args.trigger, args.max_offsets_per_trigger,
-        args.starting_offsets)
+    run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger, args.starting_offsets)
     return 0

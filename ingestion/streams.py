@@ -1,13 +1,17 @@
 """The pipeline configuration: which streams exist and how each one lands in bronze.
 
-A stream is data, not code: adding one means an entry here plus a schema file. The
-schema file is the contract with the producer (producers/schemas/).
+A stream is data, not code: an entry in the pipeline file (ingestion/pipeline.yml, or the
+file LAKEHOUSE_PIPELINE_FILE names) plus a schema file. The schema file is the contract
+with the producer (producers/schemas/). Everything is checked when the file is loaded, so
+a bad entry stops the job with one line naming the problem, before Spark starts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from pyspark.sql.types import (
@@ -24,52 +28,149 @@ from pyspark.sql.types import (
 
 from lakehouse.errors import LakehouseError
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "producers" / "schemas"
+DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
+PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"
+
+EVENT_FORMATS = ("json", "avro", "protobuf")
+CDC_FORMATS = ("debezium", "dms")
+FORMATS = EVENT_FORMATS + CDC_FORMATS
+# Which schema file each format takes (by suffix): a wrong pairing is a config error.
+SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
+KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
+        "source_table", "partitions"}
 
 
 @dataclass(frozen=True)
 class StreamSpec:
     name: str
     topic: str
-    format: str  # json (protobuf, avro, debezium, dms: issue 4)
-    schema_file: str  # relative to producers/schemas/
+    format: str
+    schema_path: Path
     bronze_table: str
     event_time_column: str
     identity_columns: tuple[str, ...]
-    partitions: int = 3  # Kafka partitions when the topic is created
+    required_columns: tuple[str, ...]
+    message: str | None = None  # protobuf message type
+    subject: str | None = None  # avro registry subject
+    source_table: str | None = None  # CDC: the table the envelope must name
+    partitions: int = 3
 
     @property
-    def schema_path(self) -> Path:
-        return SCHEMA_DIR / self.schema_file
+    def is_cdc(self) -> bool:
+        return self.format in CDC_FORMATS
+
+    @property
+    def partitioning(self) -> tuple[str, ...]:
+        # CDC: by ingestion day, so a MERGE's increment reads few partitions (DESIGN §6).
+        return ("days(_ingested_at)",) if self.is_cdc else (f"days({self.event_time_column})",)
 
 
-STREAMS: dict[str, StreamSpec] = {
-    "user_events": StreamSpec(
-        name="user_events",
-        topic="user_events",
-        format="json",
-        schema_file="user_events.schema.json",
-        bronze_table="bronze.user_events",
-        event_time_column="event_timestamp",
-        identity_columns=("event_id",),
-    ),
-}
+def pipeline_file() -> Path:
+    return Path(os.environ.get(PIPELINE_FILE_VARIABLE) or DEFAULT_PIPELINE_FILE)
 
-SUPPORTED_FORMATS = {"json"}
+
+def _as_names(value, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise LakehouseError(f"{where}: expected a column name or a list of them, got {value!r}")
+    return tuple(value)
+
+
+def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
+    if not isinstance(entry, dict):
+        raise LakehouseError(f"{where}: expected a mapping of settings")
+    unknown = set(entry) - KEYS
+    if unknown:
+        raise LakehouseError(
+            f"{where}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}")
+    fmt = entry.get("format")
+    if fmt not in FORMATS:
+        raise LakehouseError(f"{where}: unknown format {fmt!r}; supported: {', '.join(FORMATS)}")
+    for key in ("schema", "event_time", "identity"):
+        if not entry.get(key):
+            raise LakehouseError(f"{where}: `{key}` is required")
+    schema_path = schema_dir / entry["schema"]
+    if not schema_path.name.endswith(SCHEMA_SUFFIXES[fmt]):
+        raise LakehouseError(f"{where}: a {fmt} stream takes a {SCHEMA_SUFFIXES[fmt]} schema, got {entry['schema']}")
+    if fmt == "protobuf" and not entry.get("message"):
+        raise LakehouseError(f"{where}: a protobuf stream needs `message` (the full name of the message type)")
+    identity = _as_names(entry["identity"], f"{where}.identity")
+    event_time = entry["event_time"]
+    required = _as_names(entry["required"], f"{where}.required") if "required" in entry else (
+        identity if fmt in CDC_FORMATS else tuple(dict.fromkeys((*identity, event_time))))
+    topic = str(entry.get("topic", name))
+    try:
+        partitions = int(entry.get("partitions", 3))
+    except (TypeError, ValueError):
+        raise LakehouseError(f"{where}.partitions: expected a number, got {entry.get('partitions')!r}") from None
+    return StreamSpec(
+        name=name,
+        topic=topic,
+        format=fmt,
+        schema_path=schema_path,
+        bronze_table=str(entry.get("bronze_table", f"bronze.{name}")),
+        event_time_column=str(event_time),
+        identity_columns=identity,
+        required_columns=required,
+        message=entry.get("message"),
+        subject=entry.get("subject", f"{topic}-value") if fmt == "avro" else None,
+        source_table=entry.get("source_table", name) if fmt in CDC_FORMATS else None,
+        partitions=partitions,
+    )
+
+
+@cache
+def _load(path: Path, mtime_ns: int) -> dict[str, StreamSpec]:
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise LakehouseError(f"cannot read the pipeline file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise LakehouseError(f"pipeline file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("streams"), dict) or not document["streams"]:
+        raise LakehouseError(f"pipeline file {path}: expected a `streams:` mapping with at least one stream")
+    schema_dir = (path.parent / str(document.get("schema_dir", "."))).resolve()
+    return {
+        str(name): _spec(str(name), entry, schema_dir, f"{path.name}: streams.{name}")
+        for name, entry in document["streams"].items()
+    }
+
+
+def load_pipeline(path: Path | None = None) -> dict[str, StreamSpec]:
+    """Every configured stream by name (re-read when the file changes)."""
+    path = (path or pipeline_file()).resolve()
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        raise LakehouseError(f"pipeline file not found: {path} (set {PIPELINE_FILE_VARIABLE} or restore it)") from None
+    return _load(path, mtime)
+
+
+def stream_names() -> list[str]:
+    return sorted(load_pipeline())
 
 
 def get_stream(name: str) -> StreamSpec:
-    spec = STREAMS.get(name)
+    streams = load_pipeline()
+    spec = streams.get(name)
     if spec is None:
-        raise LakehouseError(f"unknown stream {name!r}; configured streams: {', '.join(sorted(STREAMS))}")
-    if spec.format not in SUPPORTED_FORMATS:
-        raise LakehouseError(f"stream {name!r} has unsupported format {spec.format!r}")
+        raise LakehouseError(f"unknown stream {name!r}; configured streams: {', '.join(sorted(streams))}")
     if not spec.schema_path.is_file():
         raise LakehouseError(f"schema file of stream {name!r} not found: {spec.schema_path}")
     return spec
 
 
-def _json_type(prop: dict) -> DataType:
+def resolve_streams(names: list[str]) -> list[StreamSpec]:
+    """The specs of the named streams; ``["all"]`` means every configured stream."""
+    if names == ["all"]:
+        names = stream_names()
+    return [get_stream(name) for name in dict.fromkeys(names)]
+
+
+def _json_type(prop: dict, where: str) -> DataType:
     kind = prop.get("type")
     if isinstance(kind, list):  # ["string", "null"]: nullable is the default in Spark
         kind = next((k for k in kind if k != "null"), "string")
@@ -81,7 +182,7 @@ def _json_type(prop: dict) -> DataType:
         return DoubleType()
     if kind == "boolean":
         return BooleanType()
-    raise LakehouseError(f"JSON Schema type {kind!r} is not supported for bronze columns (use a string)")
+    raise LakehouseError(f"{where}: JSON Schema type {kind!r} is not supported for bronze columns (use a string)")
 
 
 @dataclass(frozen=True)
@@ -91,15 +192,24 @@ class JsonContract:
 
 
 def json_contract(spec: StreamSpec) -> JsonContract:
-    """Spark schema and required fields from the stream's JSON Schema (flat objects)."""
+    """Spark schema and required fields from a JSON Schema file (flat objects).
+
+    For CDC streams this is the schema of the row image. Required fields are the schema's
+    own ``required`` plus the stream's required columns (the identity at least).
+    """
+    path = spec.schema_path
     try:
-        document = json.loads(spec.schema_path.read_text())
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LakehouseError(f"schema file of stream {spec.name!r} not found: {path}") from None
     except (OSError, json.JSONDecodeError) as exc:
-        raise LakehouseError(f"cannot read JSON Schema {spec.schema_path}: {exc}") from None
+        raise LakehouseError(f"cannot read JSON Schema {path}: {exc}") from None
     properties = document.get("properties") or {}
-    fields = [StructField(name, _json_type(prop), True) for name, prop in properties.items()]
-    required = tuple(document.get("required", []))
+    fields = [StructField(name, _json_type(prop, f"{path.name}: {name}"), True) for name, prop in properties.items()]
+    required = tuple(dict.fromkeys([*document.get("required", []), *spec.required_columns]))
     unknown = set(required) - set(properties)
     if unknown:
-        raise LakehouseError(f"{spec.schema_path}: required fields not declared: {', '.join(sorted(unknown))}")
+        raise LakehouseError(f"{path}: required fields not declared: {', '.join(sorted(unknown))}")
+    if not spec.is_cdc and spec.event_time_column not in properties:
+        raise LakehouseError(f"{path}: event-time column {spec.event_time_column!r} is not declared")
     return JsonContract(StructType(fields), required)

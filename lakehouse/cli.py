@@ -85,6 +85,17 @@ def _ingest(args, settings: Settings) -> int:
     return job.main(args, settings)
 
 
+def _status(args, settings: Settings) -> int:
+    from lakehouse import status
+
+    statuses = status.stream_status(settings, args.streams or None)
+    if args.json:
+        print(json.dumps(status.as_json(statuses), indent=2))
+    else:
+        print(status.format_table(statuses))
+    return 0
+
+
 def _quality(args, settings: Settings) -> int:
     from expectations.runner import format_summary, run_quality
     from lakehouse.spark import get_spark
@@ -170,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Kafka -> bronze.<stream> and bronze.dead_letters, exactly once.")
     ingest_arguments(ingest)
     ingest.set_defaults(func=_ingest)
+
+    status = sub.add_parser("status", help="where each stream stands: last batch, lag, dead letters",
+                            description="Per stream: the last committed micro-batch, committed vs end offsets "
+                                        "(lag), bronze rows, dead letters by reason. Does not start Spark.")
+    status.add_argument("streams", nargs="*", metavar="STREAM", help="only these streams (default: all)")
+    status.add_argument("--json", action="store_true", help="as JSON, for machines")
+    status.set_defaults(func=_status)
 
     quality = sub.add_parser("quality", help="run the Great Expectations checks",
                              description="Validate tables, write Data Docs, exit 1 on a critical failure.")

@@ -1,8 +1,10 @@
 """`lakehouse demo`: the whole chain once, on the embedded local platform.
 
-Kafka (started here unless already running) -> produce user events with some faulty ones
--> ingest into bronze (available-now) -> dbt run (silver, gold) -> quality checks -> a
-summary. Whatever the demo started is stopped at the end, also on failure or Ctrl-C.
+Kafka (started here unless already running) -> produce every stream of the pipeline with
+the demo's fault mix -> ingest them all into bronze in one Spark application
+(available-now) -> dbt run (silver, gold) -> quality checks -> a summary that checks, per
+stream, that every message produced is in bronze or in dead letters, with the right reason.
+Whatever the demo started is stopped at the end, also on failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,19 +18,20 @@ from lakehouse.errors import LakehouseError
 
 log = logging.getLogger("lakehouse.demo")
 
-TABLES = ("bronze.user_events", "bronze.dead_letters", "silver.user_events", "gold.events_by_type_daily")
+MODEL_TABLES = ("silver.user_events", "gold.events_by_type_daily")
+# The CDC simulator commits one change at a time to its SQLite source: far slower than the
+# event producers, so the change streams get a tenth of the events' count.
+CDC_SHARE = 10
+STEPS = 5
 
 
 def _step(number: int, text: str) -> float:
-    print(f"\n==> [{number}/5] {text}", flush=True)
+    print(f"\n==> [{number}/{STEPS}] {text}", flush=True)
     return time.monotonic()
 
 
-def table_counts(spark) -> dict[str, int]:
-    counts = {}
-    for table in TABLES:
-        counts[table] = spark.table(table).count() if spark.catalog.tableExists(table) else 0
-    return counts
+def _count(spark, table: str, where: str = "true") -> int:
+    return spark.table(table).where(where).count() if spark.catalog.tableExists(table) else 0
 
 
 def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
@@ -54,14 +57,16 @@ def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
 def main(settings: Settings, events: int = 20_000) -> int:
     from expectations.runner import format_summary, run_quality
     from ingestion import job
+    from ingestion.streams import load_pipeline
     from lakehouse.dbt import run_dbt
     from lakehouse.spark import ensure_namespaces, get_spark
-    from producers import user_events
     from producers.faults import FaultRates
+    from producers.run import PRODUCERS, produce
 
     started_kafka = False
     spark = None
     began = time.monotonic()
+    streams = {name: spec for name, spec in load_pipeline().items() if name in PRODUCERS}
     try:
         _step(1, f"Kafka on {settings.kafka_bootstrap_servers}")
         if local_kafka.running_pid(settings) is None:
@@ -71,21 +76,24 @@ def main(settings: Settings, events: int = 20_000) -> int:
             print("reusing the Kafka broker that is already running (it stays running)")
 
         faults = FaultRates.demo()
-        _step(2, f"produce {events:,} user events with the demo's faults (duplicates, late, out of order, "
-                 "corrupt, invalid, schema evolution)")
-        produced = user_events.produce(settings, events, faults)
-        if produced.failed:
-            raise LakehouseError(f"{produced.failed} messages were not delivered")
-        manifest = produced.manifest(faults.as_dict())
-        expected_dead = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
-        print(f"delivered {produced.delivered:,}; injected: "
-              + ", ".join(f"{kind} {n:,}" for kind, n in manifest["faults"].items()))
+        _step(2, f"produce {', '.join(streams)} with the demo's faults (duplicates, late, out of order, "
+                 "corrupt, invalid, unknown schema ids, schema evolution)")
+        produced = {}
+        for name, spec in streams.items():
+            count = events // CDC_SHARE if spec.is_cdc else events
+            report = produce(settings, name, count, faults=faults)
+            if report.failed:
+                raise LakehouseError(f"{name}: {report.failed} messages were not delivered")
+            produced[name] = report.manifest(faults.as_dict())
+            print(f"  {name}: delivered {report.delivered:,}; injected: "
+                  + (", ".join(f"{kind} {n:,}" for kind, n in produced[name]["faults"].items()) or "none"))
 
-        _step(3, "ingest Kafka -> bronze (available-now)")
+        _step(3, "ingest Kafka -> bronze, every stream in one Spark application (available-now)")
         spark = get_spark(settings, app_name="lakehouse-demo")
         ensure_namespaces(spark)
-        dead_before = sum(dead_letters_by_reason(spark, "user_events").values())
-        job.run(spark, settings, ["user_events"], available_now=True)
+        before = {name: (_count(spark, spec.bronze_table), _count(spark, "bronze.dead_letters", f"stream = '{name}'"))
+                  for name, spec in streams.items()}
+        job.run(spark, settings, list(streams), available_now=True)
 
         _step(4, "dbt run (silver, gold)")
         run_dbt(settings, ["run"])
@@ -94,29 +102,35 @@ def main(settings: Settings, events: int = 20_000) -> int:
         report = run_quality(spark, settings)
         print(format_summary(report))
 
-        counts = table_counts(spark)
-        by_reason = dead_letters_by_reason(spark, "user_events")
-        new_dead = sum(by_reason.values()) - dead_before
-        found = dead_letters_at(spark, "user_events", expected_dead)
         print("\n" + "=" * 64)
         print("lakehouse demo summary")
         print("=" * 64)
-        for table, count in counts.items():
-            print(f"  {table:<32} {count:>12,} rows")
-        reasons = ", ".join(f"{code} {n:,}" for code, n in by_reason.items()) or "none"
-        print(f"  dead letters by reason: {reasons}")
-        matched = new_dead == len(expected_dead) and found == expected_dead
-        print(f"  dead letters this run: {new_dead:,}; unreadable messages produced: {len(expected_dead):,}"
-              f" -> {'match, record for record' if matched else 'MISMATCH'}")
+        print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
+        mismatched = []
+        for name, spec in streams.items():
+            manifest = produced[name]
+            bronze = _count(spark, spec.bronze_table) - before[name][0]
+            dead = _count(spark, "bronze.dead_letters", f"stream = '{name}'") - before[name][1]
+            expected = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
+            ok = bronze + dead == manifest["produced"] and dead == len(expected) \
+                and dead_letters_at(spark, name, expected) == expected
+            mismatched += [] if ok else [name]
+            verdict = "every message in bronze or dead letters, reasons match" if ok else "MISMATCH"
+            print(f"  {name:<12} {manifest['delivered']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
+        for name in streams:
+            reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
+            print(f"  dead letters of {name}: {reasons or 'none'}")
+        for table in MODEL_TABLES:
+            print(f"  {table:<32} {_count(spark, table):>12,} rows")
         verdict = "PASSED" if report.passed else "FAILED"
         print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
         print(f"  report: {report.docs_index}")
         print(f"  took {time.monotonic() - began:.0f}s")
-        empty = [table for table, count in counts.items() if count == 0 and table != "bronze.dead_letters"]
+        empty = [table for table in MODEL_TABLES if _count(spark, table) == 0]
         if empty:
             raise LakehouseError(f"empty after the demo: {', '.join(empty)}")
-        if not matched:
-            raise LakehouseError("dead letters do not match the unreadable messages produced")
+        if mismatched:
+            raise LakehouseError(f"bronze + dead letters do not match what was produced: {', '.join(mismatched)}")
         if not report.passed:
             raise LakehouseError("critical quality checks failed; see the report")
         return 0

@@ -25,3 +25,32 @@ def topic_names(admin, settings: Settings) -> set[str]:
             f"cannot reach Kafka at {settings.kafka_bootstrap_servers} within {CONNECT_TIMEOUT_S:.0f}s: "
             "is it running? (`lakehouse kafka start`)"
         ) from None
+
+
+_consumers: dict[str, object] = {}
+
+
+def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    """{partition: offset of the next message} of a topic (its high watermarks).
+
+    One consumer per process and broker list, kept: jobs ask after every micro-batch.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = _consumers.get(settings.kafka_bootstrap_servers)
+    if consumer is None:
+        consumer = _consumers[settings.kafka_bootstrap_servers] = Consumer({
+            **settings.kafka_client_config(), "group.id": "lakehouse-watermarks",
+            "enable.auto.commit": False, "log_level": 0})
+    try:
+        metadata = consumer.list_topics(topic, timeout=CONNECT_TIMEOUT_S).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise LakehouseError(f"topic {topic!r} does not exist on {settings.kafka_bootstrap_servers}")
+        return {
+            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                      timeout=CONNECT_TIMEOUT_S, cached=False)[1]
+            for partition in sorted(metadata.partitions)
+        }
+    except KafkaException:
+        raise LakehouseError(
+            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} within {CONNECT_TIMEOUT_S:.0f}s") from None

@@ -47,6 +47,8 @@ class SchemaRegistry(Protocol):
 
     def get_schema(self, schema_id: int) -> str: ...
 
+    def subject_schemas(self, subject: str) -> dict[int, str]: ...
+
 
 def value_subject(topic: str) -> str:
     """The subject of a topic's message values (Confluent's default TopicNameStrategy)."""
@@ -117,6 +119,12 @@ class LocalSchemaRegistry:
     def subject_versions(self, subject: str) -> list[int]:
         """The schema ids of a subject, oldest first (empty if the subject is unknown)."""
         return list(self._read()["subjects"].get(subject, []))
+
+    def subject_schemas(self, subject: str) -> dict[int, str]:
+        """{schema id: schema text} of every version of a subject, oldest first: one file read."""
+        state = self._read()
+        return {schema_id: state["schemas"][str(schema_id)]["schema"]
+                for schema_id in state["subjects"].get(subject, [])}
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -205,6 +213,20 @@ class ConfluentSchemaRegistry:
             raise LakehouseError(f"schema registry error for schema id {schema_id}: {exc}") from None
         except _transport_errors() as exc:
             raise self._unreachable(exc) from None
+
+    def subject_schemas(self, subject: str) -> dict[int, str]:
+        from confluent_kafka.schema_registry import SchemaRegistryError
+
+        try:
+            versions = self.client.get_versions(subject)
+            registered = [self.client.get_version(subject, version) for version in sorted(versions)]
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return {}
+            raise LakehouseError(f"schema registry error for subject {subject}: {exc}") from None
+        except _transport_errors() as exc:
+            raise self._unreachable(exc) from None
+        return {entry.schema_id: entry.schema.schema_str for entry in registered}
 
     def _unreachable(self, exc: Exception) -> LakehouseError:
         return LakehouseError(

@@ -73,7 +73,7 @@ def test_every_record_goes_to_exactly_one_side(spark):
     decoded = decode(spark, GOOD, b"{broken", {**GOOD, "event_id": "e-2"}, {**GOOD, "customer_id": "x"})
     ingested_at = F.lit(datetime(2026, 11, 21, tzinfo=UTC)).cast("timestamp")
     payload = [f.name for f in CONTRACT.schema.fields]
-    bronze = to_bronze(decoded, payload, 5, ingested_at).collect()
+    bronze = to_bronze(decoded, 5, ingested_at).collect()
     dead = dead_letters.to_dead_letters(decoded, "user_events", 5, ingested_at).collect()
     assert sorted(r._kafka_offset for r in bronze) == [0, 2]
     assert sorted(r.offset for r in dead) == [1, 3]

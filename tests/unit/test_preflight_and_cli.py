@@ -68,5 +68,5 @@ def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: unknown stream 'clicks'; configured streams: user_events"
+        "error: unknown stream 'clicks'; configured streams: accounts, customers, employees, purchases, user_events"
     ]

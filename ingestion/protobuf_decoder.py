@@ -1,0 +1,69 @@
+"""Protobuf decoding in Spark through our own JVM UDF (jvm/protobuf-decoder).
+
+Why not ``pyspark.sql.protobuf.functions.from_protobuf``: it needs the ``spark-protobuf``
+connector jar, which the only reachable Maven registry does not serve. So
+``io.github.lakehouse.protobuf.ProtobufDecoder`` (built by ``make setup`` into
+``<home>/jars/spark/``, which the local session puts on its classpath) decodes against a
+descriptor set read at run time, reading the wire format with protobuf-java's
+``CodedInputStream`` with DynamicMessage's semantics (DynamicMessage itself cost 4-5 times
+as much per message).
+
+The registered function takes the message bytes and returns one struct::
+
+    struct<payload: struct<...the message's fields...>, error_code: string, error_detail: string>
+
+A value that does not parse gives a null payload and ``CORRUPT_PAYLOAD``; it never fails
+the task. Select the function's result once as a column, then expand it: each call parses.
+
+This module is glue only; the type mapping lives in the Java code.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+from pyspark.errors import IllegalArgumentException
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from lakehouse.errors import LakehouseError
+
+DECODER_CLASS = "io.github.lakehouse.protobuf.ProtobufDecoder"
+
+
+def _decoder_class(spark: SparkSession):
+    from py4j.java_gateway import JavaClass
+
+    target = spark._jvm
+    for part in DECODER_CLASS.split("."):
+        target = getattr(target, part)
+    # py4j answers an unknown class name with a JavaPackage, not an error.
+    if not isinstance(target, JavaClass):
+        raise LakehouseError(f"the Protobuf decoder jar ({DECODER_CLASS}) is missing from Spark's classpath: "
+                             "run `make setup`")
+    return target
+
+
+@contextmanager
+def _schema_errors(message_name: str):
+    # The JVM's IllegalArgumentException means a bad descriptor set or message name (config).
+    try:
+        yield
+    except IllegalArgumentException as exc:
+        reason = str(exc).partition("\n")[0]
+        raise LakehouseError(f"cannot decode Protobuf message {message_name}: {reason}") from None
+
+
+def decoder_schema(spark: SparkSession, descriptor_set: bytes, message_name: str) -> StructType:
+    """The result struct the decoder returns for ``message_name`` of ``descriptor_set``."""
+    with _schema_errors(message_name):
+        schema_json = _decoder_class(spark).sparkSchemaJson(bytearray(descriptor_set), message_name)
+    return StructType.fromJson(json.loads(schema_json))
+
+
+def register_decoder(spark: SparkSession, udf_name: str, descriptor_set: bytes, message_name: str) -> StructType:
+    """Register ``udf_name(value binary)`` (replacing a function of that name); return its result struct."""
+    with _schema_errors(message_name):
+        _decoder_class(spark).register(spark._jsparkSession, udf_name, bytearray(descriptor_set), message_name)
+    return decoder_schema(spark, descriptor_set, message_name)

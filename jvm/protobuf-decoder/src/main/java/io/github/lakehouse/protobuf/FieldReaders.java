@@ -1,0 +1,349 @@
+package io.github.lakehouse.protobuf;
+
+import com.google.protobuf.ByteString;
+import com.google.protobuf.CodedInputStream;
+import com.google.protobuf.Descriptors.Descriptor;
+import com.google.protobuf.Descriptors.EnumDescriptor;
+import com.google.protobuf.Descriptors.EnumValueDescriptor;
+import com.google.protobuf.Descriptors.FieldDescriptor;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.protobuf.WireFormat;
+import java.io.IOException;
+import java.time.Instant;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+
+/**
+ * Readers of one occurrence of a field on the wire, each with the Spark type of what it
+ * yields: the schema and the rows come from the same objects, so they cannot disagree.
+ */
+final class FieldReaders {
+    private FieldReaders() {}
+
+    /** Returned by {@link FieldReader#read} for a value the field does not take (a closed enum's unknown number). */
+    static final Object SKIP = new Object();
+
+    // Timestamp.proto's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+    private static final long MIN_SECONDS = -62_135_596_800L;
+    private static final long MAX_SECONDS = 253_402_300_799L;
+
+    /** A value Spark cannot hold (a timestamp out of range): the message counts as corrupt. */
+    static final class BadValue extends RuntimeException {
+        BadValue(String message) {
+            super(message, null, false, false); // no stack trace: thrown per bad row
+        }
+
+        /** The same problem, one field further out: "team.start_date: ...". */
+        BadValue at(String field) {
+            String message = getMessage();
+            return new BadValue(field + (message.startsWith(":") ? "" : ".") + message);
+        }
+    }
+
+    abstract static class FieldReader {
+        final DataType type;
+        final int wireType;
+        /** Whether {@link #finish} does anything; scalars skip the call. */
+        final boolean finishes;
+
+        FieldReader(DataType type, int wireType, boolean finishes) {
+            this.type = type;
+            this.wireType = wireType;
+            this.finishes = finishes;
+        }
+
+        /**
+         * Reads one occurrence (tag already read, wire type checked). {@code current} is what the
+         * field holds so far, for the occurrences that merge (messages); null if nothing.
+         */
+        abstract Object read(CodedInputStream in, Object current) throws IOException;
+
+        /** The value as Spark takes it, from what {@link #read} built. */
+        Object finish(Object partial) {
+            return partial;
+        }
+
+        /** The value of a field that is not there and has no presence (proto3 scalars, map entries). */
+        abstract Object defaultValue();
+
+        boolean packable() {
+            return false;
+        }
+    }
+
+    static FieldReader scalar(FieldDescriptor field) {
+        switch (field.getType()) {
+            case INT32: return new Scalar(Scalar.INT32, DataTypes.IntegerType, field);
+            case SINT32: return new Scalar(Scalar.SINT32, DataTypes.IntegerType, field);
+            case SFIXED32: return new Scalar(Scalar.SFIXED32, DataTypes.IntegerType, field);
+            case UINT32: return new Scalar(Scalar.UINT32, DataTypes.LongType, field);
+            case FIXED32: return new Scalar(Scalar.FIXED32, DataTypes.LongType, field);
+            // Unsigned 64-bit values above 2^63-1 read negative: Spark has no unsigned long.
+            case INT64: return new Scalar(Scalar.INT64, DataTypes.LongType, field);
+            case UINT64: return new Scalar(Scalar.INT64, DataTypes.LongType, field);
+            case SINT64: return new Scalar(Scalar.SINT64, DataTypes.LongType, field);
+            case SFIXED64: return new Scalar(Scalar.FIXED64, DataTypes.LongType, field);
+            case FIXED64: return new Scalar(Scalar.FIXED64, DataTypes.LongType, field);
+            case FLOAT: return new Scalar(Scalar.FLOAT, DataTypes.FloatType, field);
+            case DOUBLE: return new Scalar(Scalar.DOUBLE, DataTypes.DoubleType, field);
+            case BOOL: return new Scalar(Scalar.BOOL, DataTypes.BooleanType, field);
+            // As DynamicMessage: invalid UTF-8 is an error where the schema asks for a check (proto3).
+            case STRING: return new Scalar(field.needsUtf8Check() ? Scalar.STRING_STRICT : Scalar.STRING_LOOSE,
+                    DataTypes.StringType, field);
+            case BYTES: return new Scalar(Scalar.BYTES, DataTypes.BinaryType, field);
+            case ENUM: return new EnumReader(field);
+            default: throw new IllegalArgumentException("not a scalar: " + field.getFullName());
+        }
+    }
+
+    static final class Scalar extends FieldReader {
+        static final int INT32 = 0, SINT32 = 1, SFIXED32 = 2, UINT32 = 3, FIXED32 = 4, INT64 = 5, SINT64 = 6,
+                FIXED64 = 7, FLOAT = 8, DOUBLE = 9, BOOL = 10, STRING_STRICT = 11, STRING_LOOSE = 12, BYTES = 13;
+
+        private final int kind;
+        private final Object defaultValue;
+
+        Scalar(int kind, DataType type, FieldDescriptor field) {
+            super(type, field.getLiteType().getWireType(), false);
+            this.kind = kind;
+            // A repeated field's default is an empty list; its elements never need one.
+            Object value = field.isRepeated() ? null : field.getDefaultValue();
+            if (value == null) {
+                // nothing to convert
+            } else if (kind == UINT32 || kind == FIXED32) {
+                value = Integer.toUnsignedLong((Integer) value);
+            } else if (kind == BYTES) {
+                value = ((ByteString) value).toByteArray();
+            }
+            this.defaultValue = value;
+        }
+
+        @Override
+        Object read(CodedInputStream in, Object current) throws IOException {
+            switch (kind) {
+                case INT32: return in.readInt32();
+                case SINT32: return in.readSInt32();
+                case SFIXED32: return in.readSFixed32();
+                case UINT32: return Integer.toUnsignedLong(in.readUInt32());
+                case FIXED32: return Integer.toUnsignedLong(in.readFixed32());
+                case INT64: return in.readInt64();
+                case SINT64: return in.readSInt64();
+                case FIXED64: return in.readFixed64();
+                case FLOAT: return in.readFloat();
+                case DOUBLE: return in.readDouble();
+                case BOOL: return in.readBool();
+                case STRING_STRICT: return in.readStringRequireUtf8();
+                case STRING_LOOSE: return in.readString();
+                case BYTES: return in.readByteArray();
+                default: throw new IllegalStateException("scalar kind " + kind);
+            }
+        }
+
+        @Override
+        Object defaultValue() {
+            return defaultValue;
+        }
+
+        @Override
+        boolean packable() {
+            return wireType != WireFormat.WIRETYPE_LENGTH_DELIMITED;
+        }
+    }
+
+    /** An enum as its value's name; a number the schema does not name, as that number in text. */
+    static final class EnumReader extends FieldReader {
+        private final String[] dense; // by number - offset, when the numbers are close together
+        private final int offset;
+        private final Map<Integer, String> sparse;
+        private final boolean closed;
+        private final String defaultName;
+
+        EnumReader(FieldDescriptor field) {
+            super(DataTypes.StringType, WireFormat.WIRETYPE_VARINT, false);
+            EnumDescriptor type = field.getEnumType();
+            int min = Integer.MAX_VALUE, max = Integer.MIN_VALUE;
+            for (EnumValueDescriptor value : type.getValues()) {
+                min = Math.min(min, value.getNumber());
+                max = Math.max(max, value.getNumber());
+            }
+            if ((long) max - min < 1024) {
+                dense = new String[max - min + 1];
+                offset = min;
+                sparse = null;
+            } else {
+                dense = null;
+                offset = 0;
+                sparse = new HashMap<>();
+            }
+            for (EnumValueDescriptor value : type.getValues()) {
+                if (type.findValueByNumber(value.getNumber()) == value) { // the first of aliases
+                    if (dense != null) {
+                        dense[value.getNumber() - min] = value.getName();
+                    } else {
+                        sparse.put(value.getNumber(), value.getName());
+                    }
+                }
+            }
+            // As DynamicMessage: an unknown number of a closed enum leaves the field unset.
+            closed = field.legacyEnumFieldTreatedAsClosed();
+            defaultName = field.isRepeated() ? null : ((EnumValueDescriptor) field.getDefaultValue()).getName();
+        }
+
+        @Override
+        Object read(CodedInputStream in, Object current) throws IOException {
+            int number = in.readEnum();
+            String name;
+            if (dense != null) {
+                int at = number - offset;
+                name = at >= 0 && at < dense.length ? dense[at] : null;
+            } else {
+                name = sparse.get(number);
+            }
+            if (name != null) {
+                return name;
+            }
+            return closed ? SKIP : Integer.toString(number);
+        }
+
+        @Override
+        Object defaultValue() {
+            return defaultName;
+        }
+
+        @Override
+        boolean packable() {
+            return true;
+        }
+    }
+
+    /** A nested message as a struct; a second occurrence merges into the first, as Protobuf specifies. */
+    static final class MessageReader extends FieldReader {
+        private final MessagePlan plan;
+        private final int endGroupTag; // 0 unless a proto2 group
+
+        MessageReader(MessagePlan plan, FieldDescriptor field) {
+            super(plan.type, field.getType() == FieldDescriptor.Type.GROUP
+                    ? WireFormat.WIRETYPE_START_GROUP : WireFormat.WIRETYPE_LENGTH_DELIMITED, true);
+            this.plan = plan;
+            this.endGroupTag = wireType == WireFormat.WIRETYPE_START_GROUP
+                    ? tag(field.getNumber(), WireFormat.WIRETYPE_END_GROUP) : 0;
+        }
+
+        @Override
+        Object read(CodedInputStream in, Object current) throws IOException {
+            Object[] values = current != null ? (Object[]) current : plan.newValues();
+            if (endGroupTag != 0) {
+                plan.parse(in, values, endGroupTag);
+            } else {
+                int limit = in.pushLimit(in.readRawVarint32());
+                plan.parse(in, values, 0);
+                in.popLimit(limit);
+            }
+            return values;
+        }
+
+        @Override
+        Object finish(Object partial) {
+            return plan.finish((Object[]) partial);
+        }
+
+        @Override
+        Object defaultValue() {
+            return plan.finish(plan.newValues(), false);
+        }
+    }
+
+    /** google.protobuf.Timestamp as a Spark timestamp (microseconds: finer digits are dropped). */
+    static final class TimestampReader extends FieldReader {
+        private static final int SECONDS_TAG = tag(1, WireFormat.WIRETYPE_VARINT);
+        private static final int NANOS_TAG = tag(2, WireFormat.WIRETYPE_VARINT);
+
+        TimestampReader() {
+            super(DataTypes.TimestampType, WireFormat.WIRETYPE_LENGTH_DELIMITED, true);
+        }
+
+        @Override
+        Object read(CodedInputStream in, Object current) throws IOException {
+            long[] secondsAndNanos = current != null ? (long[]) current : new long[2];
+            int limit = in.pushLimit(in.readRawVarint32());
+            for (int tag = in.readTag(); tag != 0; tag = in.readTag()) {
+                if (tag == SECONDS_TAG) {
+                    secondsAndNanos[0] = in.readInt64();
+                } else if (tag == NANOS_TAG) {
+                    secondsAndNanos[1] = in.readInt32();
+                } else {
+                    skip(in, tag);
+                }
+            }
+            in.popLimit(limit);
+            return secondsAndNanos;
+        }
+
+        @Override
+        Object finish(Object partial) {
+            long[] secondsAndNanos = (long[]) partial;
+            long seconds = secondsAndNanos[0];
+            long nanos = secondsAndNanos[1];
+            if (seconds < MIN_SECONDS || seconds > MAX_SECONDS || nanos < 0 || nanos > 999_999_999) {
+                throw new BadValue(": timestamp out of range (seconds=" + seconds + ", nanos=" + nanos + ")");
+            }
+            // Instant, not java.sql.Timestamp: Spark takes it as is, with no calendar rebasing.
+            return Instant.ofEpochSecond(seconds, nanos);
+        }
+
+        @Override
+        Object defaultValue() {
+            return Instant.EPOCH;
+        }
+    }
+
+    /** google.protobuf.*Value: the wrapped value as a plain column. */
+    static final class WrapperReader extends FieldReader {
+        private final FieldReader inner;
+        private final int valueTag;
+
+        WrapperReader(Descriptor wrapper) {
+            this(scalar(wrapper.findFieldByNumber(1)));
+        }
+
+        private WrapperReader(FieldReader inner) {
+            super(inner.type, WireFormat.WIRETYPE_LENGTH_DELIMITED, false);
+            this.inner = inner;
+            this.valueTag = tag(1, inner.wireType);
+        }
+
+        @Override
+        Object read(CodedInputStream in, Object current) throws IOException {
+            Object value = current;
+            int limit = in.pushLimit(in.readRawVarint32());
+            for (int tag = in.readTag(); tag != 0; tag = in.readTag()) {
+                if (tag == valueTag) {
+                    value = inner.read(in, null);
+                } else {
+                    skip(in, tag);
+                }
+            }
+            in.popLimit(limit);
+            return value != null ? value : inner.defaultValue(); // present, even if empty
+        }
+
+        @Override
+        Object defaultValue() {
+            return inner.defaultValue();
+        }
+    }
+
+    static int tag(int number, int wireType) {
+        return number << 3 | wireType;
+    }
+
+    /** Skips a field the schema does not know (or that came with the wrong wire type), as DynamicMessage does. */
+    static void skip(CodedInputStream in, int tag) throws IOException {
+        if (!in.skipField(tag)) {
+            throw new InvalidProtocolBufferException("end-group tag with no group open (field "
+                    + WireFormat.getTagFieldNumber(tag) + ")");
+        }
+    }
+}

@@ -1,0 +1,157 @@
+"""Every stream of the pipeline, produced with the demo's fault mix, ingested by one runner.
+
+The issue's "done when": for every stream, bronze rows + dead letters = messages produced,
+dead letters carry the manifest's codes, duplicates are kept in bronze, and the CDC
+changelogs carry the `_seq` the producers' reference decoders give each message.
+"""
+
+from collections import Counter
+
+import pytest
+
+from ingestion import job
+from ingestion.streams import get_stream, stream_names
+from lakehouse.kafka_admin import end_offsets
+from producers.cdc import debezium, dms
+from producers.faults import FaultRates
+from producers.run import produce
+from tests.integration.kafka_read import read_topic
+
+pytestmark = pytest.mark.integration
+
+COUNTS = {"employees": 3000, "purchases": 3000, "user_events": 3000, "customers": 500, "accounts": 500}
+FAULTS = FaultRates.demo()
+
+
+def _ends(settings, topic):
+    try:
+        return end_offsets(settings, topic)
+    except Exception:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def produced(kafka, settings):
+    """Per stream: the delivery report and the offset range this module produced."""
+    assert set(COUNTS) == set(stream_names())
+    result = {}
+    for name, count in COUNTS.items():
+        topic = get_stream(name).topic
+        before = _ends(settings, topic)
+        report = produce(settings, name, count, faults=FAULTS, seed=7, progress=False)
+        assert report.failed == 0
+        result[name] = (report, before, end_offsets(settings, topic))
+    return result
+
+
+@pytest.fixture(scope="module")
+def ingested(spark, settings, produced):
+    job.run(spark, settings, ["all"], available_now=True)
+    return produced
+
+
+def _coordinates(spark, name):
+    spec = get_stream(name)
+    bronze = spark.table(spec.bronze_table).select("_kafka_partition", "_kafka_offset").collect()
+    dead = spark.table("bronze.dead_letters").where(f"stream = '{name}'") \
+        .select("partition", "offset", "error_code").collect()
+    return [(r._kafka_partition, r._kafka_offset) for r in bronze], {(r.partition, r.offset): r.error_code
+                                                                     for r in dead}, len(dead)
+
+
+@pytest.mark.parametrize("name", sorted(COUNTS))
+def test_every_offset_is_in_bronze_or_dead_letters_exactly_once(spark, settings, ingested, name):
+    report, before, after = ingested[name]
+    bronze, dead, dead_rows = _coordinates(spark, name)
+    assert len(bronze) == len(set(bronze)) and dead_rows == len(dead)  # nothing twice
+    assert not set(bronze) & set(dead)  # never both
+    everything = {(p, o) for p, end in after.items() for o in range(end)}
+    assert set(bronze) | set(dead) == everything  # never neither, the whole topic
+    mine = {(p, o) for p, end in after.items() for o in range(before.get(p, 0), end)}
+    assert len(mine) == report.delivered
+    expected = {(d["partition"], d["offset"]): d["error_code"] for d in report.manifest()["dead_letters"]}
+    assert {c: code for c, code in dead.items() if c in mine} == expected  # the right records, right reasons
+    assert expected, "the demo fault mix made no unreadable record"
+
+
+@pytest.mark.parametrize("name", ["employees", "purchases", "user_events"])
+def test_duplicates_are_kept_in_bronze(spark, ingested, name):
+    spec = get_stream(name)
+    duplicated = spark.table(spec.bronze_table).groupBy(*spec.identity_columns).count() \
+        .where("count > 1").count()
+    assert duplicated >= ingested[name][0].manifest()["faults"]["duplicate"] > 0
+
+
+def test_avro_v1_and_v2_share_bronze_with_the_new_column(spark, ingested):
+    rows = spark.table("bronze.purchases").groupBy("_schema_id").agg({"payment_method": "count"}).collect()
+    counts = {r["_schema_id"]: r["count(payment_method)"] for r in rows}
+    assert len(counts) == 2  # both writer schemas landed
+    assert min(counts.values()) == 0 and max(counts.values()) > 0  # v1 rows have no payment_method
+
+
+@pytest.mark.parametrize("name, codec", [("customers", debezium), ("accounts", dms)])
+def test_changelog_rows_carry_the_sequence_of_their_message(spark, kafka, ingested, name, codec):
+    expected, tombstones = {}, set()
+    for message in read_topic(kafka, get_stream(name).topic):
+        try:
+            change = codec.decode(message.key(), message.value())
+        except ValueError:
+            continue  # poison: dead-lettered, checked above
+        if change is None:
+            tombstones.add((message.partition(), message.offset()))
+        else:
+            expected[(message.partition(), message.offset())] = (change.op, change.seq, change.key)
+    rows = spark.table(f"bronze.{name}").collect()
+    key_column = get_stream(name).identity_columns[0]
+    actual = {(r._kafka_partition, r._kafka_offset): (r.op, tuple(r._seq), r[key_column])
+              for r in rows if not r._is_tombstone}
+    assert actual == expected
+    assert {(r._kafka_partition, r._kafka_offset) for r in rows if r._is_tombstone} == tombstones
+    assert Counter(op for op, _, _ in actual.values()).keys() >= {"I", "U", "R"}
+    if name == "customers":  # Debezium follows every delete with a tombstone of its key
+        deleted = {key for op, _, key in actual.values() if op == "D"}
+        assert tombstones and {r[key_column] for r in rows if r._is_tombstone} == deleted
+
+
+def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, settings, ingested):
+    from lakehouse.status import format_table, stream_status
+
+    statuses = {s.stream: s for s in stream_status(settings)}
+    assert set(statuses) == set(COUNTS)
+    for name, status in statuses.items():
+        assert status.lag == 0 and status.last_batch is not None, status
+        assert status.committed_offsets == status.end_offsets == ingested[name][2]
+        assert status.bronze_rows == spark.table(get_stream(name).bronze_table).count()
+        by_reason = {r.error_code: r["count"] for r in spark.table("bronze.dead_letters")
+                     .where(f"stream = '{name}'").groupBy("error_code").count().collect()}
+        assert status.dead_letters == by_reason
+    text = format_table(list(statuses.values()))
+    assert all(name in text for name in COUNTS) and "CORRUPT_PAYLOAD" in text
+
+
+def test_a_missing_topic_is_named(settings, kafka):
+    from lakehouse.errors import LakehouseError
+
+    with pytest.raises(LakehouseError, match="topic 'no_such_topic' does not exist"):
+        job.check_topic(settings, "no_such_topic")
+
+
+def test_the_launch_script_runs_the_same_job_through_spark_submit(spark, settings, ingested):
+    """bin/lakehouse-ingest: spark-submit with the project's jars, here against local[1]."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO_ROOT
+
+    before = spark.table("bronze.user_events").count() + spark.table("bronze.dead_letters") \
+        .where("stream = 'user_events'").count()
+    report = produce(settings, "user_events", 500, seed=99, progress=False)
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    result = subprocess.run([str(REPO_ROOT / "bin" / "lakehouse-ingest"), "user_events", "--available-now"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "user_events batch" in result.stdout + result.stderr  # spark-submit merges the two
+    after = spark.table("bronze.user_events").count() + spark.table("bronze.dead_letters") \
+        .where("stream = 'user_events'").count()
+    assert after - before == report.delivered

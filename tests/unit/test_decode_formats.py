@@ -1,0 +1,173 @@
+"""Avro (Confluent framing) and CDC (Debezium, DMS) decoding in Spark, checked against the
+producers' own Python decoders, which are the reference for what each message means."""
+
+import json
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from ingestion import decode
+from ingestion.streams import get_stream, json_contract
+from producers import avro, purchases, wire
+from producers.cdc import debezium, dms, stream
+from producers.cdc.simulator import CdcSimulator
+
+NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
+
+
+def kafka_rows(spark, messages, topic="t"):
+    rows = [(key, value, topic, 0, offset, NOW) for offset, (key, value) in enumerate(messages)]
+    return spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, "
+                                       "offset long, timestamp timestamp")
+
+
+# --- Avro ----------------------------------------------------------------------------------
+
+V1, V2 = 11, 12  # registry ids, as a registry would hand them out
+
+
+@pytest.fixture(scope="module")
+def avro_decoded(spark):
+    """v1 and v2 purchases in one topic plus every unreadable kind, decoded."""
+    schemas = {V1: purchases.SCHEMAS[1].text, V2: purchases.SCHEMAS[2].text}
+    writer_types = {i: spark.range(0).select(_from_avro(text).alias("r")).schema["r"].dataType
+                    for i, text in schemas.items()}
+    columns = writer_types[V2]
+    rng = random.Random(3)
+    v1 = purchases.make_purchase(rng, NOW, 1)
+    v2 = {**purchases.make_purchase(rng, NOW, 2), "payment_method": "card"}
+    framed_v1 = avro.encode(v1, V1, purchases.SCHEMAS[1].parsed)
+    messages = [
+        framed_v1,
+        avro.encode(v2, V2, purchases.SCHEMAS[2].parsed),
+        wire.frame(999, wire.unframe(framed_v1)[1]),  # an id nobody registered
+        framed_v1[:9],  # a truncated body
+        b"\x07garbage-without-magic",
+        b"\x00\x00",  # too short for a header
+        None,
+    ]
+    raw = kafka_rows(spark, [(b"k", m) for m in messages])
+    rows = decode.decode_avro(raw, schemas, writer_types, columns, ("transaction_id", "transaction_time"),
+                              "transaction_time").orderBy("offset").collect()
+    return v1, v2, rows
+
+
+def _from_avro(text):
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    return from_avro(F.lit(b""), text)
+
+
+def test_avro_records_decode_with_their_writer_schema(avro_decoded):
+    v1, v2, rows = avro_decoded
+    first, second = rows[0], rows[1]
+    assert first._error_code is None and second._error_code is None
+    assert (first._schema_id, second._schema_id) == (V1, V2)
+    for row, expected in ((first, v1), (second, v2)):
+        assert row.transaction_id == expected["transaction_id"] and row.amount == expected["amount"]
+        assert row.transaction_time == datetime.fromtimestamp(expected["transaction_time"] / 1000, UTC) \
+            .replace(tzinfo=None)
+    assert first.payment_method is None and second.payment_method == "card"  # v1 lacks the v2 field
+
+
+@pytest.mark.parametrize("index, code", [
+    (2, "UNKNOWN_SCHEMA_ID"), (3, "CORRUPT_PAYLOAD"), (4, "CORRUPT_PAYLOAD"), (5, "CORRUPT_PAYLOAD"),
+    (6, "CORRUPT_PAYLOAD"),
+])
+def test_unreadable_avro_is_routed_with_a_reason(avro_decoded, index, code):
+    row = avro_decoded[2][index]
+    assert row._error_code == code
+    assert row._error_detail
+
+
+def test_unknown_schema_id_is_named_in_the_detail(avro_decoded):
+    assert "999" in avro_decoded[2][2]._error_detail
+
+
+# --- CDC -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def changes(tmp_path_factory):
+    with CdcSimulator(tmp_path_factory.mktemp("cdc") / "s.db", seed=8, key_space=25, hot_keys=4,
+                      op_weights=(0.3, 0.45, 0.25)) as sim:
+        sim.run(60)
+        result = [*sim.snapshot(), *sim.run(200)]
+    return result
+
+
+def _decode_cdc(spark, name, messages):
+    spec = get_stream(name)
+    normalize = decode.decode_debezium if spec.format == "debezium" else decode.decode_dms
+    raw = kafka_rows(spark, messages, spec.topic)
+    return normalize(raw, json_contract(spec), spec.identity_columns, spec.source_table) \
+        .orderBy("offset").collect()
+
+
+@pytest.mark.parametrize("name, codec", [("customers", debezium), ("accounts", dms)])
+def test_change_records_normalize_like_the_reference_decoder(spark, changes, name, codec):
+    messages = codec.encode_changes(changes, table=name)
+    rows = _decode_cdc(spark, name, messages)
+    assert len(rows) == len(messages)
+    ops_seen = set()
+    for (key, value), row in zip(messages, rows, strict=True):
+        expected = codec.decode(key, value)
+        if expected is None:  # a Debezium tombstone
+            assert row._error_code is None and row._is_tombstone and row.op is None and row._seq is None
+            assert row.customer_id == json.loads(key)["customer_id"]
+            continue
+        assert row._error_code is None, row._error_detail
+        assert not row._is_tombstone
+        assert row.op == expected.op
+        assert tuple(row._seq) == expected.seq
+        assert row._source_ts == datetime.fromtimestamp(expected.source_ts_ms / 1000, UTC).replace(tzinfo=None) \
+            or int(row._source_ts.replace(tzinfo=UTC).timestamp() * 1000) == expected.source_ts_ms
+        image = {k: row[k] for k in expected.image}
+        assert image == expected.image
+        ops_seen.add(row.op)
+    assert ops_seen == {"I", "U", "D", "R"}
+
+
+@pytest.mark.parametrize("name, codec", [("customers", debezium), ("accounts", dms)])
+@pytest.mark.parametrize("kind, code", [
+    ("truncated", "CORRUPT_PAYLOAD"), ("garbled", "CORRUPT_PAYLOAD"), ("invalid_envelope", "INVALID_CDC_ENVELOPE"),
+])
+def test_poison_change_records_get_the_producers_reason(spark, changes, name, codec, kind, code):
+    key, value = next(m for m in codec.encode_changes(changes, table=name) if m[1] is not None)
+    row = _decode_cdc(spark, name, [(key, stream.poison(kind, key, value, random.Random(1)))])[0]
+    assert row._error_code == code, row._error_detail
+
+
+def test_debezium_envelope_problems_are_invalid(spark, changes):
+    key, value = next(m for m in debezium.encode_changes(changes, table="customers") if m[1] is not None)
+    event = json.loads(value)
+    other_key = json.dumps({"customer_id": event["after"]["customer_id"] + 1000}).encode() \
+        if event["after"] else b'{"customer_id": -1}'
+    cases = [
+        (key, json.dumps({**event, "source": {**event["source"], "lsn": "12"}}).encode()),  # not an integer
+        (key, json.dumps({**event, "source": {**event["source"], "table": "orders"}}).encode()),
+        (key, json.dumps({**event, "op": "x"}).encode()),
+        (other_key, value),  # the message key names another row
+        (b"not json", None),  # a tombstone whose key cannot be read
+    ]
+    rows = _decode_cdc(spark, "customers", cases)
+    assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * len(cases), [r._error_detail for r in rows]
+
+
+def test_dms_without_value_or_of_a_control_record_is_invalid(spark, changes):
+    key, value = dms.encode_changes(changes, table="accounts")[0]
+    record = json.loads(value)
+    control = {**record, "metadata": {**record["metadata"], "record-type": "control"}}
+    rows = _decode_cdc(spark, "accounts", [(key, None), (key, json.dumps(control).encode())])
+    assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * 2
+    assert "tombstone" in rows[0]._error_detail and "control" in rows[1]._error_detail
+
+
+def test_wrongly_typed_image_field_is_a_schema_mismatch(spark, changes):
+    key, value = dms.encode_changes(changes, table="accounts")[0]
+    record = json.loads(value)
+    record["data"]["customer_id"] = "seven"
+    row = _decode_cdc(spark, "accounts", [(key, json.dumps(record).encode())])[0]
+    assert row._error_code == "SCHEMA_MISMATCH"

@@ -1,0 +1,66 @@
+"""Bad ingestion configuration stops `lakehouse ingest` with one line naming the problem,
+before Spark starts (so in a second or two, with no stack trace)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingestion.job import normalize_trigger
+from ingestion.streams import load_pipeline
+from lakehouse.errors import LakehouseError
+from lakehouse.local_kafka import free_port
+
+STREAM = {"format": "json", "schema": "user_events.schema.json", "event_time": "event_timestamp",
+          "identity": ["event_id"]}
+SCHEMAS = Path(__file__).resolve().parents[2] / "producers" / "schemas"
+
+
+def ingest(tmp_path, streams: dict, *args: str) -> subprocess.CompletedProcess:
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text(yaml.safe_dump({"schema_dir": str(SCHEMAS), "streams": streams}))
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_PIPELINE_FILE": str(pipeline),
+           "LAKEHOUSE_KAFKA_PORT": str(free_port())}  # nothing listens there
+    command = [str(Path(sys.executable).with_name("lakehouse")), "ingest", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("streams, args, message", [
+    ({"events": STREAM}, ["clicks"], "unknown stream 'clicks'; configured streams: events"),
+    ({"events": {**STREAM, "schema": "nowhere.schema.json"}}, ["events"], "schema file of stream 'events' not found"),
+    ({"events": {**STREAM, "format": "xml"}}, ["events"], "unknown format 'xml'"),
+    ({"events": {**STREAM, "format": "avro"}}, ["events"], "a avro stream takes a .avsc schema"),
+    ({"events": {**STREAM, "colour": "red"}}, ["events"], "unknown setting(s) colour"),
+    ({"events": {k: v for k, v in STREAM.items() if k != "identity"}}, ["events"], "`identity` is required"),
+    ({"events": STREAM}, ["events", "--trigger", "soon"], "invalid trigger interval 'soon'"),
+    ({"events": STREAM}, ["events"], "cannot reach Kafka at 127.0.0.1:"),
+])
+def test_bad_configuration_is_one_clear_line(tmp_path, streams, args, message):
+    result = ingest(tmp_path, streams, *args)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+
+
+def test_the_shipped_pipeline_declares_every_demo_stream():
+    streams = load_pipeline()
+    assert {name: spec.format for name, spec in streams.items()} == {
+        "employees": "protobuf", "purchases": "avro", "user_events": "json", "customers": "debezium",
+        "accounts": "dms"}
+    assert all(spec.schema_path.is_file() for spec in streams.values())
+    assert streams["customers"].partitioning == ("days(_ingested_at)",)
+    assert streams["purchases"].partitioning == ("days(transaction_time)",)
+
+
+@pytest.mark.parametrize("text, expected", [("30s", "30 seconds"), ("500ms", "500 milliseconds"),
+                                            ("2m", "2 minutes"), ("1 minute", "1 minutes"), ("1h", "1 hours")])
+def test_trigger_intervals(text, expected):
+    assert normalize_trigger(text) == expected
+
+
+def test_a_bad_trigger_is_refused():
+    with pytest.raises(LakehouseError, match="invalid trigger"):
+        normalize_trigger("30 parsecs")
