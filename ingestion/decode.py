@@ -125,17 +125,25 @@ def decode_avro(
 
     schema_id = confluent_schema_id(F.col("value"))
     body = F.expr(f"substring(value, {HEADER_SIZE + 1})")
+    # Each body is decoded once, by its own writer schema, into a column of that writer's
+    # shape; only then are the fields picked (a field per from_avro call would decode the
+    # record once per field). PERMISSIVE: a body that does not decode gives null (or an
+    # all-null struct), caught below.
+    by_writer = {writer_id: f"_writer_{writer_id}" for writer_id in writer_schemas}
+    framed = raw.select(*KAFKA_COLUMNS, schema_id.alias("_schema_id"), *[
+        F.when(schema_id == writer_id, from_avro(body, writer_schema, {"mode": "PERMISSIVE"}))
+        .alias(by_writer[writer_id])
+        for writer_id, writer_schema in writer_schemas.items()])
     payload = F.lit(None).cast(columns)
-    for writer_id, writer_schema in writer_schemas.items():
-        # PERMISSIVE: a body that does not decode gives null (or an all-null struct), caught below.
-        decoded = from_avro(body, writer_schema, {"mode": "PERMISSIVE"})
+    for writer_id in writer_schemas:
+        decoded = F.col(by_writer[writer_id])
         known = {field.name for field in writer_types[writer_id].fields}
         unified = F.struct(*[
             (decoded[field.name] if field.name in known else F.lit(None)).cast(field.dataType).alias(field.name)
             for field in columns.fields
         ])
-        payload = F.when(schema_id == writer_id, unified).otherwise(payload)
-    parsed = raw.select(*KAFKA_COLUMNS, schema_id.alias("_schema_id"), payload.alias("_payload"))
+        payload = F.when(F.col("_schema_id") == writer_id, unified).otherwise(payload)
+    parsed = framed.select(*KAFKA_COLUMNS, "_schema_id", payload.alias("_payload"))
     payload_col, id_col = F.col("_payload"), F.col("_schema_id")
     all_null = reduce(operator.and_, [payload_col[f.name].isNull() for f in columns.fields], F.lit(True))
     known_ids = list(writer_schemas) or [-1]

@@ -76,7 +76,10 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
                 log.info("%s: %s", spec.name, change)
         # One timestamp for the whole batch, so a replay of it is written identically.
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
-        decoded = decoder.decode(batch).persist()
+        decoded = decoder.decode(batch)
+        # Decoded once and cached for the count and the two writes; the raw value is kept
+        # only where a dead letter needs it (most of the cache's size otherwise).
+        decoded = decoded.withColumn("value", F.when(F.col("_error_code").isNotNull(), F.col("value"))).persist()
         try:
             stats = decoded.agg(F.count(F.lit(1)).alias("read"),
                                 F.count("_error_code").alias("dead")).collect()[0]

@@ -54,6 +54,9 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
         "spark.sql.ansi.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # A micro-batch is cached once and read twice at once: compressing it cost more CPU
+        # than it saved (benchmarks/RESULTS.md, ingestion throughput: +20% without).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
 
 

@@ -90,7 +90,7 @@ def assert_exactly_once(spark, settings, stream: str, report):
 
 
 def test_kill_9_the_driver_while_streaming_loses_and_doubles_nothing(spark, settings, kafka, tmp_path):
-    report, killed = kill_and_restart(settings, tmp_path, "killed_employees", 300_000, kills=4, seed=11)
+    report, killed = kill_and_restart(settings, tmp_path, "killed_employees", 200_000, kills=4, seed=11)
     assert killed >= 3, f"only {killed} kills hit a running job: produce more messages"
     assert_exactly_once(spark, settings, "killed_employees", report)
 

@@ -1,0 +1,699 @@
+"""Bronze ingestion throughput per stream format: Kafka -> ingestion.job (availableNow) -> Iceberg.
+
+For each stream: N messages (1% unreadable by default) are loaded into a fresh topic first
+(not measured), then the real ingestion job (``ingestion.job.run``, in this process, one
+stream at a time) reads the whole topic with ``availableNow`` into bronze and dead letters.
+Prints a table, where the time goes, and a final ``RESULT {json}`` line.
+
+    .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
+
+msgs/s and MB/s are messages in the topic (bronze + dead letters) and the bytes of their
+values, divided by the wall time of ``ingestion.job.run`` (query start-up and table checks
+included). Everything runs under a temporary state folder (jars linked from .lakehouse/jars,
+i.e. after ``make setup``) with its own Kafka broker on a free port, on the same machine.
+
+Where the time goes comes from three sources: Spark's own per-trigger ``durationMs`` (a
+StreamingQueryListener); timers this script wraps around the job's functions at run time
+(decoder refresh, exactly-once commit checks, dead-letter and bronze appends, lag; no project
+file is changed); and, with ``--probe`` (default), the same topic read in batch mode alone
+and read plus decoded, both into Spark's ``noop`` sink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import platform
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lakehouse import local_kafka  # noqa: E402
+from lakehouse.config import Settings, default_home  # noqa: E402
+from lakehouse.errors import LakehouseError  # noqa: E402
+from producers.faults import DEAD_LETTER_CODES, FaultRates  # noqa: E402
+
+DEFAULT_STREAMS = ("employees", "purchases", "user_events")
+ALL_STREAMS = ("employees", "purchases", "user_events", "customers", "accounts")
+CDC_STREAMS = ("customers", "accounts")
+TARGET = {"employees": 100_000}  # msg/s asked for by the issue
+SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+# Timed from inside addBatch (the foreachBatch function of ingestion/job.py).
+BATCH_PHASES = ("decoder_refresh", "read_decode_cache_count", "commit_checks", "dead_letter_append",
+                "bronze_append", "lag_report")
+
+log = logging.getLogger("bench")
+
+
+# --- fault mix ------------------------------------------------------------------------------
+
+def fault_rates(stream: str, rate: float) -> FaultRates:
+    """``rate`` of unreadable messages, split over the kinds the stream's producer can inject."""
+    if stream == "purchases":  # Avro has no "invalid" hook: corrupt bytes and unknown schema ids
+        return FaultRates(corrupt=rate / 2, unknown_schema_id=rate / 2)
+    return FaultRates(corrupt=rate / 2, invalid=rate / 2)
+
+
+# --- timers around the job's functions (monkeypatched in this process only) -----------------
+
+class BatchTimers:
+    """Exclusive wall time of nested calls inside one foreachBatch call, summed per phase."""
+
+    def __init__(self):
+        self.totals: dict[str, float] = defaultdict(float)
+        self._stack: list[list] = []  # [phase, started, child seconds]
+        self._local = threading.local()
+
+    def reset(self) -> dict[str, float]:
+        totals, self.totals = dict(self.totals), defaultdict(float)
+        return totals
+
+    def wrap(self, phase, function, only_in_batch: bool = True):
+        timers = self
+
+        def timed(*args, **kwargs):
+            if only_in_batch and not timers._stack:
+                return function(*args, **kwargs)
+            name = phase(*args, **kwargs) if callable(phase) else phase
+            timers._stack.append([name, time.perf_counter(), 0.0])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                name, started, children = timers._stack.pop()
+                took = time.perf_counter() - started
+                timers.totals[name] += took - children
+                if timers._stack:
+                    timers._stack[-1][2] += took
+
+        timed.__wrapped__ = function
+        return timed
+
+
+def instrument(timers: BatchTimers) -> list[str]:
+    """Wrap timers around the job's functions, by name; the names not found (the job's code
+    moves on) are returned, and their time falls into ``read_decode_cache_count``, the rest."""
+    from ingestion import bronze, dead_letters, decoders, job
+
+    def table_phase(spark, table, *rest, **kwargs):
+        return "dead_letter_append" if table == dead_letters.TABLE else "bronze_append"
+
+    targets = [  # (module or class, attribute, phase)
+        (bronze, "is_committed", "commit_checks"),
+        (bronze, "last_committed_batch", "commit_checks"),
+        (bronze, "append_once", table_phase),
+        (bronze, "append", table_phase),
+        (job, "_lag_text", "lag_report"),
+        (decoders.Decoder, "refresh", "decoder_refresh"),
+    ]
+    missing = []
+    for owner, attribute, phase in targets:
+        function = getattr(owner, attribute, None)
+        if function is None:
+            missing.append(f"{owner.__name__}.{attribute}")
+            continue
+        setattr(owner, attribute, timers.wrap(phase, function))
+    original_writer = job.batch_writer
+
+    def batch_writer(*args, **kwargs):
+        return timers.wrap("read_decode_cache_count", original_writer(*args, **kwargs), only_in_batch=False)
+
+    job.batch_writer = batch_writer
+    return missing
+
+
+def add_source_options(options: dict[str, str]) -> None:
+    """Extra Kafka source options for every streaming read (an experiment: job.py sets none)."""
+    if not options:
+        return
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    original_load = DataStreamReader.load
+
+    def load(self, *args, **kwargs):
+        for key, value in options.items():
+            self.option(key, value)
+        return original_load(self, *args, **kwargs)
+
+    DataStreamReader.load = load
+
+
+# --- Spark's own progress, per trigger ------------------------------------------------------
+
+def progress_listener():
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Recorder(StreamingQueryListener):
+        def __init__(self):
+            self.progress: dict[str, list[dict]] = defaultdict(list)
+            self.terminated: set[str] = set()
+            self.lock = threading.Lock()
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            p = event.progress
+            with self.lock:
+                self.progress[p.name].append({"batch_id": p.batchId, "rows": p.numInputRows,
+                                              "duration_ms": dict(p.durationMs)})
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            with self.lock:
+                self.terminated.add(str(event.id))
+
+        def wait_for_termination(self, known: set[str], timeout_s: float = 30.0) -> bool:
+            """Wait until a query not in ``known`` has terminated: the bus delivers events in
+            order, so every progress event of that query has been recorded by then."""
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                with self.lock:
+                    if self.terminated - known:
+                        return True
+                time.sleep(0.1)
+            return False
+
+    return Recorder()
+
+
+# --- machine facts and resource use ---------------------------------------------------------
+
+def mem_total_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 1024 / 1024, 1)
+    return 0.0
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree[ppid].append(int(entry.name))
+    return tree
+
+
+def process_tree(root: int) -> list[int]:
+    tree, found, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, []))
+    return found
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def peak_memory(broker_pid: int | None) -> dict[str, int]:
+    """Peak resident MB (VmHWM) of this Python process, the Spark JVM and the Kafka broker."""
+    peaks = {"python_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    for pid in process_tree(os.getpid())[1:]:
+        command = _cmdline(pid)
+        if "java" in command and "SparkSubmit" in command:
+            peaks["spark_jvm_mb"] = max(peaks.get("spark_jvm_mb", 0), _status_kb(pid, "VmHWM") // 1024)
+    if broker_pid:
+        peaks["kafka_broker_mb"] = _status_kb(broker_pid, "VmHWM") // 1024
+    return peaks
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def _machine_busy_seconds() -> float:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuWindow:
+    """CPU seconds used by this benchmark (Python, Spark JVM, broker) and by anything else."""
+
+    def __init__(self, broker_pid: int | None):
+        self.pids = process_tree(os.getpid()) + ([broker_pid] if broker_pid else [])
+        self.broker_pid = broker_pid
+        self.ours, self.busy = _cpu_seconds(self.pids), _machine_busy_seconds()
+        self.broker = _cpu_seconds([broker_pid]) if broker_pid else 0.0
+
+    def close(self) -> dict[str, float]:
+        ours = _cpu_seconds(self.pids) - self.ours
+        busy = _machine_busy_seconds() - self.busy
+        broker = (_cpu_seconds([self.broker_pid]) - self.broker) if self.broker_pid else 0.0
+        return {"benchmark_cpu_s": round(ours, 1), "broker_cpu_s": round(broker, 1),
+                "other_cpu_s": round(max(busy - ours, 0.0), 1)}
+
+
+# --- a JVM profile of the Spark driver (JDK Flight Recorder) --------------------------------
+
+# Where a sampled stack burns its CPU: the first rule matching a frame, read from the leaf up.
+PROFILE_RULES = (
+    ("decode: protobuf (project UDF)", ("io.github.lakehouse.protobuf.", "com.google.protobuf.")),
+    ("decode: UDF result conversion (Row -> InternalRow)", ("CatalystTypeConverters",)),
+    ("decode: avro", ("org.apache.spark.sql.avro.", "org.apache.avro.")),
+    ("decode: json", ("org.apache.spark.sql.catalyst.json.", "com.fasterxml.jackson.")),
+    ("kafka fetch", ("org.apache.kafka.", "org.apache.spark.sql.kafka010.")),
+    ("parquet/iceberg write", ("org.apache.parquet.", "org.apache.iceberg.", "shaded.parquet.",
+                               "com.github.luben.zstd.", "io.airlift.compress.")),
+    ("in-memory cache (build/read)", ("org.apache.spark.sql.execution.columnar.",)),
+    ("generated code (projections, filters)", ("GeneratedClass", "GeneratedIterator")),
+    ("shuffle/sort", ("org.apache.spark.shuffle.", "org.apache.spark.util.collection.")),
+    ("spark sql row/expression helpers", ("org.apache.spark.sql.catalyst.",)),
+)
+
+
+def jvm_pid() -> int | None:
+    for pid in process_tree(os.getpid())[1:]:
+        command = _cmdline(pid)
+        if "java" in command and "SparkSubmit" in command:
+            return pid
+    return None
+
+
+class JvmProfile:
+    """JFR ExecutionSample events of the Spark JVM over a window, grouped by the rules above."""
+
+    def __init__(self, folder: Path, label: str):
+        self.pid, self.file = jvm_pid(), folder / f"{label}.jfr"
+        self.name = f"bench-{label}"
+        self.started = bool(self.pid and shutil.which("jcmd")) and self._jcmd(
+            "JFR.start", f"name={self.name}", "settings=profile", f"filename={self.file}")
+
+    def _jcmd(self, *args) -> bool:
+        import subprocess
+
+        done = subprocess.run(["jcmd", str(self.pid), *args], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            log.warning("jcmd %s failed: %s", " ".join(args), (done.stdout + done.stderr).strip()[-300:])
+        return done.returncode == 0
+
+    def close(self, keep_in: Path | None = None) -> dict | None:
+        import subprocess
+
+        if not self.started or not self._jcmd("JFR.stop", f"name={self.name}"):
+            return None
+        done = subprocess.run(["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "200",
+                               str(self.file)], capture_output=True, text=True, timeout=600)
+        if keep_in is not None:
+            keep_in.mkdir(parents=True, exist_ok=True)
+            shutil.move(self.file, keep_in / self.file.name)
+            log.info("JFR recording kept: %s (open with `jfr print` or JDK Mission Control)",
+                     keep_in / self.file.name)
+        self.file.unlink(missing_ok=True)
+        return summarize_samples(done.stdout) if done.returncode == 0 else None
+
+
+def summarize_samples(text: str) -> dict:
+    categories: dict[str, int] = defaultdict(int)
+    leaves: dict[str, int] = defaultdict(int)
+    total = tasks = 0
+    thread, frames = "", []
+
+    def flush():
+        nonlocal total, tasks
+        if not frames:
+            return
+        total += 1
+        if "Executor task launch worker" not in thread:
+            categories["not in a Spark task (driver, planning, commits, GC helpers)"] += 1
+            return
+        tasks += 1
+        leaves[frames[0]] += 1
+        for frame in frames:
+            category = next((name for name, markers in PROFILE_RULES if any(m in frame for m in markers)), None)
+            if category:
+                categories[category] += 1
+                return
+        categories["other in tasks"] += 1
+
+    in_stack = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("jdk.ExecutionSample"):
+            flush()
+            thread, frames, in_stack = "", [], False
+        elif stripped.startswith("sampledThread = "):
+            thread = stripped
+        elif stripped.startswith("stackTrace = ["):
+            in_stack = True
+        elif in_stack and stripped == "]":
+            in_stack = False
+        elif in_stack and "(" in stripped:
+            frames.append(stripped.split(" line:")[0])
+    flush()
+    share = {name: round(100 * count / max(total, 1), 1)
+             for name, count in sorted(categories.items(), key=lambda item: -item[1])}
+    top = [[frame[:160], round(100 * count / max(tasks, 1), 1)]
+           for frame, count in sorted(leaves.items(), key=lambda item: -item[1])[:12]]
+    return {"samples": total, "share_percent": share, "top_leaf_frames_in_tasks_percent": top}
+
+
+# --- the benchmark --------------------------------------------------------------------------
+
+def load_topic(settings: Settings, stream: str, count: int, rate: float, processes: int, seed: int) -> dict:
+    from producers.run import produce
+
+    faults = fault_rates(stream, rate)
+    processes = 1 if stream in CDC_STREAMS else processes
+    started = time.perf_counter()
+    report = produce(settings, stream, count, faults=faults, seed=seed, processes=processes, progress=True)
+    seconds = time.perf_counter() - started
+    if report.failed:
+        raise LakehouseError(f"{stream}: {report.failed} messages not delivered: {report.errors}")
+    expected_dead = sum(1 for fault in report.faults if DEAD_LETTER_CODES.get(fault.kind))
+    return {"produced": report.delivered, "value_bytes": report.bytes, "load_seconds": round(seconds, 2),
+            "load_msgs_per_s": round(report.delivered / seconds), "expected_dead_letters": expected_dead,
+            "processes": processes, "fault_rates": {k: v for k, v in faults.as_dict().items() if v}}
+
+
+def probe(spark, settings: Settings, stream: str, source_options: dict[str, str]) -> dict:
+    """The topic read in batch mode into the noop sink: alone, then decoded (no Iceberg)."""
+    from pyspark.sql import functions as F
+
+    from ingestion.decoders import decoder_for
+    from ingestion.streams import get_stream
+
+    spec = get_stream(stream)
+    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+              .option("subscribe", spec.topic).option("startingOffsets", "earliest")
+              .option("endingOffsets", "latest"))
+    for key, value in source_options.items():
+        reader = reader.option(key, value)
+    raw = reader.load()
+    decoder = decoder_for(spark, settings, spec)
+    decoder.refresh()
+
+    def timed(frame) -> float:
+        started = time.perf_counter()
+        frame.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - started
+
+    # The read is timed before and after the decode, the faster counted: the first read of a
+    # fresh JVM pays for class loading and JIT compilation.
+    first_read = timed(raw)
+    decode_s = timed(decoder.decode(raw))
+    read_s = min(first_read, timed(raw))
+    stats = raw.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
+    return {"kafka_read_s": round(read_s, 2), "kafka_read_decode_s": round(decode_s, 2),
+            "decode_only_s": round(decode_s - read_s, 2), "kafka_messages": stats.n, "kafka_value_bytes": stats.b}
+
+
+def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
+           broker_pid: int | None) -> dict:
+    from pyspark.sql import functions as F
+
+    from ingestion import dead_letters, job
+    from ingestion.streams import get_stream
+    from lakehouse.kafka_admin import end_offsets
+
+    spec = get_stream(stream)
+    in_topic = sum(end_offsets(settings, spec.topic).values())
+    known = set(recorder.terminated)
+    timers.reset()
+    profile = JvmProfile(settings.home, stream) if args.profile else None
+    cpu = CpuWindow(broker_pid)
+    started = time.perf_counter()
+    try:
+        job.run(spark, settings, [stream], available_now=True, max_offsets_per_trigger=args.max_offsets_per_trigger)
+    finally:
+        seconds = time.perf_counter() - started
+        cpu_use = cpu.close()
+        profiled = profile.close(args.profile_dir) if profile else None
+    inside = timers.reset()
+    if not recorder.wait_for_termination(known):
+        log.warning("%s: no termination event from the listener within 30 s; phases may be incomplete", stream)
+    triggers = recorder.progress.pop(job.query_name(spec), [])
+    batches = [t for t in triggers if "addBatch" in t["duration_ms"]]
+
+    phases = defaultdict(int)
+    for trigger in triggers:
+        for key, value in trigger["duration_ms"].items():
+            phases[key] += value
+    trigger_ms = phases.get("triggerExecution", 0)
+    phases_ms = {key: phases.get(key, 0) for key in SPARK_PHASES}
+    phases_ms["other_in_trigger"] = max(trigger_ms - sum(phases_ms.values()), 0)
+    phases_ms["outside_triggers"] = max(round(seconds * 1000) - trigger_ms, 0)
+    in_batch_ms = {key: round(inside.get(key, 0.0) * 1000) for key in BATCH_PHASES}
+
+    bronze_rows = spark.table(spec.bronze_table).count()
+    dead = spark.table(dead_letters.TABLE).where(F.col("stream") == stream).count()
+    correct = bronze_rows + dead == in_topic and dead == loaded["expected_dead_letters"]
+    result = {
+        "stream": stream, "format": spec.format, "messages": in_topic, "value_bytes": loaded["value_bytes"],
+        "avg_message_bytes": round(loaded["value_bytes"] / max(in_topic, 1), 1),
+        "seconds": round(seconds, 2),
+        "msgs_per_s": round(in_topic / seconds), "mb_per_s": round(loaded["value_bytes"] / seconds / 1e6, 2),
+        "trigger_seconds": round(trigger_ms / 1000, 2),
+        "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
+        "triggers": len(triggers), "batches": len(batches), "rows_per_batch": [b["rows"] for b in batches][:50],
+        "phases_ms": phases_ms, "add_batch_ms": in_batch_ms,
+        "bronze_rows": bronze_rows, "dead_letters": dead, "expected_dead_letters": loaded["expected_dead_letters"],
+        "correct": correct, **cpu_use,
+        "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1),
+        "load": {k: loaded[k] for k in ("load_seconds", "load_msgs_per_s", "processes", "fault_rates")},
+    }
+    if stream in TARGET:
+        result["target_msgs_per_s"] = TARGET[stream]
+        result["target_met"] = result["msgs_per_s"] >= TARGET[stream]
+    if profiled:
+        result["jvm_profile"] = profiled
+    if args.probe:
+        result["probe"] = probe(spark, settings, stream, args.source_option)
+    return result
+
+
+def print_report(results: list[dict]) -> None:
+    failed = [r for r in results if "error" in r]
+    results = [r for r in results if "error" not in r]
+    for r in failed:
+        print(f"\n{r['stream']}: FAILED: {r['error']}")
+    print()
+    print(f"{'stream':<12} {'format':<9} {'messages':>10} {'B/msg':>6} {'seconds':>8} {'msg/s':>9} "
+          f"{'MB/s':>6} {'batches':>7} {'bronze':>10} {'dead':>7} {'CPU us/msg':>10} {'other CPU s':>11}  correct")
+    for r in results:
+        print(f"{r['stream']:<12} {r['format']:<9} {r['messages']:>10,} {r['avg_message_bytes']:>6} "
+              f"{r['seconds']:>8} {r['msgs_per_s']:>9,} {r['mb_per_s']:>6} {r['batches']:>7} "
+              f"{r['bronze_rows']:>10,} {r['dead_letters']:>7,} {r['cpu_us_per_msg']:>10} {r['other_cpu_s']:>11}  "
+              f"{r['correct']}")
+    for r in results:
+        total = sum(r["phases_ms"].values()) or 1
+        print(f"\n{r['stream']}: where the {r['seconds']} s go (Spark durationMs summed over "
+              f"{r['batches']} trigger(s), plus time outside triggers)")
+        for key, value in r["phases_ms"].items():
+            print(f"  {key:<26} {value / 1000:>8.2f} s  {100 * value / total:5.1f}%")
+        inside = r["add_batch_ms"]
+        add_batch = r["phases_ms"]["addBatch"] or 1
+        print("  inside addBatch (ingestion/job.py batch_writer; read_decode_cache_count is the rest: "
+              "Kafka fetch, decode, cache, count):")
+        for key, value in inside.items():
+            print(f"    {key:<24} {value / 1000:>8.2f} s  {100 * value / add_batch:5.1f}% of addBatch")
+        if "jvm_profile" in r:
+            prof = r["jvm_profile"]
+            print(f"  JVM profile (JFR, {prof['samples']:,} CPU samples of the Spark JVM; broker not included):")
+            for name, share in prof["share_percent"].items():
+                print(f"    {name:<58} {share:5.1f}%")
+        if "probe" in r:
+            p = r["probe"]
+            print(f"  probe, batch read into noop sink: Kafka read {p['kafka_read_s']} s "
+                  f"({p['kafka_messages'] / max(p['kafka_read_s'], 1e-9):,.0f} msg/s); read + decode "
+                  f"{p['kafka_read_decode_s']} s ({p['kafka_messages'] / max(p['kafka_read_decode_s'], 1e-9):,.0f}"
+                  f" msg/s); {p['kafka_value_bytes']:,} value bytes in Kafka")
+        if "target_met" in r:
+            print(f"  target {r['target_msgs_per_s']:,} msg/s: {'met' if r['target_met'] else 'NOT met'}")
+
+
+def snapshot_jars(home: Path) -> dict[str, str]:
+    """The project's jars in the state folder: Spark's copied (a rebuild of the project's own
+    decoder jar during a run would break the running JVM), the others linked. Returns the
+    sha256 prefix of each project-built jar, so a figure can be tied to the decoder it ran."""
+    source = (Path(default_home()) / "jars").resolve()
+    if not (source / "spark").is_dir():
+        raise SystemExit(f"jars not found in {source}: run `make setup` first")
+    (home / "jars").mkdir()
+    for entry in source.iterdir():
+        if entry.name == "spark":
+            shutil.copytree(entry, home / "jars" / "spark")
+        else:
+            (home / "jars" / entry.name).symlink_to(entry)
+    return {jar.name: hashlib.sha256(jar.read_bytes()).hexdigest()[:12]
+            for jar in sorted((home / "jars" / "spark").glob("lakehouse-*.jar"))}
+
+
+def key_values(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--streams", nargs="+", default=list(DEFAULT_STREAMS), choices=ALL_STREAMS,
+                        help="streams to measure, one after the other (default: %(default)s); the CDC streams "
+                             "(customers, accounts) load slowly: their simulator makes ~1,600 changes/s")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per stream (default: %(default)s)")
+    parser.add_argument("--messages-per-stream", type=key_values, action="append", default=[], metavar="NAME=N",
+                        help="a different message count for one stream (CDC: changes; tombstones come on top)")
+    parser.add_argument("--fault-rate", type=float, default=0.01,
+                        help="share of unreadable messages, split over the stream's fault kinds (default: 0.01)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N",
+                        help="cap on messages per micro-batch (default: none, one batch for the whole topic)")
+    parser.add_argument("--processes", type=int, default=2, help="producer processes for loading (default: 2)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--spark-conf", type=key_values, action="append", default=[], metavar="KEY=VALUE",
+                        help="runtime SQL conf set with spark.conf.set after the session starts (repeatable)")
+    parser.add_argument("--source-option", type=key_values, action="append", default=[], metavar="KEY=VALUE",
+                        help="EXPERIMENT: extra Kafka source option added to the job's reader at run time, "
+                             "e.g. minPartitions=4 (ingestion/job.py sets none)")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="skip the JDK Flight Recorder profile of the Spark JVM during ingestion")
+    parser.add_argument("--profile-dir", type=Path, metavar="DIR",
+                        help="keep each stream's JFR recording (<stream>.jfr) in DIR")
+    parser.add_argument("--no-probe", dest="probe", action="store_false",
+                        help="skip the batch read/decode probe after each stream")
+    args = parser.parse_args(argv)
+    args.messages_per_stream = {name: int(n) for name, n in args.messages_per_stream}
+    args.spark_conf = dict(args.spark_conf)
+    args.source_option = dict(args.source_option)
+    if unknown := set(args.messages_per_stream) - set(ALL_STREAMS):
+        parser.error(f"unknown stream(s) in --messages-per-stream: {', '.join(sorted(unknown))}")
+    if not 0 <= args.fault_rate <= 1 or args.messages < 1 or args.processes < 1:
+        parser.error("--fault-rate must be within 0..1, --messages and --processes at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("lakehouse").setLevel(logging.INFO)
+    logging.getLogger("bench").setLevel(logging.INFO)
+
+    home = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    jars = snapshot_jars(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    env.update({k: v for k, v in os.environ.items()
+                if k in ("LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_SPARK_DRIVER_MEMORY", "LAKEHOUSE_SHUFFLE_PARTITIONS")})
+    settings = Settings.from_env({**env, "LAKEHOUSE_HOME": str(home),
+                                  "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port())})
+    spark = broker_pid = None
+    results, loads = [], {}
+    try:
+        broker_pid = local_kafka.start(settings, log=log.info)
+        for number, stream in enumerate(args.streams):
+            count = args.messages_per_stream.get(stream, args.messages)
+            log.info("loading %s: %s messages, fault rate %s", stream, f"{count:,}", args.fault_rate)
+            loads[stream] = load_topic(settings, stream, count, args.fault_rate, args.processes,
+                                       args.seed * 100 + number)
+            log.info("loaded %s: %s", stream, loads[stream])
+
+        from lakehouse.spark import ensure_namespaces, get_spark
+
+        timers = BatchTimers()
+        missing = instrument(timers)
+        if missing:
+            log.info("not timed (not found in the job's code): %s", ", ".join(missing))
+        add_source_options(args.source_option)
+        spark = get_spark(settings, "bench-ingest")
+        for key, value in args.spark_conf.items():
+            spark.conf.set(key, value)
+        ensure_namespaces(spark)
+        recorder = progress_listener()
+        spark.streams.addListener(recorder)
+        for stream in args.streams:
+            log.info("ingesting %s (%s messages)", stream, f"{loads[stream]['produced']:,}")
+            try:
+                result = ingest(spark, settings, stream, loads[stream], args, recorder, timers, broker_pid)
+            except Exception as exc:  # a failing job: report it, go on with the other streams
+                log.exception("%s: ingestion failed", stream)
+                results.append({"stream": stream, "correct": False, "error": f"{type(exc).__name__}: {exc}",
+                                "traceback": traceback.format_exc()[-4000:]})
+                continue
+            results.append(result)
+            log.info("%s: %s msg/s, %s MB/s, correct=%s", stream, f"{result['msgs_per_s']:,}",
+                     result["mb_per_s"], result["correct"])
+        machine = {
+            "cpus": os.cpu_count(), "cpu_model": cpu_model(), "memory_gb": mem_total_gb(),
+            "python": platform.python_version(), "spark": spark.version,
+            "java": spark._jvm.java.lang.System.getProperty("java.version"),
+            "spark_master": settings.spark_master, "driver_memory": settings.spark_driver_memory,
+            "platform": platform.platform(), "project_jars": jars,
+            "load_average_end": [round(x, 2) for x in os.getloadavg()],
+            **peak_memory(broker_pid),
+        }
+    finally:
+        if spark is not None:
+            spark.stop()
+        if broker_pid is not None:
+            local_kafka.stop(settings, log=log.info)
+        shutil.rmtree(home, ignore_errors=True)
+
+    print_report(results)
+    options = {"messages": args.messages, "messages_per_stream": args.messages_per_stream,
+               "fault_rate": args.fault_rate, "max_offsets_per_trigger": args.max_offsets_per_trigger,
+               "spark_conf": args.spark_conf, "source_options": args.source_option,
+               "load_processes": args.processes}
+    print("RESULT " + json.dumps({"benchmark": "ingest_throughput", "options": options, "machine": machine,
+                                  "results": results}))
+    failed = [r["stream"] for r in results if not r["correct"]]
+    if failed:
+        print(f"INCORRECT: ingestion failed, or bronze + dead letters do not match the topic, for "
+              f"{', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
