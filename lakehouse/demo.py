@@ -116,7 +116,7 @@ def main(settings: Settings, events: int = 20_000) -> int:
                 and dead_letters_at(spark, name, expected) == expected
             mismatched += [] if ok else [name]
             verdict = "every message in bronze or dead letters, reasons match" if ok else "MISMATCH"
-            print(f"  {name:<12} {manifest['delivered']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
+            print(f"  {name:<12} {manifest['produced']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
         for name in streams:
             reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
             print(f"  dead letters of {name}: {reasons or 'none'}")
