@@ -1,0 +1,49 @@
+"""SIGTERM (what a service manager sends) lets the running micro-batch finish, then stops the
+streaming job cleanly: exit code 0, and everything read so far is in bronze."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from producers import user_events
+from producers.delivery import produce_to_topic
+from producers.faults import FaultRates
+from producers.protobuf import SCHEMAS_DIR
+
+pytestmark = pytest.mark.integration
+
+STREAM = "stopping_events"
+
+
+def test_sigterm_finishes_the_batch_and_exits_cleanly(spark, settings, kafka, tmp_path):
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text(yaml.safe_dump({"schema_dir": str(SCHEMAS_DIR), "streams": {STREAM: {
+        "format": "json", "schema": "user_events.schema.json", "event_time": "event_timestamp",
+        "identity": ["event_id"]}}}))
+    report = produce_to_topic(settings, STREAM, user_events.messages(2000, FaultRates(), 3), FaultRates(),
+                              total=2000, progress=False)
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
+           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
+    command = [str(Path(sys.executable).with_name("lakehouse")), "ingest", STREAM, "--trigger", "1s"]
+    log = tmp_path / "ingest.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while f"{STREAM} batch 0:" not in log.read_text():
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.5)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=120) == 0, log.read_text()[-2000:]
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "stop requested: finishing the running micro-batch" in text and "stopping 1 queries" in text
+    assert spark.table(f"bronze.{STREAM}").count() == report.delivered
