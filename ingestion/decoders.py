@@ -77,8 +77,10 @@ def _field_changes(before: StructType | None, after: StructType) -> list[str]:
             for f in after.fields if old.get(f.name) != f.dataType]
 
 
-class JsonDecoder(Decoder):
-    """JSON against the stream's JSON Schema; undeclared fields are kept in ``_rescued``."""
+class JsonSchemaDecoder(Decoder):
+    """Formats whose schema file is a JSON Schema: JSON events (undeclared fields kept in
+    ``_rescued``), and Debezium or DMS change records (the schema of the row image) into the
+    normalized changelog (DESIGN §6)."""
 
     _columns: StructType | None = None
 
@@ -86,22 +88,12 @@ class JsonDecoder(Decoder):
         contract = json_contract(self.spec)
         changes = _field_changes(self._columns, contract.schema)
         self._columns = contract.schema
-        self._decode = lambda raw: decode.decode_json(raw, contract, self.spec.event_time_column)
-        return changes
-
-
-class CdcDecoder(Decoder):
-    """Debezium or DMS change records into the normalized changelog (DESIGN §6)."""
-
-    _columns: StructType | None = None
-
-    def _load(self, version) -> list[str]:
-        contract = json_contract(self.spec)
-        changes = _field_changes(self._columns, contract.schema)
-        self._columns = contract.schema
-        normalize = decode.decode_debezium if self.spec.format == "debezium" else decode.decode_dms
-        identity, table = self.spec.identity_columns, self.spec.source_table
-        self._decode = lambda raw: normalize(raw, contract, identity, table)
+        spec = self.spec
+        if spec.format == "json":
+            self._decode = lambda raw: decode.decode_json(raw, contract, spec.event_time_column)
+        else:
+            normalize = decode.decode_debezium if spec.format == "debezium" else decode.decode_dms
+            self._decode = lambda raw: normalize(raw, contract, spec.identity_columns, spec.source_table)
         return changes
 
 
@@ -204,8 +196,8 @@ class ProtobufDecoder(Decoder):
         return changes
 
 
-DECODERS = {"json": JsonDecoder, "avro": AvroDecoder, "protobuf": ProtobufDecoder,
-            "debezium": CdcDecoder, "dms": CdcDecoder}
+DECODERS = {"json": JsonSchemaDecoder, "avro": AvroDecoder, "protobuf": ProtobufDecoder,
+            "debezium": JsonSchemaDecoder, "dms": JsonSchemaDecoder}
 
 
 def decoder_for(spark: SparkSession, settings: Settings, spec: StreamSpec) -> Decoder:
