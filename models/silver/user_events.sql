@@ -7,10 +7,8 @@
 }}
 
 {#-
-    One row per event_id: the first occurrence (by Kafka timestamp, then position) wins;
-    re-sends are dropped. Late events are kept. Each run reads only the bronze rows landed
-    since the last run (with an overlap window); the anti-join against this table makes
-    the overlap and any rerun harmless, so a plain append is enough.
+    One row per event_id (macros/first_occurrences.sql); late events are kept. Each run reads
+    only the bronze rows landed since the last run, with an overlap window.
 -#}
 
 with
@@ -18,13 +16,8 @@ with
 bronze_user_events as (
 
     select * from {{ source('bronze', 'user_events') }}
-
     {% if is_incremental() %}
-    where _ingested_at > (
-        select coalesce(max(_ingested_at), timestamp'1970-01-01')
-            - interval {{ var('overlap_minutes') }} minutes
-        from {{ this }}
-    )
+    where {{ ingested_since_last_run(this) }}
     {% endif %}
 
 ),
@@ -45,55 +38,9 @@ renamed as (
         _kafka_partition,
         _kafka_offset,
         _kafka_timestamp,
-        _ingested_at,
-
-        row_number() over (
-            partition by event_id
-            order by _kafka_timestamp, _kafka_partition, _kafka_offset
-        ) as occurrence
-
-    from bronze_user_events
-
-),
-
-first_occurrences as (
-
-    select * from renamed
-    where occurrence = 1
-
-),
-
-new_events as (
-
-    select first_occurrences.*
-    from first_occurrences
-
-    {% if is_incremental() %}
-    left anti join {{ this }} as existing
-        on existing.event_id = first_occurrences.event_id
-    {% endif %}
-
-),
-
-final as (
-
-    select
-        event_id,
-        customer_id,
-        session_id,
-        event_type,
-        event_at,
-        page,
-        device,
-        duration_ms,
-        _rescued,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset,
-        _kafka_timestamp,
         _ingested_at
-    from new_events
+    from bronze_user_events
 
 )
 
-select * from final
+{{ first_occurrences('renamed', ['event_id'], this, is_incremental()) }}

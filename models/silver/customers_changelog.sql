@@ -1,0 +1,41 @@
+{{ config(materialized='view') }}
+
+{#-
+    The customers changelog (Debezium, normalized by ingestion) with silver's types and names:
+    one row per change, duplicates and all. The mirror and the history read it.
+-#}
+
+with
+
+bronze_customers as (
+
+    select * from {{ source('bronze', 'customers') }}
+    -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
+    -- is the change
+    where not _is_tombstone
+
+),
+
+final as (
+
+    select
+        customer_id,
+        name as customer_name,
+        email,
+        country as country_code,
+        city,
+        tier,
+        cast(created_at as timestamp) as created_at,
+        cast(updated_at as timestamp) as updated_at,
+        op,
+        _seq,
+        _source_ts,
+        _ingested_at,
+        _kafka_topic,
+        _kafka_partition,
+        _kafka_offset
+    from bronze_customers
+
+)
+
+select * from final

@@ -1,0 +1,27 @@
+{%- set cdc = {
+    'unique_key': 'customer_id',
+    'sequence_by': '_seq',
+    'delete_when': "op = 'D'",
+    'except_columns': ['_kafka_topic'],
+} -%}
+
+{{ config(materialized='cdc_mirror', buckets=16, **cdc) }}
+
+{#-
+    The customers table of the source database, mirrored from its Debezium changelog: one row
+    per customer_id, deleted customers kept as tombstones (_is_deleted). Users and gold read the
+    live view `customers`. Semantics and configuration: macros/cdc_mirror.sql.
+-#}
+
+with
+
+changelog as (
+
+    select * from {{ ref('customers_changelog') }}
+    {% if is_incremental() %}
+    where {{ ingested_since_last_run(this) }}
+    {% endif %}
+
+)
+
+{{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}

@@ -1,0 +1,46 @@
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='append',
+        partition_by=['days(started_at)'],
+    )
+}}
+
+{#-
+    One row per (employee_id, started_at), the stream's identity: a re-hire is a new row
+    (macros/first_occurrences.sql). Nested team flattened, enum role lower-cased.
+-#}
+
+with
+
+bronze_employees as (
+
+    select * from {{ source('bronze', 'employees') }}
+    {% if is_incremental() %}
+    where {{ ingested_since_last_run(this) }}
+    {% endif %}
+
+),
+
+renamed as (
+
+    select
+        id as employee_id,
+        name as employee_name,
+        address,
+        -- the wrapper keeps "unknown" (null) apart from 0
+        employee_age as age,
+        start_date as started_at,
+        team.name as team_name,
+        team.location as team_location,
+        lower(role) as role,
+        _kafka_topic,
+        _kafka_partition,
+        _kafka_offset,
+        _kafka_timestamp,
+        _ingested_at
+    from bronze_employees
+
+)
+
+{{ first_occurrences('renamed', ['employee_id', 'started_at'], this, is_incremental()) }}

@@ -1,0 +1,49 @@
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='append',
+        partition_by=['days(purchased_at)'],
+    )
+}}
+
+{#-
+    One row per transaction_id (macros/first_occurrences.sql), whatever Avro writer schema
+    (v1, v2) sent it; v1 rows have no payment method.
+-#}
+
+with
+
+bronze_purchases as (
+
+    select * from {{ source('bronze', 'purchases') }}
+    {% if is_incremental() %}
+    where {{ ingested_since_last_run(this) }}
+    {% endif %}
+
+),
+
+renamed as (
+
+    select
+        transaction_id,
+        customer_id,
+        product_id,
+        store_id,
+        quantity,
+        -- exact amounts from here on: the producer rounds to cents, a double only carries it
+        cast(round(unit_price, 2) as decimal(12, 2)) as unit_price,
+        cast(round(amount, 2) as decimal(14, 2)) as amount,
+        upper(currency) as currency,
+        transaction_time as purchased_at,
+        lower(payment_method) as payment_method,
+        _schema_id,
+        _kafka_topic,
+        _kafka_partition,
+        _kafka_offset,
+        _kafka_timestamp,
+        _ingested_at
+    from bronze_purchases
+
+)
+
+{{ first_occurrences('renamed', ['transaction_id'], this, is_incremental()) }}
