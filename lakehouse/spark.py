@@ -83,6 +83,21 @@ def get_spark(settings: Settings, app_name: str = "lakehouse"):
     return spark
 
 
+def session_on(spark, settings: Settings):
+    """A new session of the running application whose catalog is the one ``settings`` name.
+
+    For tests and benchmarks that need a lakehouse of their own (own catalog, own warehouse)
+    next to the one the application started with: one JVM, two catalogs. Only the per-session
+    catalog settings change; everything static (jars, extensions, memory) is the application's.
+    """
+    session = spark.newSession()
+    conf = spark_conf(settings.spark_inputs(), str(PACKAGE_DIR))
+    for key, value in conf.items():
+        if key.startswith(f"spark.sql.catalog.{CATALOG_NAME}") or key == "spark.sql.shuffle.partitions":
+            session.conf.set(key, value)
+    return session
+
+
 def ensure_namespaces(spark) -> None:
     for namespace in NAMESPACES:
         spark.sql(f"create namespace if not exists {CATALOG_NAME}.{namespace}")

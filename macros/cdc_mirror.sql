@@ -26,64 +26,6 @@
     the select and the MERGE were to see different versions of the mirror.
 -#}
 
-{% macro cdc_mirror_key_list(unique_key) -%}
-    {%- if execute and not unique_key -%}
-        {% do exceptions.raise_compiler_error('cdc_mirror: set unique_key (the mirrored table\'s primary key)') %}
-    {%- endif -%}
-    {{- return([unique_key] if unique_key is string else (unique_key or [])) -}}
-{%- endmacro %}
-
-
-{#- The rows an increment writes to the mirror; `changelog` is a CTE (or relation) of changes.
-    The settings come as arguments, not from config: a dbt unit test renders the model with its
-    own config, and the model passes the same dict to config() and here. -#}
-{% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
-                            sequence_by='_seq', except_columns=[]) -%}
-    {%- set keys = cdc_mirror_key_list(unique_key) -%}
-    {%- if execute and not delete_when -%}
-        {% do exceptions.raise_compiler_error("cdc_mirror: set delete_when (e.g. \"op = 'D'\"), the changes that delete their key") %}
-    {%- endif -%}
-    {%- set dropped = ['_change_rank'] + ([except_columns] if except_columns is string else except_columns) -%}
-, latest_changes as (
-
-    select
-        changes.*,
-        ({{ delete_when }}) as _is_deleted,
-        -- duplicates share their sequence, so any one of them may win: they are the same change
-        row_number() over (
-            partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
-            order by changes.{{ sequence_by }} desc
-        ) as _change_rank
-    from {{ changelog }} as changes
-
-),
-
-mirror_changes as (
-
-    select latest_changes.*
-    from latest_changes
-    {% if incremental %}
-    -- a change not newer than what the mirror holds (a re-read, a duplicate, a late older
-    -- change, including one older than a tombstone) is dropped: it cannot resurrect a key
-    left anti join {{ existing }} as mirror
-        on {% for key in keys %}mirror.{{ key }} = latest_changes.{{ key }} and {% endfor -%}
-           mirror.{{ sequence_by }} >= latest_changes.{{ sequence_by }}
-    {% endif %}
-    where latest_changes._change_rank = 1
-
-),
-
-final as (
-
-    select * except ({{ dropped | join(', ') }})
-    from mirror_changes
-
-)
-
-select * from final
-{%- endmacro %}
-
-
 {% macro cdc_mirror_table_properties() -%}
     tblproperties (
         'format-version' = '2',
@@ -99,7 +41,8 @@ select * from final
 
 
 {% materialization cdc_mirror, adapter='spark' -%}
-    {%- set keys = cdc_mirror_key_list(config.get('unique_key')) -%}
+    {%- set unique_key = config.get('unique_key') -%}
+    {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
     {%- set sequence_by = config.get('sequence_by', '_seq') -%}
     {%- set buckets = config.get('buckets', 16) | int -%}
     {%- set retention_hours = var('cdc_tombstone_retention_hours',

@@ -1,5 +1,6 @@
 """`lakehouse demo` as a user runs it (what `make demo` calls after setup), in its own state folder."""
 
+import json
 import os
 import re
 import subprocess
@@ -46,7 +47,14 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
 
     rows = {m.group(1): int(m.group(2).replace(",", ""))
             for m in re.finditer(r"^\s+(\w+\.\w+)\s+([\d,]+) rows$", out, re.M)}
-    assert rows["silver.user_events"] > 0 and rows["gold.events_by_type_daily"] > 0
+    for table in ("silver.user_events", "silver.employees", "silver.purchases", "silver.customers",
+                  "silver.accounts", "gold.sales_by_region_daily", "gold.customer_activity",
+                  "gold.headcount_by_team_role", "gold.account_balance_summary", "gold.events_by_type_daily"):
+        assert rows[table] > 0, table
+    # dbt build ran seeds, models, data tests and unit tests, all green
+    assert "dbt build" in out
+    for stream in ("customers", "accounts"):  # the CDC oracle: live mirror == source database
+        assert re.search(rf"silver\.{stream} \(CDC mirror, [\d,]+ live rows\) equals the source database", out), stream
     streams = {m.group(1): [int(g.replace(",", "")) for g in m.groups()[1:4]] + [m.group(5)]
                for m in re.finditer(r"^\s+(\w+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+(.+)$", out, re.M)}
     assert set(streams) == {"employees", "purchases", "user_events", "customers", "accounts"}
@@ -58,6 +66,17 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
     assert "quality: PASSED" in out
     report = re.search(r"report: (\S+)", out)
     assert report and Path(report.group(1)).is_file()
+
+    # dbt docs: the catalog describes the new models' columns
+    from lakehouse.dbt import dbt_executable
+    docs = subprocess.run([dbt_executable(), "docs", "generate"], cwd=REPO_ROOT, env={**env, "PWD": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=600)
+    assert docs.returncode == 0, docs.stdout[-3000:]
+    catalog = json.loads((tmp_path / "target" / "catalog.json").read_text())
+    columns = {node["metadata"]["name"]: set(node["columns"]) for node in catalog["nodes"].values()}
+    assert {"customer_id", "_seq", "_is_deleted"} <= columns["customers_mirror"]
+    assert {"valid_from", "valid_to", "is_current", "op"} <= columns["customers_history"]
+    assert {"sales_date", "region", "revenue"} <= columns["sales_by_region_daily"]
 
     # Nothing it started is still running: broker down, port free, no JVM on this state folder.
     assert port_is_free(port)

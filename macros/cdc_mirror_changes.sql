@@ -1,0 +1,61 @@
+{#-
+    The select of a CDC mirror model (materialization: macros/cdc_mirror.sql): the rows an
+    increment writes. Per key the latest change of the increment by the sequence; on an
+    incremental run only changes newer than the row the mirror holds. `changelog` is a CTE or
+    relation of changes, `existing` the mirror (this), `incremental` is_incremental().
+    The settings come as arguments, not from config: a dbt unit test renders the model with its
+    own config, so the model passes one dict to config() and here.
+
+    Kept free of dbt-only Jinja (no return(), no adapter calls): the property test
+    (tests/unit/test_cdc_mirror_property.py) renders this same text with plain Jinja and runs
+    it on Spark against hundreds of random delivery orders.
+-#}
+
+{% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
+                            sequence_by='_seq', except_columns=[]) -%}
+    {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
+    {%- if execute and not keys -%}
+        {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
+    {%- endif -%}
+    {%- if execute and not delete_when -%}
+        {% do exceptions.raise_compiler_error("cdc_mirror: set delete_when (e.g. \"op = 'D'\"), the changes that delete their key") %}
+    {%- endif -%}
+    {%- set dropped = ['_change_rank'] + ([except_columns] if except_columns is string else except_columns) -%}
+, latest_changes as (
+
+    select
+        changes.*,
+        ({{ delete_when }}) as _is_deleted,
+        -- duplicates share their sequence, so any one of them may win: they are the same change
+        row_number() over (
+            partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
+            order by changes.{{ sequence_by }} desc
+        ) as _change_rank
+    from {{ changelog }} as changes
+
+),
+
+mirror_changes as (
+
+    select latest_changes.*
+    from latest_changes
+    {% if incremental %}
+    -- a change not newer than what the mirror holds (a re-read, a duplicate, a late older
+    -- change, including one older than a tombstone) is dropped: it cannot resurrect a key
+    left anti join {{ existing }} as mirror
+        on {% for key in keys %}mirror.{{ key }} = latest_changes.{{ key }} and {% endfor -%}
+           mirror.{{ sequence_by }} >= latest_changes.{{ sequence_by }}
+    {% endif %}
+    where latest_changes._change_rank = 1
+
+),
+
+final as (
+
+    select * except ({{ dropped | join(', ') }})
+    from mirror_changes
+
+)
+
+select * from final
+{%- endmacro %}
