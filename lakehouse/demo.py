@@ -36,7 +36,18 @@ def _step(number: int, text: str) -> float:
 
 
 def _count(spark, table: str, where: str = "true") -> int:
-    return spark.table(table).where(where).count() if spark.catalog.tableExists(table) else 0
+    """Rows of a table or view; 0 when it does not exist (yet).
+
+    Not catalog.tableExists(): it says False for the catalog's views (the live CDC mirrors).
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.table(table).where(where).count()
+    except AnalysisException as exc:
+        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
+            return 0
+        raise
 
 
 def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
