@@ -78,6 +78,14 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
     assert {"valid_from", "valid_to", "is_current", "op"} <= columns["customers_history"]
     assert {"sales_date", "region", "revenue"} <= columns["sales_by_region_daily"]
 
+    # source freshness: every stream landed rows just now; dead letters are not checked
+    fresh = subprocess.run([dbt_executable(), "source", "freshness"], cwd=REPO_ROOT,
+                           env={**env, "PWD": str(REPO_ROOT)}, capture_output=True, text=True, timeout=600)
+    assert fresh.returncode == 0, fresh.stdout[-3000:]
+    sources = json.loads((tmp_path / "target" / "sources.json").read_text())
+    verdicts = {r["unique_id"].split(".")[-1]: r["status"] for r in sources["results"]}
+    assert verdicts == {name: "pass" for name in ("employees", "purchases", "user_events", "customers", "accounts")}
+
     # Nothing it started is still running: broker down, port free, no JVM on this state folder.
     assert port_is_free(port)
     assert not (home / "kafka" / "broker.pid").exists()
