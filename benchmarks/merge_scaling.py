@@ -1,0 +1,686 @@
+"""CDC mirror MERGE scaling: 10k changes merged into a 1M-key and a 10M-key customers mirror.
+
+What is measured: the incremental run of the dbt model `silver.customers_mirror` (materialization
+`cdc_mirror`, macros/cdc_mirror.sql: cache the increment's winning changes, then an Iceberg
+MERGE into the mirror, partitioned by bucket(16, customer_id), merge-on-read), run exactly as a
+user runs it: `dbt run -s customers_mirror` as its own process at the project root, pointed at a
+private state folder by the LAKEHOUSE_* variables and at a private target/ by DBT_TARGET_PATH
+(lakehouse.dbt.dbt_env). For each size N:
+
+1. `bronze.customers` is created by the ingestion's own code (the customers decoder's bronze
+   schema and the stream's partitioning, ingestion/bronze.py ensure_table) and filled with N
+   insert changes (op 'R', `_seq.lsn` increasing, `_ingested_at` = T0) by Spark. Not measured.
+2. `dbt run -s customers_changelog customers_mirror`: the first run creates the mirror (CTAS).
+   Not measured, its time is reported.
+3. 10,000 changes for random keys (80% updates and 10% deletes of live keys, 10% inserts of
+   new keys) are appended to bronze with higher LSNs and `_ingested_at` = T0 + round hours,
+   then `dbt run -s customers_mirror`. Measured: the model's own execution time from
+   run_results.json (no dbt or JVM start-up) and the whole command's wall time. Then the new
+   snapshots of the mirror (added/removed data files, delete files, position deletes) and a
+   correctness check (row counts; every changed key holds the change's LSN, op and values).
+   Step 3 runs `--rounds` times (default 2): the first round is cold in every sense (new JVM
+   for every dbt run anyway, but also the first merge after the CTAS).
+
+Where the time goes comes from Spark's event log of the dbt process (enabled through
+PYSPARK_SUBMIT_ARGS, which pyspark reads when dbt starts its session; no project file
+changes): per SQL statement its wall time and, per Iceberg scan, the data files scanned and
+skipped and the rows read.
+
+    .venv/bin/python benchmarks/merge_scaling.py [--sizes 1000000 10000000] [--changes 10000]
+
+Prints progress lines, a table, and a final `RESULT {json}` line. Nothing asserts on time.
+Everything lives in a temporary state folder (jars linked from .lakehouse/jars, i.e. after
+`make setup`), removed at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lakehouse.config import PROJECT_ROOT, Settings, default_home  # noqa: E402
+from lakehouse.dbt import dbt_env, dbt_executable  # noqa: E402
+
+MIRROR = "silver.customers_mirror"
+MIRROR_MODEL = "model.lakehouse.customers_mirror"
+CHANGE_MIX = {"U": 0.8, "D": 0.1, "I": 0.1}  # updates and deletes of live keys, inserts of new keys
+FIRST_LSN = 0x1_6B3748  # producers/cdc/simulator.py starts its LSNs here too
+ROUND_LSN_STRIDE = 10**9  # every change of round r has an LSN above every earlier one
+TARGET_RATIO = 2.0  # issue: the 10x larger mirror costs less than 2x the time
+SUMMARY_KEYS = ("added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files",
+                "added-position-delete-files", "added-position-deletes", "added-records", "deleted-records",
+                "total-data-files", "total-delete-files", "total-position-deletes", "total-records")
+
+
+def progress(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", flush=True)
+
+
+# --- state folder and settings ----------------------------------------------------------------
+
+def make_home(root: Path, size: int) -> Path:
+    """A private state folder with the project's jars linked in (nothing else is shared).
+
+    One per size, all under one root removed at the very end: pyspark keeps its first JVM for
+    the life of this process, and that JVM's classpath points into the first size's folder."""
+    jars = (Path(default_home()) / "jars").resolve()
+    if not (jars / "spark").is_dir():
+        raise SystemExit(f"jars not found in {jars}: run `make setup` first")
+    home = root / f"n{size}"
+    home.mkdir()
+    (home / "jars").symlink_to(jars)
+    return home
+
+
+def bench_settings(home: Path, driver_memory: str | None) -> Settings:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    env.update({k: v for k, v in os.environ.items()
+                if k in ("LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_SPARK_DRIVER_MEMORY", "LAKEHOUSE_SHUFFLE_PARTITIONS")})
+    env["LAKEHOUSE_HOME"] = str(home)
+    if driver_memory:
+        env["LAKEHOUSE_SPARK_DRIVER_MEMORY"] = driver_memory
+    return Settings.from_env(env)
+
+
+# --- step 1: bronze ---------------------------------------------------------------------------
+
+def create_bronze(spark, settings: Settings) -> str:
+    """bronze.customers as the ingestion job creates it (schema from the stream's decoder)."""
+    from ingestion import bronze
+    from ingestion.decoders import decoder_for
+    from ingestion.streams import get_stream
+    from lakehouse.spark import ensure_namespaces
+
+    ensure_namespaces(spark)
+    spec = get_stream("customers")
+    decoder = decoder_for(spark, settings, spec)
+    decoder.refresh()
+    bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
+    return spec.bronze_table
+
+
+def iso_text(column):
+    """The simulator's instants: ISO-8601 UTC with milliseconds, as text."""
+    from pyspark.sql import functions as F
+
+    return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+
+
+def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_number: int):
+    """Bronze rows for the keys in DataFrame ``keys`` (column customer_id), the simulator's way.
+
+    Business columns are derived from the key, so an insert and a later delete of the same key
+    agree; an update (round > 0) changes tier and email and stamps updated_at with its time.
+    """
+    from pyspark.sql import functions as F
+
+    from producers.cdc.simulator import CITIES, FIRST_NAMES, LAST_NAMES, TIERS
+
+    def pick(values, salt):
+        return F.element_at(F.array(*[F.lit(v) for v in values]),
+                            (F.pmod(F.xxhash64(F.col("customer_id"), F.lit(salt)), F.lit(len(values))) + 1).cast("int"))
+
+    ascii_names = {n: "".join(c for c in n.lower() if c.isascii() and c.isalnum()) for n in FIRST_NAMES + LAST_NAMES}
+    first, last = pick(FIRST_NAMES, 1), pick(LAST_NAMES, 2)
+    first_ascii = pick([ascii_names[n] for n in FIRST_NAMES], 1)
+    last_ascii = pick([ascii_names[n] for n in LAST_NAMES], 2)
+    country_index = F.pmod(F.xxhash64(F.col("customer_id"), F.lit(3)), F.lit(len(CITIES))) + 1
+    countries = F.array(*[F.lit(c) for c in CITIES])
+    city_lists = F.array(*[F.array(*[F.lit(x) for x in cities]) for cities in CITIES.values()])
+    cities = F.element_at(city_lists, country_index.cast("int"))
+    city_index = (F.pmod(F.xxhash64(F.col("customer_id"), F.lit(4)), F.size(cities)) + 1).cast("int")
+    tier_index = F.pmod(F.xxhash64(F.col("customer_id"), F.lit(5)), F.lit(100))
+    base_tier = F.when(tier_index < 70, TIERS[0]).when(tier_index < 92, TIERS[1]).otherwise(TIERS[2])
+    is_update = F.lit(round_number > 0) & (op == F.lit("U"))
+    created = F.lit(datetime(2026, 1, 1, tzinfo=UTC)) + F.make_interval(secs=F.col("customer_id") % 25_000_000)
+    changed_at = F.lit(ingested_at - timedelta(seconds=30))
+    email_suffix = F.when(is_update, F.lit(f"+r{round_number}")).otherwise(F.lit(""))
+    return keys.select(
+        op.alias("op"),
+        F.col("customer_id").cast("bigint").alias("customer_id"),
+        F.concat_ws(" ", first, last).alias("name"),
+        F.concat(first_ascii, F.lit("."), last_ascii, F.col("customer_id").cast("string"), email_suffix,
+                 F.lit("@example.com")).alias("email"),
+        F.element_at(countries, country_index.cast("int")).alias("country"),
+        F.when(F.pmod(F.xxhash64(F.col("customer_id"), F.lit(6)), F.lit(10)) == 0, F.lit(None).cast("string"))
+         .otherwise(F.element_at(cities, city_index)).alias("city"),
+        F.when(is_update, F.when(base_tier == "gold", "bronze").otherwise("gold")).otherwise(base_tier).alias("tier"),
+        iso_text(created).alias("created_at"),
+        iso_text(F.when(op == F.lit("I"), changed_at).when(is_update, changed_at).otherwise(created))
+         .alias("updated_at"),
+        changed_at.alias("_source_ts"),
+        F.struct(lsn.cast("bigint").alias("lsn")).alias("_seq"),
+        F.lit(False).alias("_is_tombstone"),
+        F.lit("customers").alias("_kafka_topic"),
+        F.pmod(F.xxhash64(F.col("customer_id")), F.lit(3)).cast("int").alias("_kafka_partition"),
+        (lsn - F.lit(FIRST_LSN)).cast("bigint").alias("_kafka_offset"),
+        changed_at.alias("_kafka_timestamp"),
+        F.concat(F.lit('{"customer_id":'), F.col("customer_id").cast("string"), F.lit("}")).alias("_kafka_key"),
+        F.lit(ingested_at).alias("_ingested_at"),
+        F.lit(batch_id).cast("bigint").alias("_batch_id"),
+    )
+
+
+def append_bronze(spark, table: str, rows) -> None:
+    from ingestion.bronze import align
+
+    align(rows, spark.table(table).schema).writeTo(table).append()
+
+
+def load_initial(spark, table: str, size: int, t0: datetime) -> float:
+    """N snapshot reads (op 'R') of keys 1..N, ingested at T0; returns seconds."""
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    keys = spark.range(1, size + 1, 1, max(2, size // 1_000_000)).withColumnRenamed("id", "customer_id")
+    rows = changelog_rows(keys, F.lit(FIRST_LSN) + F.col("customer_id"), F.lit("R"), t0, 0, 0)
+    append_bronze(spark, table, rows)
+    return time.perf_counter() - started
+
+
+# --- step 3: a round of changes ---------------------------------------------------------------
+
+class KeySpace:
+    """Which keys exist and which are deleted, to draw realistic changes (no update of a
+    deleted key, inserts beyond the largest key)."""
+
+    def __init__(self, size: int, seed: int):
+        self.max_key = size
+        self.deleted: set[int] = set()
+        self.rng = random.Random(seed)
+
+    def draw(self, count: int) -> list[tuple[int, str]]:
+        updates = round(count * CHANGE_MIX["U"])
+        deletes = round(count * CHANGE_MIX["D"])
+        inserts = count - updates - deletes
+        existing: list[int] = []
+        while len(existing) < updates + deletes:  # distinct live keys, uniformly over the key space
+            drawn = self.rng.sample(range(1, self.max_key + 1), updates + deletes + len(self.deleted) + 16)
+            existing = [k for k in dict.fromkeys(drawn) if k not in self.deleted][: updates + deletes]
+        plan = [(k, "U") for k in existing[:updates]] + [(k, "D") for k in existing[updates:]]
+        plan += [(self.max_key + 1 + i, "I") for i in range(inserts)]
+        self.deleted.update(k for k, op in plan if op == "D")
+        self.max_key += inserts
+        self.rng.shuffle(plan)
+        return plan
+
+
+def load_changes(spark, table: str, plan: list[tuple[int, str]], round_number: int, t0: datetime):
+    """Append one round of changes to bronze; returns the expected rows (a cached DataFrame)."""
+    from pyspark.sql import functions as F
+
+    first_lsn = FIRST_LSN + ROUND_LSN_STRIDE * round_number
+    keys = spark.createDataFrame([(k, op, first_lsn + i) for i, (k, op) in enumerate(plan)],
+                                 "customer_id bigint, change_op string, change_lsn bigint")
+    rows = changelog_rows(keys, F.col("change_lsn"), F.col("change_op"), t0 + timedelta(hours=round_number),
+                          round_number, round_number)
+    append_bronze(spark, table, rows)
+    return rows.select("customer_id", "op", F.col("_seq.lsn").alias("lsn"), "email", "tier").cache()
+
+
+def bucket_spread(spark, plan: list[tuple[int, str]], buckets: int = 16) -> dict[int, int]:
+    """How many changed keys fall into each of the mirror's buckets (Iceberg's own bucket function)."""
+    keys = spark.createDataFrame([(k,) for k, _ in plan], "customer_id bigint")
+    rows = keys.selectExpr(f"lake.system.bucket({buckets}, customer_id) as bucket").groupBy("bucket").count().collect()
+    return {r["bucket"]: r["count"] for r in sorted(rows, key=lambda r: r["bucket"])}
+
+
+# --- dbt, as users run it ---------------------------------------------------------------------
+
+class ProcessSampler(threading.Thread):
+    """Peak RSS and CPU time of the dbt process tree (dbt and its Spark JVM), and the CPU time
+    that processes other than this benchmark's used meanwhile (the machine may be shared), from
+    /proc every 0.5 s."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop_event = threading.Event()
+        self.dbt_pid: int | None = None
+        self.peak_rss: dict[str, int] = defaultdict(int)
+        self.cpu_ticks: dict[int, int] = {}  # this benchmark's processes (the setup JVM too)
+        self.dbt_pids: set[int] = set()
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.sample()
+        self.cpu_before = dict(self.cpu_ticks)  # processes that already ran count from here on
+        self.busy_start = self.machine_busy_ticks()
+
+    @staticmethod
+    def machine_busy_ticks() -> int:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+
+    def sample(self) -> None:
+        children, stats = defaultdict(list), {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue
+            comm = text[text.index("(") + 1: text.rindex(")")]
+            rest = text[text.rindex(")") + 2:].split()
+            children[int(rest[1])].append(int(entry.name))
+            stats[int(entry.name)] = (comm, int(rest[11]) + int(rest[12]), int(rest[21]) * self.page)
+
+        def tree(root: int) -> list[int]:
+            found, todo = [root], [root]
+            while todo:
+                for child in children.get(todo.pop(), []):
+                    found.append(child)
+                    todo.append(child)
+            return [pid for pid in found if pid in stats]
+
+        for pid in tree(os.getpid()):
+            self.cpu_ticks[pid] = stats[pid][1]
+        if self.dbt_pid is not None:
+            for pid in tree(self.dbt_pid):
+                comm, _, rss = stats[pid]
+                self.dbt_pids.add(pid)
+                self.peak_rss[comm] = max(self.peak_rss[comm], rss)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.5):
+            self.sample()
+
+    def finish(self) -> dict:
+        self.stop_event.set()
+        self.join()
+        busy = (self.machine_busy_ticks() - self.busy_start) / self.tick
+        ours = sum(t - self.cpu_before.get(pid, 0) for pid, t in self.cpu_ticks.items()) / self.tick
+        dbt = sum(t for pid, t in self.cpu_ticks.items() if pid in self.dbt_pids) / self.tick
+        return {"peak_rss_mb": {k: round(v / 2**20) for k, v in self.peak_rss.items() if v > 2**20},
+                "dbt_cpu_s": round(dbt, 1), "other_cpu_s": round(max(0.0, busy - ours), 1)}
+
+
+def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, event_dir: Path | None,
+                     project_dir: Path = PROJECT_ROOT) -> dict:
+    """`dbt <args>` as lakehouse.dbt.run_dbt runs it (same executable, cwd and environment), plus
+    Spark's event log; wall time, the models' execution times, peak RSS and CPU."""
+    env = dbt_env(settings, target_dir)
+    if event_dir is not None:
+        event_dir.mkdir(parents=True, exist_ok=True)
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join([
+            "--conf spark.eventLog.enabled=true", f"--conf spark.eventLog.dir=file://{event_dir}",
+            "--conf spark.eventLog.compress=false", "--conf spark.eventLog.rolling.enabled=false", "pyspark-shell"])
+    sampler = ProcessSampler()
+    sampler.start()
+    started = time.perf_counter()
+    with subprocess.Popen([dbt_executable(), *args], cwd=project_dir, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        sampler.dbt_pid = process.pid
+        stdout, stderr = process.communicate()
+    wall = time.perf_counter() - started
+    usage = sampler.finish()
+    if process.returncode != 0:
+        print(stdout[-5000:], stderr[-3000:], sep="\n", file=sys.stderr)
+        raise SystemExit(f"`dbt {' '.join(args)}` failed (exit {process.returncode})")
+    run_results = json.loads((target_dir / "run_results.json").read_text())
+    models = {r["unique_id"]: {"status": r["status"], "execution_time_s": round(r["execution_time"], 2),
+                               "adapter_response": r.get("adapter_response")}
+              for r in run_results["results"]}
+    events = None
+    if event_dir is not None:
+        logs = sorted(event_dir.iterdir(), key=lambda p: p.stat().st_mtime)
+        logs = [p for p in logs if p.name != "done"]
+        events = sql_breakdown(logs[-1]) if logs else None
+        (event_dir / "done").mkdir(exist_ok=True)
+        for log in logs:  # kept for a look with --keep, out of the way of the next run
+            log.rename(event_dir / "done" / f"{args[-1]}-{time.time_ns()}{log.suffix}")
+    return {"wall_s": round(wall, 2), "models": models, **usage, "statements": events}
+
+
+# --- Spark's event log: time and scans per SQL statement --------------------------------------
+
+def reads_cache(node_name: str) -> bool:
+    # a named cache shows as "Scan In-memory table <name>", an unnamed one as "InMemoryTableScan"
+    return node_name.startswith("InMemoryTableScan") or "In-memory table" in node_name
+
+
+def _walk(plan: dict, found: list, cached: bool = False) -> None:
+    """Every node with a flag: is it part of a cached plan (below a scan of a cached table)?"""
+    found.append((plan, cached))
+    cached = cached or reads_cache(plan["nodeName"])
+    for child in plan.get("children", []):
+        _walk(child, found, cached)
+
+
+def sql_breakdown(event_log: Path) -> list[dict]:
+    """Per SQL statement of the dbt process: wall time, its kind, its top plan node, and each
+    Iceberg scan's files and rows. A statement that runs others inside it (CACHE TABLE, MERGE)
+    is one root execution; its nested executions add their scans, not their time. A cached
+    plan's scans belong to the execution that ran them first (the one that built the cache).
+    Metric values come from driver updates (Iceberg's scan planning) and task ends (rows read)."""
+    executions: dict[int, dict] = {}
+    metric_of: dict[int, tuple[int, int, str]] = {}  # accumulator -> (execution, scan index, metric)
+    values: dict[int, int] = defaultdict(int)
+
+    def register(execution_id: int, plan: dict) -> None:
+        nodes: list = []
+        _walk(plan, nodes)
+        ex = executions[execution_id]
+        ex["top"] = plan["nodeName"] if plan["nodeName"] != "AdaptiveSparkPlan" or not plan.get("children") \
+            else plan["children"][0]["nodeName"]
+        ex["nodes"] = {"InMemoryTableScan" if reads_cache(n["nodeName"]) else n["nodeName"].split(" ")[0]
+                       for n, cached in nodes if not cached}
+        ex["scans"] = []
+        for node, cached in nodes:
+            name = node["nodeName"]
+            if not name.startswith("BatchScan"):
+                continue
+            owners = {metric_of.get(m["accumulatorId"], (execution_id,))[0] for m in node.get("metrics", [])}
+            if cached and owners != {execution_id}:
+                continue  # read from the cache here; the scan ran in the statement that built it
+            ex["scans"].append({"table": name.split(" ", 1)[1] if " " in name else name})
+            for metric in node.get("metrics", []):
+                metric_of[metric["accumulatorId"]] = (execution_id, len(ex["scans"]) - 1, metric["name"])
+
+    with event_log.open() as lines:
+        for line in lines:
+            event = json.loads(line)
+            kind = event["Event"].rsplit(".", 1)[-1]
+            if kind == "SparkListenerSQLExecutionStart":
+                execution_id = event["executionId"]
+                executions[execution_id] = {"start": event["time"], "end": None,
+                                            "root": event.get("rootExecutionId", execution_id)}
+                register(execution_id, event["sparkPlanInfo"])
+            elif kind == "SparkListenerSQLAdaptiveExecutionUpdate" and event["executionId"] in executions:
+                register(event["executionId"], event["sparkPlanInfo"])
+            elif kind == "SparkListenerSQLExecutionEnd" and event["executionId"] in executions:
+                executions[event["executionId"]]["end"] = event["time"]
+            elif kind == "SparkListenerDriverAccumUpdates":
+                for accumulator, value in event["accumUpdates"]:
+                    values[accumulator] += int(value)
+            elif kind == "SparkListenerTaskEnd":
+                for acc in event.get("Task Info", {}).get("Accumulables", []):
+                    if acc["ID"] in metric_of and acc.get("Update") is not None:
+                        values[acc["ID"]] += int(acc["Update"])
+    for accumulator, (execution_id, index, name) in metric_of.items():
+        if accumulator in values:
+            executions[execution_id]["scans"][index][name] = values[accumulator]
+    statements: dict[int, dict] = {}
+    for execution_id, ex in sorted(executions.items()):
+        root = ex["root"] if ex["root"] in executions else execution_id
+        statement = statements.setdefault(root, {"id": root, "nodes": set(), "scans": []})
+        statement["nodes"] |= ex["nodes"]
+        statement["scans"] += [scan_summary(s) for s in ex["scans"]]
+        if root == execution_id:
+            statement["top"] = ex["top"]
+            statement["seconds"] = round((ex["end"] - ex["start"]) / 1000, 2) if ex["end"] else None
+    out = []
+    for statement in statements.values():
+        statement["kind"] = statement_kind(statement)
+        del statement["nodes"]
+        out.append(statement)
+    return out
+
+
+SCAN_METRICS = {  # Iceberg's scan metrics as Spark shows them -> short names
+    "number of result data files": "data_files", "number of skipped data files": "skipped_data_files",
+    "number of result delete files": "delete_files", "number of output rows": "rows",
+    "total data file size (bytes)": "data_bytes", "number of row deletes applied": "row_deletes_applied",
+}
+
+
+def scan_summary(scan: dict) -> dict:
+    return {"table": scan["table"], **{short: scan[name] for name, short in SCAN_METRICS.items() if name in scan}}
+
+
+def statement_kind(statement: dict) -> str:
+    """Which statement of the cdc_mirror materialization an execution is, from its plan."""
+    nodes, tables = statement["nodes"], {s["table"] for s in statement["scans"]}
+    if nodes & {"AtomicCreateTableAsSelect", "CreateTableAsSelect"}:
+        return "create table as select"
+    if "CacheTableAsSelect" in nodes:
+        return "cache table (increment)"
+    if nodes & {"MergeRows", "MergeRowsExec"}:
+        return "merge"
+    if nodes & {"WriteDelta", "ReplaceData"}:
+        return "purge tombstones"
+    if "InMemoryTableScan" in nodes or any("bronze" in t for t in tables):
+        return "count of changes"
+    if "CollectLimit" in nodes and tables:
+        return "purge check"
+    if tables:
+        return "read mirror"
+    return "other: " + statement.get("top", "?")
+
+
+def summarize_statements(statements: list[dict] | None) -> dict:
+    if not statements:
+        return {}
+    by_kind: dict[str, float] = defaultdict(float)
+    for s in statements:
+        by_kind[s["kind"] if not s["kind"].startswith("other") else "other"] += s["seconds"] or 0
+    return {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}
+
+
+# --- reading the mirror back ------------------------------------------------------------------
+
+def snapshot_ids(spark) -> set[int]:
+    return {r[0] for r in spark.sql(f"select snapshot_id from {MIRROR}.snapshots").collect()}
+
+
+def new_snapshots(spark, before: set[int]) -> list[dict]:
+    rows = spark.sql(f"select snapshot_id, committed_at, operation, summary from {MIRROR}.snapshots "
+                     "order by committed_at").collect()
+    return [{"operation": r["operation"], **{k: int(r["summary"][k]) for k in SUMMARY_KEYS if k in r["summary"]}}
+            for r in rows if r["snapshot_id"] not in before]
+
+
+def mirror_layout(spark) -> dict:
+    files = spark.sql(f"select content, count(*) as files, sum(record_count) as records, "
+                      f"sum(file_size_in_bytes) as bytes from {MIRROR}.files group by content").collect()
+    by_content = {r["content"]: r for r in files}
+    data, deletes = by_content.get(0), by_content.get(1)
+    partitions = spark.sql(f"select count(*) from {MIRROR}.partitions").collect()[0][0]
+    return {"data_files": data["files"] if data else 0, "data_mb": round(data["bytes"] / 2**20, 1) if data else 0,
+            "position_delete_files": deletes["files"] if deletes else 0,
+            "position_deletes": deletes["records"] if deletes else 0, "partitions": partitions}
+
+
+def check_mirror(spark, expected, rows_expected: int, live_expected: int) -> dict:
+    """The mirror holds every key once, the right counts, and each changed key its change."""
+    from pyspark.sql import functions as F
+
+    mirror = spark.table(MIRROR)
+    counts = mirror.agg(F.count(F.lit(1)).alias("rows"), F.countDistinct("customer_id").alias("keys"),
+                        F.sum(F.when(~F.col("_is_deleted"), 1).otherwise(0)).alias("live")).collect()[0]
+    joined = expected.alias("e").join(mirror.alias("m"), "customer_id", "left")
+    wrong = joined.where(
+        F.col("m._seq").isNull()
+        | (F.col("m._seq.lsn") != F.col("e.lsn"))
+        | (F.col("m._is_deleted") != (F.col("e.op") == "D"))
+        | (F.col("m.op") != F.col("e.op"))
+        | (F.col("m.email") != F.col("e.email"))
+        | (F.col("m.tier") != F.col("e.tier"))
+    ).count()
+    ok = (counts["rows"] == rows_expected and counts["keys"] == rows_expected and counts["live"] == live_expected
+          and wrong == 0)
+    return {"correct": ok, "rows": counts["rows"], "rows_expected": rows_expected, "live": counts["live"],
+            "live_expected": live_expected, "changed_keys_wrong": wrong}
+
+
+# --- one size ---------------------------------------------------------------------------------
+
+def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
+    from lakehouse.spark import get_spark
+
+    home = make_home(root, size)
+    settings = bench_settings(home, args.driver_memory)
+    progress(f"N={size:,}: state folder {home}, driver memory {settings.spark_driver_memory}")
+    target = home / "dbt-target"
+    events = None if args.no_event_log else home / "spark-events"
+    t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=args.rounds + 1)
+    result: dict = {"size": size, "driver_memory": settings.spark_driver_memory, "rounds": []}
+    spark = get_spark(settings, "bench-merge-setup")
+    try:
+        table = create_bronze(spark, settings)
+        progress(f"N={size:,}: writing {size:,} snapshot changes to {table}")
+        result["bronze_load_s"] = round(load_initial(spark, table, size, t0), 1)
+        progress(f"N={size:,}: bronze loaded in {result['bronze_load_s']} s; dbt run (CTAS of the mirror)")
+
+        create = run_dbt_measured(settings, ["run", "-s", "customers_changelog", "customers_mirror"], target, events,
+                                  args.project_dir)
+        result["create"] = {"wall_s": create["wall_s"],
+                            "model_s": create["models"][MIRROR_MODEL]["execution_time_s"],
+                            "peak_rss_mb": create["peak_rss_mb"], "other_cpu_s": create["other_cpu_s"]}
+        result["layout_after_create"] = mirror_layout(spark)
+        progress(f"N={size:,}: mirror created: model {result['create']['model_s']} s, dbt wall "
+                 f"{create['wall_s']} s, {result['layout_after_create']}")
+
+        layout = result["layout_after_create"]
+        keys = KeySpace(size, args.seed + size)
+        rows_expected, live_expected = size, size
+        for round_number in range(1, args.rounds + 1):
+            plan = keys.draw(args.changes)
+            spread = bucket_spread(spark, plan)
+            expected = load_changes(spark, table, plan, round_number, t0)
+            inserts = sum(op == "I" for _, op in plan)
+            deletes = sum(op == "D" for _, op in plan)
+            rows_expected += inserts
+            live_expected += inserts - deletes
+            progress(f"N={size:,} round {round_number}: {len(plan):,} changes appended ({inserts} inserts, "
+                     f"{deletes} deletes) over {len(spread)} of 16 buckets; dbt run -s customers_mirror")
+            before = snapshot_ids(spark)
+            run = run_dbt_measured(settings, ["run", "-s", "customers_mirror"], target, events, args.project_dir)
+            model_s = run["models"][MIRROR_MODEL]["execution_time_s"]
+            check = check_mirror(spark, expected, rows_expected, live_expected)
+            expected.unpersist()
+            snapshots = new_snapshots(spark, before)
+            merge = next((s for s in snapshots if s["operation"] == "overwrite"), snapshots[0] if snapshots else {})
+            layout_before = layout
+            layout = mirror_layout(spark)
+            entry = {
+                "round": round_number, "changes": len(plan), "model_s": model_s, "wall_s": run["wall_s"],
+                "changes_per_s": round(len(plan) / model_s) if model_s else None,
+                "data_files_rewritten": merge.get("deleted-data-files", 0),
+                "data_files_added": merge.get("added-data-files", 0),
+                "delete_files_added": merge.get("added-delete-files", 0),
+                "position_deletes_added": merge.get("added-position-deletes", 0),
+                "delete_files_removed": merge.get("removed-delete-files", 0),
+                "position_deletes_net": merge.get("total-position-deletes", 0) - layout_before["position_deletes"],
+                "snapshots": snapshots, "buckets_touched": len(spread), "keys_per_bucket": spread,
+                "check": check, "peak_rss_mb": run["peak_rss_mb"], "dbt_cpu_s": run["dbt_cpu_s"],
+                "other_cpu_s": run["other_cpu_s"], "time_by_statement_kind": summarize_statements(run["statements"]),
+                "statements": run["statements"], "layout_after": layout,
+            }
+            mirror_scan = [sc for st in (run["statements"] or []) if st["kind"] == "merge" for sc in st["scans"]]
+            entry["merge_scans"] = mirror_scan
+            result["rounds"].append(entry)
+            progress(f"N={size:,} round {round_number}: model {model_s} s ({entry['changes_per_s']:,} changes/s), "
+                     f"dbt wall {run['wall_s']} s; data files rewritten {entry['data_files_rewritten']}, delete files "
+                     f"+{entry['delete_files_added']}, position deletes +{entry['position_deletes_added']}; "
+                     f"correct={check['correct']}; other CPU {run['other_cpu_s']} s")
+            if entry["time_by_statement_kind"]:
+                progress(f"    Spark time by statement: {entry['time_by_statement_kind']}")
+    finally:
+        spark.stop()
+    return result
+
+
+# --- report -----------------------------------------------------------------------------------
+
+def scan_text(scans: list[dict]) -> str:
+    return "; ".join(f"{s['table'].removeprefix('lake.')}: {s.get('data_files')} files read, "
+                     f"{s.get('skipped_data_files')} skipped, {s.get('rows')} rows" for s in scans)
+
+
+def print_report(results: list[dict]) -> None:
+    print()
+    print("      size  round  model s  dbt wall s  changes/s  data files rewritten  delete files +/-  "
+          "pos deletes + (net)  buckets  correct  dbt CPU s  other CPU s")
+    for r in results:
+        for x in r["rounds"]:
+            deletes = f"+{x['delete_files_added']}/-{x['delete_files_removed']}"
+            positions = f"{x['position_deletes_added']} ({x['position_deletes_net']})"
+            print(f"{r['size']:>10,}  {x['round']:>5}  {x['model_s']:>7}  {x['wall_s']:>10}  {x['changes_per_s']:>9,}  "
+                  f"{x['data_files_rewritten']:>20}  {deletes:>16}  {positions:>19}  {x['buckets_touched']:>7}  "
+                  f"{str(x['check']['correct']):>7}  {x['dbt_cpu_s']:>9}  {x['other_cpu_s']:>11}")
+    for r in results:
+        c = r["create"]
+        print(f"N={r['size']:,}: bronze load {r['bronze_load_s']} s, CTAS model {c['model_s']} s "
+              f"(dbt wall {c['wall_s']} s), layout {r['layout_after_create']}, peak RSS {c['peak_rss_mb']}")
+        for x in r["rounds"]:
+            print(f"  round {x['round']}: Spark time by statement {x['time_by_statement_kind']}")
+            for st in x["statements"] or []:
+                if st["scans"] or (st["seconds"] or 0) >= 0.5:
+                    print(f"    #{st['id']:<3} {st['kind']:<24} {st['seconds']:>6} s  {scan_text(st['scans'])}")
+    if len(results) >= 2:
+        small, large = results[0], results[-1]
+        for i in range(min(len(small["rounds"]), len(large["rounds"]))):
+            ratio = large["rounds"][i]["model_s"] / small["rounds"][i]["model_s"]
+            print(f"round {i + 1}: {large['size']:,} vs {small['size']:,} keys: {ratio:.2f}x the model time "
+                  f"(target < {TARGET_RATIO}x: {'met' if ratio < TARGET_RATIO else 'NOT met'})")
+
+
+def macro_hashes(project_dir: Path) -> dict[str, str]:
+    """Ties the figures to the SQL that produced them."""
+    names = ("cdc_mirror.sql", "ingested_since_last_run.sql")
+    return {n: hashlib.sha256((project_dir / "macros" / n).read_bytes()).hexdigest()[:12] for n in names}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                        help="mirror sizes (keys) to build, smallest first (default: %(default)s)")
+    parser.add_argument("--changes", type=int, default=10_000, help="changes per merge round (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2, help="merge rounds per size (default: %(default)s)")
+    parser.add_argument("--driver-memory", help="Spark driver memory for dbt and the setup session, e.g. 4g "
+                                                "(default: LAKEHOUSE_SPARK_DRIVER_MEMORY, else the profile's 2g)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-event-log", action="store_true",
+                        help="do not enable Spark's event log in the dbt process (no per-statement breakdown)")
+    parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
+    parser.add_argument("--keep", action="store_true", help="keep the state folders (for experiments)")
+    parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
+                        help="run dbt in this copy of the project (dbt_project.yml, profiles.yml, models/, macros/)"
+                             " to measure a candidate change to a macro without editing the repository")
+    args = parser.parse_args(argv)
+    if args.changes < 10 or args.rounds < 1 or min(args.sizes) < args.changes:
+        parser.error("--changes at least 10, --rounds at least 1, every size at least --changes")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="bench-merge-", dir=args.home_parent))
+    try:
+        results = [measure_size(size, root, args) for size in args.sizes]
+    finally:
+        if args.keep:
+            progress(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print_report(results)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+               "load_average_end": [round(x, 2) for x in os.getloadavg()]}
+    options = {"sizes": args.sizes, "changes": args.changes, "rounds": args.rounds, "seed": args.seed,
+               "driver_memory": args.driver_memory, "event_log": not args.no_event_log,
+               "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir)}
+    print("RESULT " + json.dumps({"benchmark": "merge_scaling", "options": options, "machine": machine,
+                                  "took_s": round(time.perf_counter() - started), "results": results}))
+    return 0 if all(x["check"]["correct"] for r in results for x in r["rounds"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
