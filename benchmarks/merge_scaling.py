@@ -18,19 +18,22 @@ private state folder by the LAKEHOUSE_* variables and at a private target/ by DB
    run_results.json (no dbt or JVM start-up) and the whole command's wall time. Then the new
    snapshots of the mirror (added/removed data files, delete files, position deletes) and a
    correctness check (row counts; every changed key holds the change's LSN, op and values).
-   Step 3 runs `--rounds` times (default 2): the first round is cold in every sense (new JVM
-   for every dbt run anyway, but also the first merge after the CTAS).
+   Step 3 runs `--rounds` times (default 2). Round 1 is the first merge after the CTAS: every
+   snapshot row was ingested at T0, the mirror's high-water mark, so the model's 10-minute
+   overlap re-reads the whole initial load. Later rounds re-read only the previous round.
 
 Where the time goes comes from Spark's event log of the dbt process (enabled through
 PYSPARK_SUBMIT_ARGS, which pyspark reads when dbt starts its session; no project file
 changes): per SQL statement its wall time and, per Iceberg scan, the data files scanned and
-skipped and the rows read.
+skipped and the rows read. The machine may be shared: the CPU time other processes used
+during each dbt run is reported (`other CPU s`); figures with a large one are not comparable.
 
     .venv/bin/python benchmarks/merge_scaling.py [--sizes 1000000 10000000] [--changes 10000]
 
 Prints progress lines, a table, and a final `RESULT {json}` line. Nothing asserts on time.
-Everything lives in a temporary state folder (jars linked from .lakehouse/jars, i.e. after
-`make setup`), removed at the end unless --keep.
+Everything lives in temporary state folders (jars linked from .lakehouse/jars, i.e. after
+`make setup`), removed at the end unless --keep. `--project-dir` runs dbt in a copy of the
+project instead, to measure a candidate change to a macro without touching the repository.
 """
 
 from __future__ import annotations
