@@ -584,8 +584,12 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
                 "other_cpu_s": run["other_cpu_s"], "time_by_statement_kind": summarize_statements(run["statements"]),
                 "statements": run["statements"], "layout_after": layout,
             }
-            mirror_scan = [sc for st in (run["statements"] or []) if st["kind"] == "merge" for sc in st["scans"]]
-            entry["merge_scans"] = mirror_scan
+            # the MERGE's own read of the target (the first scan of its plan; a re-run of the
+            # increment inside the MERGE, when the cache is missed, adds further scans)
+            merge_scans = [sc for st in (run["statements"] or []) if st["kind"] == "merge" for sc in st["scans"]]
+            entry["merge_scans"] = merge_scans
+            read = next((sc for sc in merge_scans if sc["table"].endswith(MIRROR)), {})
+            entry["merge_target_files"] = f"{read.get('data_files', '?')}/{read.get('skipped_data_files', '?')}"
             result["rounds"].append(entry)
             progress(f"N={size:,} round {round_number}: model {model_s} s ({entry['changes_per_s']:,} changes/s), "
                      f"dbt wall {run['wall_s']} s; data files rewritten {entry['data_files_rewritten']}, delete files "
@@ -608,13 +612,14 @@ def scan_text(scans: list[dict]) -> str:
 def print_report(results: list[dict]) -> None:
     print()
     print("      size  round  model s  dbt wall s  changes/s  data files rewritten  delete files +/-  "
-          "pos deletes + (net)  buckets  correct  dbt CPU s  other CPU s")
+          "pos deletes + (net)  MERGE files read/skipped  buckets  correct  dbt CPU s  other CPU s")
     for r in results:
         for x in r["rounds"]:
             deletes = f"+{x['delete_files_added']}/-{x['delete_files_removed']}"
             positions = f"{x['position_deletes_added']} ({x['position_deletes_net']})"
             print(f"{r['size']:>10,}  {x['round']:>5}  {x['model_s']:>7}  {x['wall_s']:>10}  {x['changes_per_s']:>9,}  "
-                  f"{x['data_files_rewritten']:>20}  {deletes:>16}  {positions:>19}  {x['buckets_touched']:>7}  "
+                  f"{x['data_files_rewritten']:>20}  {deletes:>16}  {positions:>19}  "
+                  f"{x.get('merge_target_files', '?'):>24}  {x['buckets_touched']:>7}  "
                   f"{str(x['check']['correct']):>7}  {x['dbt_cpu_s']:>9}  {x['other_cpu_s']:>11}")
     for r in results:
         c = r["create"]
