@@ -12,7 +12,7 @@ KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
 PYTEST_DEFAULT := -m "not slow and not chaos"
 
-.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight
+.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight chromium
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,16 +46,28 @@ preflight:
 	@$(PYTHON) lakehouse/preflight.py java
 	@$(PYTHON) lakehouse/preflight.py port $(KAFKA_PORT) $(STATE)/kafka/broker.pid
 
+chromium: ## Install headless Chromium (Debian package) for the report's browser test, if missing
+	@command -v chromium >/dev/null && exit 0; \
+	sudo=""; if [ "$$(id -u)" != 0 ]; then \
+		command -v sudo >/dev/null || { echo "error: chromium is not installed and installing it needs root (no sudo): apt-get install chromium"; exit 1; }; \
+		sudo=sudo; fi; \
+	command -v apt-get >/dev/null || { echo "error: chromium is not installed and there is no apt-get: install chromium (or chromium-browser) by hand"; exit 1; }; \
+	echo "installing chromium (Debian package)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
+		|| { echo "error: could not install chromium with apt-get (see above); the report's browser test needs it"; exit 1; }
+
 demo: preflight setup ## Set up, then run the whole chain once on the local platform and print a summary
 	$(BIN)/lakehouse demo
 
-test: setup ## Set up, then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
+test: setup chromium ## Set up, then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
 	$(BIN)/pytest $(PYTEST_DEFAULT)
 
 test-unit: setup ## Unit tests only
 	$(BIN)/pytest tests/unit
 
-test-integration: setup ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
+test-integration: setup chromium ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
 	$(BIN)/pytest tests/integration $(PYTEST_DEFAULT)
 
 test-slow: setup ## Long-running tests

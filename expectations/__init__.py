@@ -7,16 +7,16 @@ from expectations.runner import (
     format_summary,
     run_quality,
 )
-from expectations.suites import SUITES, ExpectationSpec, SuiteSpec, select_suites
+from expectations.suites import ExpectationSpec, SuiteSpec, project_suites, select_suites
 
 __all__ = [
-    "SUITES",
     "ExpectationResult",
     "ExpectationSpec",
     "QualityReport",
     "SuiteResult",
     "SuiteSpec",
     "format_summary",
+    "project_suites",
     "run_quality",
     "select_suites",
 ]

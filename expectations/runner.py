@@ -1,9 +1,11 @@
 """Run the quality suites on the lakehouse tables with Great Expectations.
 
-Each selected suite (see :mod:`expectations.suites`) is validated on its Iceberg table, read
-with ``spark.table()`` from the caller's SparkSession and handed to GX as a Spark
-*dataframe asset*. GX objects live in a File Data Context under ``<home>/gx`` (created on
-first use); the Data Docs site (HTML) is ``<home>/gx/uncommitted/data_docs/local_site``.
+Each selected suite (see :mod:`expectations.suites`) is validated on its Iceberg table (or on
+the rows of its query), read from the caller's SparkSession and handed to GX as a Spark
+*dataframe asset*. GX objects live in a File Data Context under ``<home>/gx`` (created on first
+use); the Data Docs site is ``<home>/gx/uncommitted/data_docs/local_site``. Every result is
+appended to the Iceberg table ``quality.results`` (expectations.history) and the landing page
+``<home>/reports/quality/index.html`` (expectations.report) is rewritten from that history.
 
 How GX is kept away from the SparkSession: the Spark datasource is registered without a
 ``spark_config``. GX only stops and restarts a session when a ``spark_config`` option
@@ -19,10 +21,16 @@ anyway; the test checks that the session object and its JVM context survive a ru
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
+import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -31,11 +39,11 @@ from expectations.suites import (
     CRITICAL,
     SEVERITIES,
     SEVERITY_META_KEY,
-    SUITES,
     WARNING,
     Severity,
     SuiteSpec,
     build_gx_suite,
+    column_label,
     select_suites,
 )
 from lakehouse.config import Settings
@@ -50,15 +58,25 @@ if TYPE_CHECKING:
     from great_expectations.datasource.fluent import SparkDatasource
     from pyspark.sql import SparkSession
 
+log = logging.getLogger("lakehouse.quality")
+
 GX_DIR = "gx"
 DATASOURCE_NAME = "lakehouse_spark"
 BATCH_DEFINITION_NAME = "whole_table"
 DOCS_SITE_NAME = "local_site"  # the site GX scaffolds in a new File Data Context
-# The pseudo expectation reported for a suite whose table does not exist (GX never sees it).
+# Pseudo expectations for suites GX never saw: a table missing, or a query Spark refused.
 TABLE_EXISTS = "table_exists"
+SUITE_RUNS = "suite_runs"
 # SUMMARY: unexpected_count plus a sample (up to 20) of unexpected values; COMPLETE would
 # collect every unexpected value to the driver.
 RESULT_FORMAT = {"result_format": "SUMMARY"}
+EVENT_TIME_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)  # as the ingestion's EVENT_TIME_OUT_OF_RANGE
+CDC_STREAMS = ("customers", "accounts")  # streams whose source database can be on this machine
+# Why a parameter can be missing, for the "skipped" notes.
+MISSING_PARAMETER_REASONS = {
+    f"{stream}_source_rows": f"the CDC source database of {stream} is not on this machine (no oracle)"
+    for stream in CDC_STREAMS
+}
 
 
 @dataclass(frozen=True)
@@ -93,17 +111,27 @@ class SuiteResult:
     stream: str
     table: str
     results: tuple[ExpectationResult, ...]
+    skipped: tuple[str, ...] = ()  # expectations not run, with the reason
 
     @property
     def success(self) -> bool:
         return all(r.success for r in self.results)
 
+    @property
+    def verdict(self) -> str:
+        failed = {r.severity for r in self.results if not r.success}
+        return "FAIL" if CRITICAL in failed else ("warn" if failed else "pass")
+
 
 @dataclass(frozen=True)
 class QualityReport:
+    run_id: str
+    run_at: datetime  # UTC
     suites: tuple[SuiteResult, ...]
-    docs_index: Path  # index.html of the Data Docs site (exists after a run)
+    docs_index: Path  # index.html of the GX Data Docs site (exists after a run)
     duration_seconds: float
+    report_path: Path | None = None  # the landing page, when the run was recorded
+    recorded_rows: int = 0  # rows appended to quality.results
 
     @property
     def results(self) -> list[ExpectationResult]:
@@ -125,10 +153,12 @@ class QualityReport:
     def passed(self) -> bool:
         return self.critical_failures == 0
 
-    def result(self, suite: str, expectation: str, column: str | None = None) -> ExpectationResult:
-        """The one result of `expectation` (on `column`) in `suite`; KeyError if not exactly one."""
+    def result(self, suite: str, expectation: str, column: str | None = None,
+               severity: Severity | None = None) -> ExpectationResult:
+        """The one result of `expectation` (on `column`, of `severity`) in `suite`; KeyError if not exactly one."""
         found = [r for r in self.results
-                 if r.suite == suite and r.expectation == expectation and r.column == column]
+                 if r.suite == suite and r.expectation == expectation and r.column == column
+                 and (severity is None or r.severity == severity)]
         if len(found) != 1:
             raise KeyError(f"{len(found)} results for {expectation}({column}) in {suite}")
         return found[0]
@@ -136,34 +166,85 @@ class QualityReport:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable form (observed values come from GX's JSON results)."""
         return {
+            "run_id": self.run_id,
+            "run_at": self.run_at.isoformat(),
             "passed": self.passed,
             "critical_failures": self.critical_failures,
             "warning_failures": self.warning_failures,
             "docs_index": str(self.docs_index),
+            "report": str(self.report_path) if self.report_path else None,
             "duration_seconds": round(self.duration_seconds, 3),
             "suites": [{"name": s.name, "layer": s.layer, "stream": s.stream, "table": s.table,
-                        "success": s.success, "results": [r.to_dict() for r in s.results]}
+                        "success": s.success, "skipped": list(s.skipped),
+                        "results": [r.to_dict() for r in s.results]}
                        for s in self.suites],
         }
 
 
 def run_quality(spark: SparkSession, settings: Settings, layer: str | None = None,
-                stream: str | None = None, *, suites: Sequence[SuiteSpec] = SUITES
-                ) -> QualityReport:
-    """Validate the suites of `layer` / `stream` (None: all) and update the Data Docs.
+                stream: str | None = None, *, suites: Sequence[SuiteSpec] | None = None,
+                record: bool = True) -> QualityReport:
+    """Validate the suites of `layer` / `stream` (None: all), update Data Docs, record the run.
 
-    `suites` is the catalogue to select from (the project's SUITES unless a caller, e.g. a
-    test, brings its own). Never stops or reconfigures `spark`. A suite whose table does not
-    exist is reported as a failed critical ``table_exists`` check. Raises LakehouseError
-    for a selection that matches no suite.
+    `suites` is the catalogue to select from (the project's suites unless a caller, e.g. a
+    test, brings its own). `record`: append the results to quality.results and rewrite the
+    landing page from the history. Never stops or reconfigures `spark`. A suite whose table
+    does not exist is reported as a failed critical ``table_exists`` check. Raises
+    LakehouseError for a selection that matches no suite.
     """
     specs = select_suites(layer, stream, suites)
     started = time.monotonic()
+    run_at = datetime.now(UTC)
+    run_id = f"{run_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    parameters = quality_parameters(settings, run_at)
     context = _gx_context(settings)
     datasource = _spark_datasource(context)
-    suite_results = tuple(_run_suite(spark, context, datasource, spec) for spec in specs)
-    docs_index = _docs_index(context)
-    return QualityReport(suite_results, docs_index, time.monotonic() - started)
+    suite_results, validation_ids = [], []
+    for number, spec in enumerate(specs, 1):
+        # Progress: a full run is a few dozen suites and takes a minute or more.
+        log.info("quality %d/%d: %s", number, len(specs), spec.name)
+        suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, run_id, run_at)
+        suite_results.append(suite_result)
+        validation_ids += ids
+    if validation_ids:
+        context.build_data_docs(site_names=[DOCS_SITE_NAME], resource_identifiers=validation_ids)
+    report = QualityReport(run_id, run_at, tuple(suite_results), _docs_index(context),
+                           time.monotonic() - started)
+    if record:
+        from expectations.history import append_results, recent_results
+        from expectations.report import write_landing_page
+
+        recorded = append_results(spark, report)
+        page = write_landing_page(recent_results(spark), report.docs_index, settings.reports_dir / "quality")
+        report = dataclasses.replace(report, report_path=page, recorded_rows=recorded,
+                                     duration_seconds=time.monotonic() - started)
+    return report
+
+
+def quality_parameters(settings: Settings, now: datetime) -> dict[str, Any]:
+    """The values of the suites' parameters for a run at `now`.
+
+    ``<stream>_source_rows`` is present only when the CDC simulator's database of that stream
+    is on this machine: it is the oracle the live mirror is compared with.
+    """
+    from producers.cdc.stream import FORMATS, source_path
+
+    parameters: dict[str, Any] = {
+        "event_time_floor": EVENT_TIME_FLOOR,
+        "event_time_ceiling": now + timedelta(days=1),
+        "oldest_expected_event_time": now - timedelta(days=settings.quality_max_event_age_days),
+        "dead_letter_rate_warn": settings.quality_dead_letter_rate_warn,
+        "dead_letter_rate_critical": settings.quality_dead_letter_rate_critical,
+        "dead_letter_window_start": now - timedelta(hours=settings.quality_dead_letter_window_hours),
+    }
+    for stream in CDC_STREAMS:
+        path = source_path(settings, stream)
+        if path.is_file():
+            # Read-only: the simulator may be committing to it right now.
+            with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
+                [(rows,)] = connection.execute(f"select count(*) from {FORMATS[stream].table}").fetchall()
+            parameters[f"{stream}_source_rows"] = rows
+    return parameters
 
 
 # --- GX setup -------------------------------------------------------------------------------
@@ -214,12 +295,10 @@ def _checkpoint(context: FileDataContext, datasource: SparkDatasource, spec: Sui
                 ) -> Checkpoint:
     """The stored checkpoint of a suite, rewritten from the spec so code changes apply."""
     import great_expectations as gx
-    from great_expectations.checkpoint import UpdateDataDocsAction
-
     try:
-        asset = datasource.get_asset(spec.table)
+        asset = datasource.get_asset(spec.name)
     except LookupError:
-        asset = datasource.add_dataframe_asset(spec.table)
+        asset = datasource.add_dataframe_asset(spec.name)
     try:
         batch_definition = asset.get_batch_definition(BATCH_DEFINITION_NAME)
     except KeyError:
@@ -233,7 +312,9 @@ def _checkpoint(context: FileDataContext, datasource: SparkDatasource, spec: Sui
         gx.Checkpoint(
             name=spec.name,
             validation_definitions=[validation],
-            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE_NAME])],
+            # No UpdateDataDocsAction: it rebuilds the site's index after every suite. The run
+            # builds the pages of all its results and the index once, at the end.
+            actions=[],
             result_format=RESULT_FORMAT,
         )
     )
@@ -257,27 +338,56 @@ def _docs_index(context: FileDataContext) -> Path:
 # --- validation -----------------------------------------------------------------------------
 
 def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkDatasource,
-               spec: SuiteSpec) -> SuiteResult:
-    def result(results: Iterable[ExpectationResult]) -> SuiteResult:
-        return SuiteResult(spec.name, spec.layer, spec.stream, spec.table, tuple(results))
+               spec: SuiteSpec, parameters: dict[str, Any], run_id: str, run_at: datetime
+               ) -> tuple[SuiteResult, list[Any]]:
+    """The suite's result, and the ids of the GX validation results it stored (for Data Docs)."""
+    from great_expectations.core.run_identifier import RunIdentifier
+    from pyspark.errors import AnalysisException
 
-    if not spark.catalog.tableExists(spec.table):
-        return result([ExpectationResult(
-            suite=spec.name, expectation=TABLE_EXISTS, column=None, severity=CRITICAL,
-            success=False,
-            message=f"table {spec.table} does not exist (not created yet?): suite not run",
-        )])
+    from lakehouse.spark import relation_exists
 
+    def result(results: Iterable[ExpectationResult], skipped: Iterable[str] = ()) -> SuiteResult:
+        return SuiteResult(spec.name, spec.layer, spec.stream, spec.table, tuple(results), tuple(skipped))
+
+    def not_run(expectation: str, message: str) -> tuple[SuiteResult, list[Any]]:
+        return result([ExpectationResult(suite=spec.name, expectation=expectation, column=None,
+                                         severity=CRITICAL, success=False, message=message)]), []
+
+    missing = [table for table in spec.reads if not relation_exists(spark, table)]
+    if missing:
+        return not_run(TABLE_EXISTS, f"{', '.join(missing)} does not exist (not created yet?): suite not run")
+
+    runnable = [e for e in spec.expectations if all(p in parameters for p in e.parameters)]
+    skipped = [f"{e.type}({e.column or ''}): "
+               + "; ".join(MISSING_PARAMETER_REASONS.get(p, f"no value for parameter {p}")
+                           for p in e.parameters if p not in parameters)
+               for e in spec.expectations if e not in runnable]
+    spec = dataclasses.replace(spec, expectations=tuple(runnable))
     checkpoint = _checkpoint(context, datasource, spec)
+    window_start = parameters["dead_letter_window_start"].strftime("%Y-%m-%d %H:%M:%S.%f")
+    try:
+        dataframe = (spark.sql(spec.query.format(dead_letter_window_start=f"timestamp'{window_start}+00:00'"))
+                     if spec.query else spark.table(spec.table))
+    except AnalysisException as exc:  # a column renamed under the suite's query, say
+        return not_run(SUITE_RUNS, f"Spark cannot run the suite's query: {str(exc).splitlines()[0]}")
     # Cached for the validation only: GX computes its metrics in several Spark jobs, and the
     # cache makes them all see one snapshot of a table the streaming jobs may be appending to.
-    dataframe = spark.table(spec.table).cache()
+    dataframe = dataframe.cache()
+    used = {p for e in runnable for p in e.parameters}
     try:
-        checkpoint_result: CheckpointResult = checkpoint.run(batch_parameters={"dataframe": dataframe})
+        checkpoint_result: CheckpointResult = checkpoint.run(
+            batch_parameters={"dataframe": dataframe},
+            expectation_parameters={p: parameters[p] for p in used},
+            run_id=RunIdentifier(run_name=run_id, run_time=run_at),
+        )
     finally:
         dataframe.unpersist()
     suite_runs: list[ExpectationSuiteValidationResult] = list(checkpoint_result.run_results.values())
-    return result(_expectation_result(spec.name, r) for run in suite_runs for r in run.results)
+    # GX returns results in its own order; the suite's order reads better.
+    order = {(e.type, e.column): n for n, e in enumerate(runnable)}
+    results = sorted((_expectation_result(spec.name, r) for run in suite_runs for r in run.results),
+                     key=lambda r: order.get((r.expectation, r.column), len(order)))
+    return result(results, skipped), list(checkpoint_result.run_results)
 
 
 def _expectation_result(suite: str, evr: ExpectationValidationResult) -> ExpectationResult:
@@ -288,11 +398,10 @@ def _expectation_result(suite: str, evr: ExpectationValidationResult) -> Expecta
         severity = CRITICAL
     # The JSON form: observed values (dates, decimals, numpy numbers) become plain values.
     details: dict[str, Any] = evr.to_json_dict().get("result") or {}
-    column = config.kwargs.get("column")
     return ExpectationResult(
         suite=suite,
         expectation=config.type,
-        column=str(column) if column is not None else None,
+        column=column_label(config.kwargs),
         severity=severity,
         success=bool(evr.success),
         unexpected_count=details.get("unexpected_count"),
@@ -318,31 +427,47 @@ def _exception_message(info: dict | None) -> str | None:
 
 # --- terminal output ------------------------------------------------------------------------
 
-def format_summary(report: QualityReport) -> str:
-    """A plain-text table of every check and a verdict line."""
-    header = ("SUITE", "EXPECTATION", "COLUMN", "SEVERITY", "RESULT", "UNEXPECTED")
-    rows = [
-        (r.suite, r.expectation, r.column or "-", r.severity,
-         "pass" if r.success else ("ERROR" if r.message else "FAIL"),
-         "-" if r.unexpected_count is None else str(r.unexpected_count))
-        for r in report.results
-    ]
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
-    lines = [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
-    notes = [f"  {r.suite} {r.expectation}: {r.message}" for r in report.results if r.message]
-    if notes:
-        lines += ["", "Errors:", *notes]
+    return [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("unicode_escape").decode("ascii")  # no control characters on the terminal
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_summary(report: QualityReport) -> str:
+    """One line per suite, then every failed check with its count and sample, then the verdict."""
+    lines = _table(("LAYER", "STREAM", "SUITE", "CHECKS", "VERDICT"), [
+        (s.layer, s.stream, s.name, f"{sum(r.success for r in s.results)}/{len(s.results)}", s.verdict)
+        for s in report.suites
+    ])
+    failures = sorted(report.failures(), key=lambda r: r.severity != CRITICAL)
+    if failures:
+        lines += ["", "Failed checks:", *_table(
+            ("SEVERITY", "SUITE", "EXPECTATION", "COLUMN", "UNEXPECTED", "OBSERVED / SAMPLE"),
+            [(r.severity, r.suite, r.expectation, r.column or "-",
+              "-" if r.unexpected_count is None else f"{r.unexpected_count:,}",
+              _short(r.message or (r.observed_value if r.observed_value is not None else list(r.unexpected_sample))))
+             for r in failures])]
+    skipped = [f"  {s.name}: {note}" for s in report.suites for note in s.skipped]
+    if skipped:
+        lines += ["", "Skipped:", *skipped]
     checks, suites = len(report.results), len(report.suites)
     verdict = "PASSED" if report.passed else "FAILED"
     lines += [
         "",
         (f"{verdict}: {report.critical_failures} critical failure(s), "
          f"{report.warning_failures} warning(s) in {checks} check(s) of {suites} suite(s) "
-         f"({report.duration_seconds:.1f}s)"),
-        f"Data Docs: {report.docs_index}",
+         f"({report.duration_seconds:.1f}s), run {report.run_id}"),
     ]
+    if report.report_path:
+        lines.append(f"Report: {report.report_path}")
+    lines.append(f"Data Docs: {report.docs_index}")
     return "\n".join(lines)

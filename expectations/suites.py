@@ -1,17 +1,38 @@
-"""Data quality suites of the lakehouse, as plain data.
+"""Data quality suites of the lakehouse, as plain data (DESIGN §10).
 
-A suite is a :class:`SuiteSpec`: which table of which layer and stream it checks, and a list
-of :class:`ExpectationSpec` (a Great Expectations expectation type, its arguments and a
-severity). Adding checks for another table or stream means adding an entry to ``SUITES``;
-:mod:`expectations.runner` turns the entries into GX objects and runs them.
+A suite is a :class:`SuiteSpec`: which layer and stream it belongs to, what it validates (a
+table, or a SQL query over tables for checks that compare or aggregate), and a list of
+:class:`ExpectationSpec` (a Great Expectations expectation type, its arguments and a
+severity). :func:`project_suites` lists them all; :mod:`expectations.runner` turns them into
+GX objects and runs them.
 
-The specs deliberately do not import Great Expectations (importing it takes seconds), so
-listing or selecting suites, e.g. for ``--help`` or argument validation, stays instant.
-:func:`build_gx_suite` is the one place that converts a spec into a GX ``ExpectationSuite``.
+    bronze  one suite per stream of ingestion/pipeline.yml (so a new stream is checked
+            without code): Kafka coordinates unique, required fields present, event times in
+            range, CDC operations known; one dead-letter-rate suite per stream; the dead
+            letters' reason codes.
+    silver  keys unique and not null, accepted values, amounts not negative; the CDC mirrors,
+            their live views (no tombstones, row count equal to the source database's when the
+            simulator's database is on this machine) and their histories.
+    gold    grain unique, no negative amounts, no missing regions, and each table reconciled
+            with the silver totals it is built from.
+
+Which checks are dbt tests and which are here: dbt keeps its unit tests (the models' logic on
+fixed inputs), the relationships between models and `dbt source freshness`, because they
+need dbt's graph and stop a broken build at the model that broke it. Every check on the values
+of one table (or a total compared with another) is here and nowhere else: it gets a severity,
+lands in the quality history and shows in the report. README "Data quality" has the table.
+
+Thresholds and clocks are GX suite parameters (``param("name")``), filled in at run time
+(:func:`expectations.runner.quality_parameters`), so the stored suites do not change from one
+run to the next. An expectation whose parameter is unavailable (no CDC source database on this
+machine) is skipped and the report says so.
 
 Severity:
-    ``critical``  a failure fails the quality run (``QualityReport.passed`` is False);
-    ``warning``   a failure is reported but does not fail the run.
+    ``critical``  a failure fails the quality run (the command exits 1, the demo stops);
+    ``warning``   a failure is reported and recorded but does not fail the run.
+
+The specs do not import Great Expectations (importing it takes seconds), so listing or
+selecting suites, e.g. for argument validation, stays instant.
 """
 
 from __future__ import annotations
@@ -26,6 +47,8 @@ from lakehouse.errors import LakehouseError
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
 
+    from ingestion.streams import StreamSpec
+
 Severity = Literal["critical", "warning"]
 CRITICAL: Severity = "critical"
 WARNING: Severity = "warning"
@@ -34,6 +57,18 @@ SEVERITIES: tuple[Severity, ...] = (CRITICAL, WARNING)
 # The key of an expectation's ``meta`` that holds its severity (the source of truth for the
 # runner; GX's own ``severity`` field is set to the same value so Data Docs show it too).
 SEVERITY_META_KEY = "severity"
+PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
+
+DEAD_LETTERS_TABLE = "bronze.dead_letters"
+REASON_CODES = ("CORRUPT_PAYLOAD", "SCHEMA_MISMATCH", "MISSING_REQUIRED_FIELD",
+                "EVENT_TIME_OUT_OF_RANGE", "UNKNOWN_SCHEMA_ID", "INVALID_CDC_ENVELOPE")
+CDC_OPERATIONS = ("I", "U", "D", "R")
+KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+
+
+def param(name: str) -> dict[str, str]:
+    """A value GX takes from the run's parameters (see expectations.runner.quality_parameters)."""
+    return {PARAMETER_KEY: name}
 
 
 @dataclass(frozen=True)
@@ -52,18 +87,42 @@ class ExpectationSpec:
 
     @property
     def column(self) -> str | None:
-        column = self.kwargs.get("column")
-        return str(column) if column is not None else None
+        """The column(s) checked, as one label: `a`, `a, b` (compound) or `a = b` (pair)."""
+        return column_label(self.kwargs)
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        return tuple(v[PARAMETER_KEY] for v in self.kwargs.values()
+                     if isinstance(v, Mapping) and PARAMETER_KEY in v)
+
+
+def column_label(kwargs: Mapping[str, Any]) -> str | None:
+    if kwargs.get("column") is not None:
+        return str(kwargs["column"])
+    if kwargs.get("column_list"):
+        return ", ".join(map(str, kwargs["column_list"]))
+    if kwargs.get("column_A") is not None:
+        return f"{kwargs['column_A']} = {kwargs['column_B']}"
+    return None
 
 
 @dataclass(frozen=True)
 class SuiteSpec:
-    """The expectations of one table. The suite is named after its table."""
+    """The expectations on one table, or on the rows of a query over tables.
+
+    ``name`` defaults to the table. ``query`` (optional) is Spark SQL whose result is validated
+    instead of the table; it may use ``{dead_letter_window_start}``, a timestamp literal the
+    runner fills in. ``reads`` are the tables the suite needs (default: ``table``); when one
+    is missing the suite is reported as a failed ``table_exists`` check instead of running.
+    """
 
     layer: str
     stream: str
     table: str  # `<namespace>.<table>` in the lakehouse catalog, as passed to spark.table()
     expectations: tuple[ExpectationSpec, ...] = field(default_factory=tuple)
+    name: str = ""
+    query: str | None = None
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.layer not in NAMESPACES:
@@ -71,67 +130,309 @@ class SuiteSpec:
         if not self.table.startswith(self.layer + "."):
             raise ValueError(f"table {self.table!r} is not in the {self.layer} namespace")
         if not self.expectations:
-            raise ValueError(f"suite {self.table} has no expectations")
-
-    @property
-    def name(self) -> str:
-        return self.table
+            raise ValueError(f"suite {self.name or self.table} has no expectations")
+        if not self.name:
+            object.__setattr__(self, "name", self.table)
+        if not self.reads:
+            object.__setattr__(self, "reads", (self.table,))
 
 
 # Small constructors so the suites below read as a list of rules.
 
-def not_null(column: str, severity: Severity = CRITICAL) -> ExpectationSpec:
-    return ExpectationSpec("expect_column_values_to_not_be_null", {"column": column}, severity)
+def expect(type_: str, severity: Severity = CRITICAL, **kwargs: Any) -> ExpectationSpec:
+    return ExpectationSpec(f"expect_{type_}", kwargs, severity)
 
 
-def unique(column: str, severity: Severity = CRITICAL) -> ExpectationSpec:
+def not_null(column: str, severity: Severity = CRITICAL, **kwargs: Any) -> ExpectationSpec:
+    return expect("column_values_to_not_be_null", severity, column=column, **kwargs)
+
+
+def unique(column: str, severity: Severity = CRITICAL, **kwargs: Any) -> ExpectationSpec:
     # GX counts every row of a duplicated value as unexpected (two rows share an id: 2).
-    return ExpectationSpec("expect_column_values_to_be_unique", {"column": column}, severity)
+    return expect("column_values_to_be_unique", severity, column=column, **kwargs)
 
 
-def in_set(column: str, values: tuple[str, ...] | frozenset[str], severity: Severity = CRITICAL
+def unique_together(*columns: str, severity: Severity = CRITICAL) -> ExpectationSpec:
+    return expect("compound_columns_to_be_unique", severity, column_list=list(columns))
+
+
+def in_set(column: str, values: Sequence[str] | frozenset[str], severity: Severity = CRITICAL
            ) -> ExpectationSpec:
     # Sorted: a stable value_set keeps the stored suite (and its expectation ids) unchanged
     # between runs. Nulls are not checked here (GX ignores them); pair with not_null.
-    return ExpectationSpec("expect_column_values_to_be_in_set",
-                           {"column": column, "value_set": sorted(values)}, severity)
+    return expect("column_values_to_be_in_set", severity, column=column, value_set=sorted(values))
 
 
-USER_EVENT_TYPES = frozenset({"page_view", "search", "add_to_cart", "checkout", "login", "logout"})
+def at_least(column: str, minimum: Any, severity: Severity = CRITICAL, **kwargs: Any) -> ExpectationSpec:
+    return expect("column_values_to_be_between", severity, column=column, min_value=minimum, **kwargs)
 
-SUITES: tuple[SuiteSpec, ...] = (
-    SuiteSpec(
-        layer="silver",
-        stream="user_events",
-        table="silver.user_events",
+
+def between(column: str, minimum: Any, maximum: Any, severity: Severity = CRITICAL) -> ExpectationSpec:
+    return expect("column_values_to_be_between", severity, column=column, min_value=minimum, max_value=maximum)
+
+
+# --- bronze: generated from the pipeline --------------------------------------------------------
+
+def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
+    """The bronze suites of one stream: its table, and its dead-letter rate."""
+    time_column = stream.event_time_column
+    # Kafka tombstone rows of a CDC stream carry only the key, by design (DESIGN §6).
+    data_rows = {"row_condition": "not _is_tombstone", "condition_parser": "spark"} if stream.is_cdc else {}
+    checks = [
+        # Exactly once: a Kafka record lands at most once. Re-sent duplicates have offsets of
+        # their own and are kept; silver removes them.
+        unique_together(*KAFKA_COORDINATES),
+        *(not_null(column, **(data_rows if column not in stream.identity_columns else {}))
+          for column in dict.fromkeys((*stream.identity_columns, *stream.required_columns))),
+        # The ingestion dead-letters event times before 2000 or more than a day ahead
+        # (EVENT_TIME_OUT_OF_RANGE); this checks what landed agrees.
+        between(time_column, param("event_time_floor"), param("event_time_ceiling")),
+        # Late events are kept, but ones older than the silver models' re-read window are
+        # worth a look: a replayed backlog, a producer clock gone wrong.
+        at_least(time_column, param("oldest_expected_event_time"), WARNING),
+    ]
+    if stream.is_cdc:
+        checks.append(in_set("op", CDC_OPERATIONS))
+    table_suite = SuiteSpec(layer="bronze", stream=stream.name, table=stream.bronze_table,
+                            expectations=tuple(checks))
+    rate_suite = SuiteSpec(
+        layer="bronze", stream=stream.name, table=DEAD_LETTERS_TABLE,
+        name=f"{stream.bronze_table}.dead_letter_rate",
+        reads=(stream.bronze_table, DEAD_LETTERS_TABLE),
+        # The share of the records that arrived in the window which could not be read.
+        query=f"""
+            with landed as (
+                select count(*) as records from {stream.bronze_table}
+                where _ingested_at >= {{dead_letter_window_start}}
+            ),
+            dead as (
+                select count(*) as records from {DEAD_LETTERS_TABLE}
+                where stream = '{stream.name}' and ingested_at >= {{dead_letter_window_start}}
+            )
+            select
+                dead.records as dead_letters,
+                landed.records + dead.records as records,
+                coalesce(dead.records / nullif(landed.records + dead.records, 0), 0.0) as dead_letter_rate
+            from landed cross join dead
+        """,
         expectations=(
-            not_null("event_id"),
-            unique("event_id"),
-            not_null("event_type"),
-            in_set("event_type", USER_EVENT_TYPES),
-            not_null("event_at"),
-            # Anonymous traffic is possible upstream: worth knowing about, not worth failing for.
-            not_null("customer_id", WARNING),
+            expect("column_max_to_be_between", WARNING, column="dead_letter_rate",
+                   max_value=param("dead_letter_rate_warn")),
+            expect("column_max_to_be_between", CRITICAL, column="dead_letter_rate",
+                   max_value=param("dead_letter_rate_critical")),
         ),
+    )
+    return [table_suite, rate_suite]
+
+
+DEAD_LETTERS_SUITE = SuiteSpec(
+    layer="bronze", stream="dead_letters", table=DEAD_LETTERS_TABLE,
+    expectations=(
+        not_null("stream"),
+        not_null("error_code"),
+        in_set("error_code", REASON_CODES),
+        not_null("value", WARNING),  # a null value is a Kafka tombstone no stream accepts
+        unique_together("topic", "partition", "offset"),
     ),
 )
 
 
+# --- silver ---------------------------------------------------------------------------------
+
+USER_EVENT_TYPES = ("page_view", "search", "add_to_cart", "checkout", "login", "logout")
+CURRENCIES = ("EUR", "GBP", "PLN", "SEK", "USD")
+PAYMENT_METHODS = ("card", "cash", "voucher", "wallet")
+ROLES = ("architect", "developer", "manager")
+
+
+def cdc_suites(stream: str, key: str, live_checks: Sequence[ExpectationSpec]) -> list[SuiteSpec]:
+    """Mirror, live view and history of a CDC stream."""
+    return [
+        SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_mirror", expectations=(
+            not_null(key), unique(key),
+            not_null("op"), in_set("op", CDC_OPERATIONS),
+            not_null("_seq"), not_null("_is_deleted"),
+        )),
+        SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}", expectations=(
+            not_null(key), unique(key),
+            # No tombstones in the live view: a deleted row holds op D.
+            expect("column_values_to_not_be_in_set", column="op", value_set=["D"]),
+            # The CDC oracle: as many live rows as the source table has (when its database,
+            # the CDC simulator's, is on this machine).
+            expect("table_row_count_to_equal", value=param(f"{stream}_source_rows")),
+            *live_checks,
+        )),
+        SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_history", expectations=(
+            not_null(key), unique_together(key, "_seq"),
+            not_null("valid_from"), not_null("is_current"), in_set("op", CDC_OPERATIONS),
+            # SCD2: at most one current version per key.
+            unique(key, row_condition="is_current", condition_parser="spark"),
+        )),
+    ]
+
+
+SILVER_SUITES: tuple[SuiteSpec, ...] = (
+    SuiteSpec(layer="silver", stream="user_events", table="silver.user_events", expectations=(
+        not_null("event_id"), unique("event_id"),
+        not_null("event_type"), in_set("event_type", USER_EVENT_TYPES),
+        not_null("event_at"),
+        # Anonymous traffic is possible upstream: worth knowing about, not worth failing for.
+        not_null("customer_id", WARNING),
+    )),
+    SuiteSpec(layer="silver", stream="purchases", table="silver.purchases", expectations=(
+        not_null("transaction_id"), unique("transaction_id"),
+        not_null("customer_id"), not_null("purchased_at"),
+        not_null("amount"), at_least("amount", 0), at_least("quantity", 1),
+        # A new store currency or payment method is news, not an error.
+        in_set("currency", CURRENCIES, WARNING), in_set("payment_method", PAYMENT_METHODS, WARNING),
+    )),
+    SuiteSpec(layer="silver", stream="employees", table="silver.employees", expectations=(
+        not_null("employee_id"), not_null("started_at"), unique_together("employee_id", "started_at"),
+        in_set("role", ROLES),
+        between("age", 14, 100, WARNING),
+    )),
+    *cdc_suites("customers", "customer_id", (
+        not_null("country_code"), in_set("tier", ("bronze", "gold", "silver")),
+    )),
+    *cdc_suites("accounts", "account_id", (
+        not_null("balance"),
+        in_set("account_type", ("checking", "credit", "savings")),
+        in_set("currency", ("EUR", "GBP", "USD")), in_set("status", ("active", "closed", "frozen")),
+    )),
+    SuiteSpec(layer="silver", stream="reference", table="silver.country_regions", expectations=(
+        not_null("country_code"), unique("country_code"), not_null("region"),
+    )),
+)
+
+
+# --- gold -----------------------------------------------------------------------------------
+
+def reconciliation(stream: str, table: str, silver: str, query: str) -> SuiteSpec:
+    """A gold table's totals against silver's: `query` returns (measure, gold, silver) rows.
+
+    Each row that differs gets a `mismatch` text naming the measure and both totals, so the
+    failure's sample values say what is off ("revenue EUR: gold 811.00, silver 813.00").
+    """
+    checked = f"""
+        select *,
+            case when gold <=> silver then null
+                 else concat(measure, ': gold ', coalesce(string(gold), 'null'),
+                             ', silver ', coalesce(string(silver), 'null')) end as mismatch
+        from ({query}) as totals
+    """
+    return SuiteSpec(layer="gold", stream=stream, table=table, name=f"{table}.reconciliation",
+                     query=checked, expectations=(expect("column_values_to_be_null", column="mismatch"),),
+                     reads=(table, *silver.split()))
+
+
+GOLD_SUITES: tuple[SuiteSpec, ...] = (
+    SuiteSpec(layer="gold", stream="purchases", table="gold.sales_by_region_daily", expectations=(
+        unique_together("sales_date", "region", "currency"),
+        not_null("sales_date"), not_null("currency"),
+        # No missing regions: every known customer's country is in the country_regions seed.
+        not_null("region"),
+        at_least("revenue", 0), at_least("purchase_count", 1),
+    )),
+    reconciliation("purchases", "gold.sales_by_region_daily", "silver.purchases", """
+        with gold as (
+            select currency, sum(revenue) as revenue, sum(purchase_count) as purchases
+            from gold.sales_by_region_daily group by currency
+        ),
+        silver as (
+            select currency, sum(amount) as revenue, count(*) as purchases
+            from silver.purchases group by currency
+        )
+        select concat('revenue ', currency) as measure,
+               cast(coalesce(gold.revenue, 0) as decimal(38, 2)) as gold,
+               cast(coalesce(silver.revenue, 0) as decimal(38, 2)) as silver
+        from gold full outer join silver using (currency)
+        union all
+        select concat('purchases ', currency),
+               cast(coalesce(gold.purchases, 0) as decimal(38, 2)),
+               cast(coalesce(silver.purchases, 0) as decimal(38, 2))
+        from gold full outer join silver using (currency)
+    """),
+    SuiteSpec(layer="gold", stream="customers", table="gold.customer_activity", expectations=(
+        not_null("customer_id"), unique("customer_id"),
+        at_least("total_spent", 0), at_least("event_count", 0), at_least("purchase_count", 0),
+    )),
+    reconciliation("customers", "gold.customer_activity", "silver.purchases silver.user_events", """
+        select 'purchases' as measure,
+               cast((select sum(purchase_count) from gold.customer_activity) as decimal(38, 2)) as gold,
+               cast((select count(*) from silver.purchases) as decimal(38, 2)) as silver
+        union all
+        select 'events of known customers',
+               cast((select sum(event_count) from gold.customer_activity) as decimal(38, 2)),
+               cast((select count(*) from silver.user_events where customer_id is not null) as decimal(38, 2))
+    """),
+    SuiteSpec(layer="gold", stream="user_events", table="gold.events_by_type_daily", expectations=(
+        unique_together("event_date", "event_type"), not_null("event_date"),
+        in_set("event_type", USER_EVENT_TYPES), at_least("event_count", 1),
+    )),
+    reconciliation("user_events", "gold.events_by_type_daily", "silver.user_events", """
+        select 'events' as measure,
+               cast((select sum(event_count) from gold.events_by_type_daily) as decimal(38, 2)) as gold,
+               cast((select count(*) from silver.user_events) as decimal(38, 2)) as silver
+    """),
+    SuiteSpec(layer="gold", stream="employees", table="gold.headcount_by_team_role", expectations=(
+        unique_together("team_name", "team_location", "role"), at_least("headcount", 1),
+    )),
+    reconciliation("employees", "gold.headcount_by_team_role", "silver.employees", """
+        select 'employees per team and role' as measure,
+               cast((select sum(headcount) from gold.headcount_by_team_role) as decimal(38, 2)) as gold,
+               cast((select count(distinct employee_id, team_name, team_location, role)
+                     from silver.employees) as decimal(38, 2)) as silver
+    """),
+    SuiteSpec(layer="gold", stream="accounts", table="gold.account_balance_summary", expectations=(
+        unique_together("account_type", "currency", "status"), at_least("account_count", 1),
+    )),
+    reconciliation("accounts", "gold.account_balance_summary", "silver.accounts", """
+        with gold as (
+            select currency, sum(total_balance) as balance, sum(account_count) as accounts
+            from gold.account_balance_summary group by currency
+        ),
+        silver as (
+            select currency, sum(balance) as balance, count(*) as accounts
+            from silver.accounts group by currency
+        )
+        select concat('balance ', currency) as measure,
+               cast(coalesce(gold.balance, 0) as decimal(38, 2)) as gold,
+               cast(coalesce(silver.balance, 0) as decimal(38, 2)) as silver
+        from gold full outer join silver using (currency)
+        union all
+        select concat('accounts ', currency),
+               cast(coalesce(gold.accounts, 0) as decimal(38, 2)),
+               cast(coalesce(silver.accounts, 0) as decimal(38, 2))
+        from gold full outer join silver using (currency)
+    """),
+)
+
+
+def project_suites() -> tuple[SuiteSpec, ...]:
+    """Every suite of the project: bronze from the pipeline file, then silver, then gold."""
+    from ingestion.streams import load_pipeline
+
+    bronze = [suite for stream in load_pipeline().values() for suite in bronze_suites(stream)]
+    return (*bronze, DEAD_LETTERS_SUITE, *SILVER_SUITES, *GOLD_SUITES)
+
+
 def select_suites(layer: str | None = None, stream: str | None = None,
-                  suites: Sequence[SuiteSpec] = SUITES) -> list[SuiteSpec]:
-    """The suites of a layer and/or stream (None: any).
+                  suites: Sequence[SuiteSpec] | None = None) -> list[SuiteSpec]:
+    """The suites of a layer and/or stream (None: any) among `suites` (default: the project's).
 
     Raises LakehouseError when nothing matches: an empty selection would otherwise "pass"
     without checking anything.
     """
+    suites = project_suites() if suites is None else suites
     if layer is not None and layer not in NAMESPACES:
         raise LakehouseError(f"unknown layer {layer!r}: expected one of {', '.join(NAMESPACES)}")
     selected = [s for s in suites
                 if (layer is None or s.layer == layer) and (stream is None or s.stream == stream)]
     if not selected:
-        known = ", ".join(f"{s.name} (layer {s.layer}, stream {s.stream})" for s in suites) or "none"
+        streams = sorted({s.stream for s in suites if layer is None or s.layer == layer})
         wanted = " and ".join(f"{k} {v!r}" for k, v in (("layer", layer), ("stream", stream)) if v)
-        raise LakehouseError(f"no quality suite for {wanted}; defined suites: {known}")
+        raise LakehouseError(f"no quality suite for {wanted}; streams with suites"
+                             f"{' in ' + layer if layer else ''}: {', '.join(streams) or 'none'}")
     return selected
 
 

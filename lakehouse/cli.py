@@ -15,6 +15,7 @@ import sys
 from lakehouse.config import PREFIX, SETTINGS, Settings
 from lakehouse.errors import LakehouseError
 
+QUALITY_FAILED = 1  # exit status of `lakehouse quality run` when a critical check failed
 EPILOG = (
     "Configuration comes from LAKEHOUSE_* environment variables (see `lakehouse config`). "
     "Defaults run everything on this machine, state in .lakehouse/."
@@ -98,13 +99,18 @@ def _status(args, settings: Settings) -> int:
 
 def _quality(args, settings: Settings) -> int:
     from expectations.runner import format_summary, run_quality
+    from expectations.suites import select_suites
     from lakehouse.spark import get_spark
 
+    select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-quality")
     report = run_quality(spark, settings, layer=args.layer, stream=args.stream)
-    print(format_summary(report))
-    print(f"report: {report.docs_index}")
-    return 0 if report.passed else 1
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(format_summary(report))
+    # Warnings are recorded and shown, but only a critical failure stops a pipeline.
+    return 0 if report.passed else QUALITY_FAILED
 
 
 def _dbt_profile(args, settings: Settings) -> int:
@@ -189,11 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="as JSON, for machines")
     status.set_defaults(func=_status)
 
-    quality = sub.add_parser("quality", help="run the Great Expectations checks",
-                             description="Validate tables, write Data Docs, exit 1 on a critical failure.")
+    quality = sub.add_parser(
+        "quality", help="run the data quality suites (Great Expectations) and write the report",
+        description="Validate the lakehouse tables with the Great Expectations suites of expectations/ "
+                    "(bronze: offsets, required fields, event times, dead-letter rate; silver: keys, accepted "
+                    "values, CDC mirrors against their source; gold: reconciled with silver, no negative "
+                    "amounts, no missing regions). Appends every result to the Iceberg table "
+                    "quality.results, writes Data Docs and the landing page <home>/reports/quality/index.html, "
+                    "prints a summary. Exit status: 0 when every critical check passed (warnings allowed), "
+                    "1 when a critical check failed or the run could not start.",
+        epilog="Thresholds: LAKEHOUSE_QUALITY_* settings (see `lakehouse config`).")
     quality.add_argument("action", choices=["run"], help="run the suites")
-    quality.add_argument("--layer", choices=["bronze", "silver", "gold"], help="only this layer")
-    quality.add_argument("--stream", help="only this stream")
+    quality.add_argument("--layer", choices=["bronze", "silver", "gold"], help="only this layer's suites")
+    quality.add_argument("--stream", help="only this stream's suites (employees, purchases, user_events, customers, "
+                                          "accounts, dead_letters, reference)")
+    quality.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
     quality.set_defaults(func=_quality)
 
     profile = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
@@ -219,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     # py4j logs every callback-server connection at INFO.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # GX logs its config handling at INFO, dozens of lines per suite.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     debug = os.environ.get(PREFIX + "DEBUG") == "1"
     try:
         settings = Settings.from_env()

@@ -25,6 +25,7 @@ KAFKA_OPTION_PREFIX = PREFIX + "KAFKA_OPT_"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_NAME = "lake"
 NAMESPACES = ("bronze", "silver", "gold")
+QUALITY_NAMESPACE = "quality"  # the history of quality runs (expectations.history)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,17 @@ SETTINGS: dict[str, Setting] = {
                                lambda home: f"{home}/checkpoints"),
     "trigger_interval": Setting("TRIGGER_INTERVAL", "processing-time trigger of streaming jobs",
                                 lambda home: "30 seconds"),
+    "quality_dead_letter_rate_warn": Setting(
+        "QUALITY_DEAD_LETTER_RATE_WARN", "share of a stream's records in dead letters that is a quality warning",
+        lambda home: "0.02"),
+    "quality_dead_letter_rate_critical": Setting(
+        "QUALITY_DEAD_LETTER_RATE_CRITICAL", "share of a stream's records in dead letters that fails the quality run",
+        lambda home: "0.10"),
+    "quality_dead_letter_window_hours": Setting(
+        "QUALITY_DEAD_LETTER_WINDOW_HOURS", "the dead-letter rate counts records ingested in the last N hours",
+        lambda home: "24"),
+    "quality_max_event_age_days": Setting(
+        "QUALITY_MAX_EVENT_AGE_DAYS", "bronze event times older than this are a quality warning", lambda home: "45"),
 }
 
 
@@ -86,6 +98,16 @@ def _read_config_file(path: str) -> dict[str, str]:
     return values
 
 
+def _positive_number(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise LakehouseError(f"{PREFIX}{SETTINGS[name].env} must be a number >= 0, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -100,6 +122,10 @@ class Settings:
     checkpoint_root: Path
     trigger_interval: str
     kafka_options: dict[str, str] = field(default_factory=dict)
+    quality_dead_letter_rate_warn: float = 0.02
+    quality_dead_letter_rate_critical: float = 0.10
+    quality_dead_letter_window_hours: float = 24.0
+    quality_max_event_age_days: float = 45.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -114,6 +140,11 @@ class Settings:
             partitions = int(raw["shuffle_partitions"])
         except ValueError as exc:
             raise LakehouseError(f"invalid number in configuration: {exc}") from None
+        quality = {name: _positive_number(name, raw[name]) for name in raw if name.startswith("quality_")}
+        if quality["quality_dead_letter_rate_warn"] > quality["quality_dead_letter_rate_critical"]:
+            raise LakehouseError(f"{PREFIX}QUALITY_DEAD_LETTER_RATE_WARN ({quality['quality_dead_letter_rate_warn']}) "
+                                 f"is above {PREFIX}QUALITY_DEAD_LETTER_RATE_CRITICAL "
+                                 f"({quality['quality_dead_letter_rate_critical']})")
         kafka_options = {
             key[len(KAFKA_OPTION_PREFIX):].lower().replace("_", "."): value
             for key, value in env.items()
@@ -132,6 +163,7 @@ class Settings:
             checkpoint_root=Path(raw["checkpoint_root"]),
             trigger_interval=raw["trigger_interval"],
             kafka_options=kafka_options,
+            **quality,
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

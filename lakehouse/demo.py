@@ -36,18 +36,10 @@ def _step(number: int, text: str) -> float:
 
 
 def _count(spark, table: str, where: str = "true") -> int:
-    """Rows of a table or view; 0 when it does not exist (yet).
+    """Rows of a table or view; 0 when it does not exist (yet)."""
+    from lakehouse.spark import relation_exists
 
-    Not catalog.tableExists(): it says False for the catalog's views (the live CDC mirrors).
-    """
-    from pyspark.errors import AnalysisException
-
-    try:
-        return spark.table(table).where(where).count()
-    except AnalysisException as exc:
-        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
-            return 0
-        raise
+    return spark.table(table).where(where).count() if relation_exists(spark, table) else 0
 
 
 def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
@@ -149,7 +141,8 @@ def main(settings: Settings, events: int = 20_000) -> int:
                 print(f"  silver.{name} (CDC mirror, {check.mirror_rows:,} live rows) {verdict}")
         verdict = "PASSED" if report.passed else "FAILED"
         print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
-        print(f"  report: {report.docs_index}")
+        print(f"  quality report: {report.report_path}")
+        print(f"  Data Docs: {report.docs_index}")
         print(f"  took {time.monotonic() - began:.0f}s")
         empty = [table for table in MODEL_TABLES if _count(spark, table) == 0]
         if empty:

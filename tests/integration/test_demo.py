@@ -1,18 +1,22 @@
 """`lakehouse demo` as a user runs it (what `make demo` calls after setup), in its own state folder."""
 
 import json
+import math
 import os
 import re
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from lakehouse.local_kafka import free_port
 from lakehouse.preflight import port_is_free
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
+LAKEHOUSE = str(Path(os.sys.executable).parent / "lakehouse")
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -27,7 +31,10 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_path):
+@pytest.fixture(scope="module")
+def demo(settings, tmp_path_factory):
+    """`lakehouse demo --events 2000` run once in a state folder of its own: (home, env, stdout)."""
+    tmp_path = tmp_path_factory.mktemp("demo")
     home = tmp_path / "home"
     home.mkdir()
     (home / "jars").symlink_to(settings.jars_dir.resolve())
@@ -39,12 +46,16 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
         "DBT_TARGET_PATH": str(tmp_path / "target"),
         "DBT_LOG_PATH": str(tmp_path / "logs"),
     }
-    lakehouse = str(Path(os.sys.executable).parent / "lakehouse")
-    result = subprocess.run([lakehouse, "demo", "--events", "2000"],
+    result = subprocess.run([LAKEHOUSE, "demo", "--events", "2000"],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
+    return home, env, result.stdout
 
+
+def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(demo):
+    home, env, out = demo
+    tmp_path = home.parent
+    port = int(env["LAKEHOUSE_KAFKA_PORT"])
     rows = {m.group(1): int(m.group(2).replace(",", ""))
             for m in re.finditer(r"^\s+(\w+\.\w+)\s+([\d,]+) rows$", out, re.M)}
     for table in ("silver.user_events", "silver.employees", "silver.purchases", "silver.customers",
@@ -63,9 +74,16 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
         assert bronze + dead == delivered and bronze > 0, name
     assert sum(dead for _, _, dead, _ in streams.values()) > 0  # a small demo may leave one stream clean
     assert streams["user_events"][0] > 2000  # the demo's faults re-send some events
-    assert "quality: PASSED" in out
-    report = re.search(r"report: (\S+)", out)
-    assert report and Path(report.group(1)).is_file()
+    # a clean demo passes every critical expectation of every layer
+    assert "quality: PASSED (0 critical" in out
+    suites = re.findall(r"^(bronze|silver|gold)\s+\w+\s+(\S+)\s+(\d+)/(\d+)\s+(pass|warn|FAIL)$", out, re.M)
+    assert {layer for layer, *_ in suites} == {"bronze", "silver", "gold"} and len(suites) >= 30
+    assert all(verdict != "FAIL" for *_, verdict in suites)
+    # the CDC oracle ran: the live mirrors' row counts were compared with the source databases
+    assert "Skipped:" not in out
+    report = re.search(r"quality report: (\S+)", out)
+    assert report and Path(report.group(1)) == home / "reports" / "quality" / "index.html"
+    assert Path(report.group(1)).is_file()
 
     # dbt docs: the catalog describes the new models' columns
     from lakehouse.dbt import dbt_executable
@@ -90,3 +108,146 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(settings, tmp_
     assert port_is_free(port)
     assert not (home / "kafka" / "broker.pid").exists()
     assert processes_mentioning(str(home)) == []
+
+
+class _FailureRows(HTMLParser):
+    """The cell texts of each row of the landing page's failures table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._in_table = self._in_cell = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._in_table = ("class", "failures") in attrs
+        elif self._in_table and tag == "tr":
+            self.rows.append([])
+        elif self._in_table and tag == "td":
+            self._in_cell = True
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._in_table = False
+        elif tag == "td":
+            self._in_cell = False
+
+    def handle_data(self, data):
+        if self._in_cell:
+            self.rows[-1][-1] += data
+
+
+def plant_dead_letters(lake, stream: str, rate: float) -> int:
+    """Add dead letters until `stream`'s dead-letter rate is at least `rate`; returns how many."""
+    from datetime import UTC, datetime
+
+    landed = lake.table(f"bronze.{stream}").count()
+    dead = lake.table("bronze.dead_letters").where(f"stream = '{stream}'").count()
+    planted = math.ceil((rate * (landed + dead) - dead) / (1 - rate))
+    now = datetime.now(UTC)
+    rows = [(stream, stream, 99, offset, now, None, b"planted \x00 bytes", "CORRUPT_PAYLOAD", "planted by the test",
+             None, now, -1) for offset in range(planted)]
+    lake.createDataFrame(rows, lake.table("bronze.dead_letters").schema).writeTo("bronze.dead_letters").append()
+    return planted
+
+
+def quality_run(env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LAKEHOUSE, "quality", "run", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def history(settings, run_id: str) -> dict[tuple[str, str, str], dict]:
+    """The quality.results rows of a run, read through pyiceberg, by (suite, expectation, severity)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from expectations.history import RESULTS_TABLE
+
+    catalog = SqlCatalog("lake", uri="sqlite:///" + settings.catalog_uri.removeprefix("jdbc:sqlite:"),
+                         warehouse=settings.warehouse)
+    rows = catalog.load_table(RESULTS_TABLE).scan(row_filter=f"run_id == '{run_id}'").to_arrow().to_pylist()
+    return {(r["suite"], r["expectation"], r["column_name"], r["severity"]): r for r in rows}
+
+
+def test_planted_bad_data_fails_the_right_checks_with_the_right_exit_status(demo, spark):
+    """After the demo: a warning exits 0, critical failures exit 1, and both land in the history and the report."""
+    from lakehouse.config import Settings
+    from lakehouse.spark import session_on
+    from tests.browser import ARTIFACTS_DIR, render_in_chromium
+
+    home, env, _ = demo
+    settings = Settings.from_env(env)
+    lake = session_on(spark, settings)
+    rate = "expect_column_max_to_be_between"
+
+    # A dead-letter rate above the warning threshold (2 %), below the critical one (10 %).
+    plant_dead_letters(lake, "purchases", 0.05)
+    warned = quality_run(env, "--layer", "bronze", "--stream", "purchases")
+    assert warned.returncode == 0, warned.stdout[-3000:] + warned.stderr[-3000:]
+    assert "PASSED: 0 critical failure(s), 1 warning(s)" in warned.stdout
+    run_id = re.search(r"run (\S+)$", warned.stdout, re.M).group(1)
+    rows = history(settings, run_id)
+    warning = rows[("bronze.purchases.dead_letter_rate", rate, "dead_letter_rate", "warning")]
+    assert warning["success"] is False and 0.05 <= float(warning["observed_value"]) < 0.10
+    assert rows[("bronze.purchases.dead_letter_rate", rate, "dead_letter_rate", "critical")]["success"] is True
+    assert sum(not r["success"] for r in rows.values()) == 1
+
+    # Critical: a duplicated silver key, a negative purchase amount, a dead-letter rate above 10 %.
+    purchases = lake.table("silver.purchases")
+    [duplicate] = purchases.orderBy("transaction_id").limit(1).collect()
+    purchases.where(f"transaction_id = '{duplicate.transaction_id}'").writeTo("silver.purchases").append()
+    purchases.where(f"transaction_id = '{duplicate.transaction_id}'").limit(1) \
+        .withColumn("transaction_id", F.lit("planted-negative")) \
+        .withColumn("amount", F.lit(-12.5).cast("decimal(14,2)")).writeTo("silver.purchases").append()
+    plant_dead_letters(lake, "user_events", 0.2)
+
+    failed = quality_run(env)
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert re.search(r"^FAILED: 5 critical failure\(s\), \d+ warning\(s\)", failed.stdout, re.M), failed.stdout[-3000:]
+    run_id = re.search(r"run (\S+)$", failed.stdout, re.M).group(1)
+    rows = history(settings, run_id)
+    assert len(rows) >= 120  # every check of every layer was recorded
+    unique = rows[("silver.purchases", "expect_column_values_to_be_unique", "transaction_id", "critical")]
+    assert (unique["success"], unique["unexpected_count"]) == (False, 2)
+    assert json.loads(unique["unexpected_sample"]) == [duplicate.transaction_id] * 2
+    negative = rows[("silver.purchases", "expect_column_values_to_be_between", "amount", "critical")]
+    assert (negative["success"], negative["unexpected_count"]) == (False, 1)
+    assert [float(v) for v in json.loads(negative["unexpected_sample"])] == [-12.5]
+    dead = rows[("bronze.user_events.dead_letter_rate", rate, "dead_letter_rate", "critical")]
+    assert dead["success"] is False and float(dead["observed_value"]) >= 0.2
+    for stream in ("purchases", "user_events"):  # both rates are above the warning threshold too
+        assert rows[(f"bronze.{stream}.dead_letter_rate", rate, "dead_letter_rate", "warning")]["success"] is False
+    # gold was built before the planting: its revenue and purchase counts no longer reconcile
+    reconciliation = rows[("gold.sales_by_region_daily.reconciliation", "expect_column_values_to_be_null",
+                           "mismatch", "critical")]
+    assert reconciliation["success"] is False
+    # the samples name the measures that differ: the planted row's currency, revenue and count
+    assert {m.split(":")[0] for m in json.loads(reconciliation["unexpected_sample"])} == {
+        f"revenue {duplicate.currency}", f"purchases {duplicate.currency}"}
+    critical = {key[:2] for key, r in rows.items() if not r["success"] and r["severity"] == "critical"}
+    assert critical == {("silver.purchases", "expect_column_values_to_be_unique"),
+                        ("silver.purchases", "expect_column_values_to_be_between"),
+                        ("bronze.user_events.dead_letter_rate", rate),
+                        ("gold.sales_by_region_daily.reconciliation", "expect_column_values_to_be_null"),
+                        ("gold.customer_activity.reconciliation", "expect_column_values_to_be_null")}
+
+    # The landing page, opened in headless Chromium, shows the suites and the planted counts.
+    page = Path(re.search(r"^Report: (\S+)$", failed.stdout, re.M).group(1))
+    assert page == home / "reports" / "quality" / "index.html"
+    dom = render_in_chromium(page, ARTIFACTS_DIR / "quality-report.png")
+    for suite in ("bronze.purchases.dead_letter_rate", "silver.purchases", "gold.sales_by_region_daily",
+                  "bronze.user_events.dead_letter_rate"):
+        assert suite in dom.replace("<wbr>", ""), suite
+    parser = _FailureRows()
+    parser.feed(dom)
+    failures = {(cells[1], cells[2], cells[3]): cells for cells in parser.rows if len(cells) == 8}
+    unique_row = failures[("silver.purchases", "expect_column_values_to_be_unique", "transaction_id")]
+    assert unique_row[0] == "critical" and unique_row[4].startswith("2 of ")
+    assert duplicate.transaction_id in unique_row[5]
+    negative_row = failures[("silver.purchases", "expect_column_values_to_be_between", "amount")]
+    assert negative_row[4].startswith("1 of ") and "-12.5" in negative_row[5]
+    # the rate failed both its thresholds: a critical row and a warning row
+    assert sorted(cells[0] for cells in parser.rows
+                  if cells[1:4] == ["bronze.user_events.dead_letter_rate", rate, "dead_letter_rate"]) == [
+        "critical", "warning"]
+    assert "FAILED" in dom and "Pass rate over past runs" in dom

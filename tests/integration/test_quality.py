@@ -13,18 +13,19 @@ import datetime as dt
 import pytest
 
 from expectations import run_quality
+from expectations.history import RESULTS_TABLE
 from expectations.runner import TABLE_EXISTS, format_summary
-from expectations.suites import SUITES, SuiteSpec, not_null, select_suites
+from expectations.suites import SILVER_SUITES, SuiteSpec, expect, not_null, param, project_suites, select_suites
 from lakehouse.errors import LakehouseError
 
 pytestmark = pytest.mark.integration
 
 # The real silver.user_events expectations, run against a table of the tests' own, so these
 # tests never touch the silver table other tests build with dbt in the same catalog.
-[REAL_SUITE] = [s for s in SUITES if s.table == "silver.user_events"]
+[REAL_SUITE] = [s for s in SILVER_SUITES if s.table == "silver.user_events"]
 TABLE = "silver.qa_user_events"
 SUITE = TABLE
-QA_SUITES = (dataclasses.replace(REAL_SUITE, table=TABLE, stream="qa_user_events"),)
+QA_SUITES = (dataclasses.replace(REAL_SUITE, table=TABLE, name=TABLE, reads=(TABLE,), stream="qa_user_events"),)
 NOT_NULL = "expect_column_values_to_not_be_null"
 UNIQUE = "expect_column_values_to_be_unique"
 IN_SET = "expect_column_values_to_be_in_set"
@@ -93,9 +94,10 @@ def test_clean_table_passes_and_builds_data_docs(spark, settings, session_identi
     assert SUITE in report.docs_index.read_text()
 
     summary = format_summary(report)
-    assert summary.splitlines()[0].split() == [
-        "SUITE", "EXPECTATION", "COLUMN", "SEVERITY", "RESULT", "UNEXPECTED"]
+    assert summary.splitlines()[0].split() == ["LAYER", "STREAM", "SUITE", "CHECKS", "VERDICT"]
+    assert summary.splitlines()[2].split() == ["silver", "qa_user_events", SUITE, "6/6", "pass"]
     assert "PASSED: 0 critical failure(s), 0 warning(s) in 6 check(s) of 1 suite(s)" in summary
+    assert "Failed checks:" not in summary
 
 
 def test_duplicate_id_and_unknown_type_are_critical_failures(spark, settings):
@@ -122,8 +124,10 @@ def test_duplicate_id_and_unknown_type_are_critical_failures(spark, settings):
 
     summary = format_summary(report)
     assert "FAILED: 2 critical failure(s), 0 warning(s)" in summary
+    assert summary.splitlines()[2].split()[-2:] == ["4/6", "FAIL"]
     unique_line = next(line for line in summary.splitlines() if UNIQUE in line)
-    assert unique_line.split()[-2:] == ["FAIL", "2"]
+    assert unique_line.split()[:5] == ["critical", SUITE, UNIQUE, "event_id", "2"]
+    assert CLEAN[2][0] in unique_line  # the sample names the duplicated id
 
 
 def test_null_customer_is_only_a_warning(spark, settings):
@@ -146,7 +150,7 @@ def test_missing_table_is_reported_as_a_critical_failure(spark, settings):
     missing = SuiteSpec(layer="silver", stream="qa_never_created", table=table,
                         expectations=(not_null("id"),))
 
-    report = run_quality(spark, settings, stream="qa_never_created", suites=(*SUITES, missing))
+    report = run_quality(spark, settings, stream="qa_never_created", suites=(*project_suites(), missing))
 
     assert [s.name for s in report.suites] == [table]
     [check] = report.results
@@ -158,9 +162,82 @@ def test_missing_table_is_reported_as_a_critical_failure(spark, settings):
 
 def test_selection_that_matches_nothing_is_an_error(spark, settings):
     with pytest.raises(LakehouseError, match="no quality suite"):
-        select_suites(layer="gold", stream="user_events")
+        select_suites(layer="gold", stream="dead_letters")
     with pytest.raises(LakehouseError, match="unknown layer"):
         run_quality(spark, settings, layer="platinum")
+
+
+def test_every_result_is_appended_to_the_history_table(spark, settings):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    write_events(spark, [*CLEAN, event(300, "refund")])
+    report = run_quality(spark, settings, layer="silver", suites=QA_SUITES)
+
+    assert report.recorded_rows == len(report.results) == 6
+    rows = spark.table(RESULTS_TABLE).where(f"run_id = '{report.run_id}'").collect()
+    assert {(r.suite, r.expectation, r.column_name, r.severity, r.success, r.unexpected_count) for r in rows} == {
+        (r.suite, r.expectation, r.column, r.severity, r.success, r.unexpected_count) for r in report.results}
+    failed = [r for r in rows if not r.success]
+    assert [(r.expectation, r.unexpected_count, r.unexpected_sample) for r in failed] == [(IN_SET, 1, '["refund"]')]
+    assert {(r.layer, r.stream, r.table_name) for r in rows} == {("silver", "qa_user_events", TABLE)}
+
+    # the same rows through pyiceberg: an ordinary Iceberg table anyone can read
+    catalog = SqlCatalog("lake", uri="sqlite:///" + settings.catalog_uri.removeprefix("jdbc:sqlite:"),
+                         warehouse=settings.warehouse)
+    history = catalog.load_table(RESULTS_TABLE).scan(row_filter=f"run_id == '{report.run_id}'").to_arrow()
+    assert history.num_rows == 6
+    assert sorted(history.column("success").to_pylist()) == [False, True, True, True, True, True]
+
+    # and the landing page, rewritten from that history, shows the failure
+    assert report.report_path and report.report_path.is_file()
+    page = report.report_path.read_text()
+    assert SUITE in page and "refund" in page and report.run_id in page
+
+
+def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, settings):
+    write_events(spark, CLEAN)
+    counted = SuiteSpec(
+        layer="silver", stream="qa_counts", table=TABLE, name=f"{TABLE}.counts",
+        # a query suite, as the dead-letter rates and reconciliations are
+        query=f"select count(*) as events, count_if(_ingested_at >= {{dead_letter_window_start}}) as recent "
+              f"from {TABLE}",
+        expectations=(
+            expect("column_max_to_be_between", column="events", max_value=param("dead_letter_rate_critical")),
+            expect("table_row_count_to_equal", value=param("customers_source_rows")),
+            expect("column_values_to_be_between", "warning", column="recent", min_value=1),
+        ))
+    report = run_quality(spark, settings, stream="qa_counts", suites=(counted,), record=False)
+
+    [suite] = report.suites
+    # 7 events against the critical dead-letter rate (0.10): fails, and shows the observed value
+    max_check = report.result(counted.name, "expect_column_max_to_be_between", "events")
+    assert (max_check.success, max_check.observed_value) == (False, len(CLEAN))
+    # the test events were "ingested" in 2024, before the dead-letter window: none is recent
+    recent = report.result(counted.name, "expect_column_values_to_be_between", "recent")
+    assert (recent.success, recent.severity, recent.unexpected_count) == (False, "warning", 1)
+    # this settings' home has no CDC source database: the oracle check is skipped, and said so
+    assert [r.expectation for r in suite.results] == [
+        "expect_column_max_to_be_between", "expect_column_values_to_be_between"]
+    [note] = suite.skipped
+    assert "expect_table_row_count_to_equal" in note and "no oracle" in note
+    assert "Skipped:" in format_summary(report)
+    assert report.report_path is None and report.recorded_rows == 0
+
+
+def test_project_suites_cover_every_layer_and_stream():
+    suites = project_suites()
+    names = [s.name for s in suites]
+    assert len(names) == len(set(names))  # suite names are GX asset and checkpoint names
+    by_layer = {layer: {s.stream for s in suites if s.layer == layer} for layer in ("bronze", "silver", "gold")}
+    streams = {"employees", "purchases", "user_events", "customers", "accounts"}
+    assert by_layer["bronze"] == streams | {"dead_letters"}
+    assert by_layer["silver"] == streams | {"reference"}
+    assert by_layer["gold"] == streams
+    for stream in streams:  # a dead-letter rate per stream, warning below critical
+        [rate] = [s for s in suites if s.name == f"bronze.{stream}.dead_letter_rate"]
+        assert [(e.severity, e.kwargs["max_value"]) for e in rate.expectations] == [
+            ("warning", param("dead_letter_rate_warn")), ("critical", param("dead_letter_rate_critical"))]
+    assert all(s.query and len(s.reads) >= 2 for s in suites if s.name.endswith(".reconciliation"))
 
 
 def test_spark_session_survives_gx(spark, session_identity):

@@ -70,3 +70,22 @@ def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: unknown stream 'clicks'; configured streams: accounts, customers, employees, purchases, user_events"
     ]
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["quality", "run", "--stream", "clicks"], {},
+     "error: no quality suite for stream 'clicks'; streams with suites: accounts, customers, dead_letters, "
+     "employees, purchases, reference, user_events"),
+    (["quality", "run", "--layer", "gold", "--stream", "dead_letters"], {},
+     "error: no quality suite for layer 'gold' and stream 'dead_letters'; streams with suites in gold: "
+     "accounts, customers, employees, purchases, user_events"),
+    (["quality", "run"], {"LAKEHOUSE_QUALITY_DEAD_LETTER_RATE_CRITICAL": "ten percent"},
+     "error: LAKEHOUSE_QUALITY_DEAD_LETTER_RATE_CRITICAL must be a number >= 0, got 'ten percent'"),
+])
+def test_bad_quality_selection_or_threshold_is_one_line_before_spark_starts(tmp_path, args, env, message):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), **env}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", *args],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [message]
+    assert not (tmp_path / "gx").exists()  # nothing was started or written
