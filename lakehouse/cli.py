@@ -126,9 +126,10 @@ def _config(args, settings: Settings) -> int:
     if args.json:
         print(json.dumps(shown, indent=2))
         return 0
+    width = max(len(setting.env) for setting in SETTINGS.values())
     for name, setting in SETTINGS.items():
-        print(f"{PREFIX}{setting.env:<24} {shown[name]:<48} {setting.help}")
-    print(f"{PREFIX}KAFKA_OPT_<OPTION>{'':<6} {shown['kafka_options']:<48} Kafka client options "
+        print(f"{PREFIX}{setting.env:<{width}} {shown[name]:<48} {setting.help}")
+    print(f"{PREFIX}{'KAFKA_OPT_<OPTION>':<{width}} {shown['kafka_options']:<48} Kafka client options "
           "(e.g. ..._SECURITY_PROTOCOL=SASL_SSL)")
     return 0
 
