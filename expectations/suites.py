@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ingestion.error_codes import ERROR_CODES
 from lakehouse.config import NAMESPACES
 from lakehouse.errors import LakehouseError
 
@@ -60,8 +61,7 @@ SEVERITY_META_KEY = "severity"
 PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
 
 DEAD_LETTERS_TABLE = "bronze.dead_letters"
-REASON_CODES = ("CORRUPT_PAYLOAD", "SCHEMA_MISMATCH", "MISSING_REQUIRED_FIELD",
-                "EVENT_TIME_OUT_OF_RANGE", "UNKNOWN_SCHEMA_ID", "INVALID_CDC_ENVELOPE")
+REASON_CODES = tuple(ERROR_CODES)  # the closed set of DESIGN §7
 CDC_OPERATIONS = ("I", "U", "D", "R")
 KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 
@@ -199,7 +199,9 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
         layer="bronze", stream=stream.name, table=DEAD_LETTERS_TABLE,
         name=f"{stream.bronze_table}.dead_letter_rate",
         reads=(stream.bronze_table, DEAD_LETTERS_TABLE),
-        # The share of the records that arrived in the window which could not be read.
+        # The share of the records that arrived in the window which could not be read. Only
+        # pending dead letters count: a replayed one (`lakehouse dlq replay`) is in bronze now,
+        # counted there (with the replay's _ingested_at).
         query=f"""
             with landed as (
                 select count(*) as records from {stream.bronze_table}
@@ -208,6 +210,7 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
             dead as (
                 select count(*) as records from {DEAD_LETTERS_TABLE}
                 where stream = '{stream.name}' and ingested_at >= {{dead_letter_window_start}}
+                    and replayed_at is null
             )
             select
                 dead.records as dead_letters,

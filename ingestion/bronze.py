@@ -6,6 +6,10 @@ when that table's latest snapshot from the same query has a batch id at least as
 (`last_committed_batch`; ingestion/job.py skips such a batch).
 The query id lives in the checkpoint, so it survives restarts and changes when the
 checkpoint is reset (then everything is, rightly, written again).
+
+Snapshot expiry would erase that evidence, so before `lakehouse maintain` expires snapshots
+it copies each query's last committed batch into a table property
+(``lakehouse.committed.<query id>``, `record_committed_batches`); the check reads both.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from lakehouse.errors import LakehouseError
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
+COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 
 STREAMING_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -107,12 +112,54 @@ def align(rows: DataFrame, table_schema: StructType) -> DataFrame:
         for f in table_schema.fields])
 
 
-def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
+def committed_batches_in_snapshots(spark: SparkSession, table: str) -> dict[str, int]:
+    """Per writing query, the highest batch id among the table's (unexpired) snapshots."""
     rows = spark.sql(
-        f"select summary['{BATCH_PROPERTY}'] as batch_id from {table}.snapshots "
-        f"where summary['{WRITER_PROPERTY}'] = '{query_id}' order by committed_at desc limit 1"
+        f"select summary['{WRITER_PROPERTY}'] as query_id, "
+        f"max(cast(summary['{BATCH_PROPERTY}'] as bigint)) as batch_id "
+        f"from {table}.snapshots where summary['{WRITER_PROPERTY}'] is not null group by 1"
     ).collect()
-    return int(rows[0].batch_id) if rows else None
+    return {row.query_id: int(row.batch_id) for row in rows if row.batch_id is not None}
+
+
+def committed_batches_in_properties(spark: SparkSession, table: str) -> dict[str, int]:
+    """The markers `record_committed_batches` left in the table's properties."""
+    rows = spark.sql(f"show tblproperties {table}").collect()
+    return {row.key.removeprefix(COMMITTED_PROPERTY_PREFIX): int(row.value)
+            for row in rows if row.key.startswith(COMMITTED_PROPERTY_PREFIX) and row.value.isdigit()}
+
+
+def record_committed_batches(spark: SparkSession, table: str, live_query_ids: set[str] | None = None) -> dict[str, int]:
+    """Copy each query's last committed batch from snapshot summaries into table properties.
+
+    Called before snapshots expire, so the exactly-once check survives the expiry. Markers of
+    queries that can no longer write (their checkpoint is gone: not in ``live_query_ids``)
+    are dropped; ``None`` keeps them all. Returns the markers now in place.
+    """
+    marked = committed_batches_in_properties(spark, table)
+    seen = committed_batches_in_snapshots(spark, table)
+    wanted = {query_id: max(batch_id, marked.get(query_id, -1)) for query_id, batch_id in seen.items()}
+    wanted = {**marked, **wanted}
+    if live_query_ids is not None:
+        wanted = {q: b for q, b in wanted.items() if q in live_query_ids}
+    changed = {q: b for q, b in wanted.items() if marked.get(q) != b}
+    if changed:
+        props = ", ".join(f"'{COMMITTED_PROPERTY_PREFIX}{q}' = '{b}'" for q, b in sorted(changed.items()))
+        spark.sql(f"alter table {table} set tblproperties ({props})")
+    stale = sorted(set(marked) - set(wanted))
+    if stale:
+        keys = ", ".join(f"'{COMMITTED_PROPERTY_PREFIX}{q}'" for q in stale)
+        spark.sql(f"alter table {table} unset tblproperties if exists ({keys})")
+    return wanted
+
+
+def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
+    """The last batch of ``query_id`` in the table: from its snapshots, or from the marker
+    maintenance left when it expired them (whichever is higher; batches commit in order)."""
+    found = [batches[query_id] for batches in (committed_batches_in_snapshots(spark, table),
+                                               committed_batches_in_properties(spark, table))
+             if query_id in batches]
+    return max(found) if found else None
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:

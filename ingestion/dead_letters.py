@@ -17,16 +17,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ingestion import error_codes
+
 TABLE = "bronze.dead_letters"
 
-ERROR_CODES = {
-    "CORRUPT_PAYLOAD": "the bytes are not a readable message of the stream's format",
-    "SCHEMA_MISMATCH": "a field has a value of the wrong type for the declared schema",
-    "MISSING_REQUIRED_FIELD": "a field the schema requires is absent or null",
-    "EVENT_TIME_OUT_OF_RANGE": "the event time is implausible (before 2000 or more than a day ahead)",
-    "UNKNOWN_SCHEMA_ID": "the registry schema id in the message header is not known",
-    "INVALID_CDC_ENVELOPE": "a change record lacks the envelope fields its format requires",
-}
+ERROR_CODES = error_codes.ERROR_CODES  # the closed set lives in a pyspark-free module
 
 SCHEMA = StructType([
     StructField("stream", StringType(), False),
@@ -41,6 +36,12 @@ SCHEMA = StructType([
     StructField("schema_id", IntegerType(), True),
     StructField("ingested_at", TimestampType(), False),
     StructField("batch_id", LongType(), False),
+    # Replay (`lakehouse dlq replay`, ingestion/dlq.py): set on the dead letter, which stays
+    # as the record of what happened. replayed_at is set once its record is in bronze; a
+    # record that still fails keeps replayed_at null and gets the new error_code/detail.
+    StructField("replayed_at", TimestampType(), True),
+    StructField("replay_attempts", IntegerType(), True),
+    StructField("last_replay_at", TimestampType(), True),
 ])
 PARTITIONING = ("days(ingested_at)", "stream")
 
@@ -62,4 +63,7 @@ def to_dead_letters(
         (schema_id if schema_id is not None else F.lit(None)).cast("int").alias("schema_id"),
         ingested_at.alias("ingested_at"),
         F.lit(batch_id).cast("long").alias("batch_id"),
+        F.lit(None).cast("timestamp").alias("replayed_at"),
+        F.lit(None).cast("int").alias("replay_attempts"),
+        F.lit(None).cast("timestamp").alias("last_replay_at"),
     )

@@ -122,7 +122,8 @@ class _Commits:
 
 
 def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits: _Commits) -> bool:
-    """Dead letters, then bronze, each skipped if this batch is already in it (DESIGN §8).
+    """Dead letters, then bronze, each skipped if this batch is already in it (DESIGN §8);
+    whether anything was written.
 
     Two tables cannot commit atomically, so a crash can fall between the two commits. The
     replay then decodes the batch again, perhaps with a newer schema: anything already in
@@ -132,8 +133,10 @@ def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, com
     bad = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at)
     in_dead = commits.includes(dead_letters.TABLE, query_id, batch_id)
     in_bronze = commits.includes(spec.bronze_table, query_id, batch_id)
+    wrote = False
     if dead and not in_dead:
         commits.append(dead_letters.TABLE, bad, query_id, batch_id)
+        wrote = True
     if not in_bronze:
         if in_dead:
             already = (spark.table(dead_letters.TABLE)
@@ -141,7 +144,8 @@ def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, com
                        .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
             good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
         commits.append(spec.bronze_table, good, query_id, batch_id)
-    return not (in_dead and in_bronze)
+        wrote = True
+    return wrote
 
 
 def _lag_text(settings: Settings, spec: StreamSpec, location: str, batch_id: int) -> str:

@@ -89,11 +89,27 @@ def _ingest(args, settings: Settings) -> int:
 def _status(args, settings: Settings) -> int:
     from lakehouse import status
 
-    statuses = status.stream_status(settings, args.streams or None)
-    if args.json:
-        print(json.dumps(status.as_json(statuses), indent=2))
-    else:
-        print(status.format_table(statuses))
+    return status.main(args, settings)
+
+
+def _maintain(args, settings: Settings) -> int:
+    from ingestion import maintenance
+
+    return maintenance.main(args, settings)
+
+
+def _dlq(args, settings: Settings) -> int:
+    from ingestion import dlq
+
+    return dlq.main(args, settings)
+
+
+def _dbt(args, settings: Settings) -> int:
+    from lakehouse.dbt import run_dbt
+
+    if not args.dbt_args:
+        raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
+    run_dbt(settings, args.dbt_args)
     return 0
 
 
@@ -189,11 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
     ingest_arguments(ingest)
     ingest.set_defaults(func=_ingest)
 
-    status = sub.add_parser("status", help="where each stream stands: last batch, lag, dead letters",
-                            description="Per stream: the last committed micro-batch, committed vs end offsets "
-                                        "(lag), bronze rows, dead letters by reason. Does not start Spark.")
-    status.add_argument("streams", nargs="*", metavar="STREAM", help="only these streams (default: all)")
-    status.add_argument("--json", action="store_true", help="as JSON, for machines")
+    from lakehouse.status import add_arguments as status_arguments
+    status = sub.add_parser(
+        "status", help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
+        description="Per stream: the last committed micro-batch (when, how many records, how fast), the lag "
+                    "behind the topic's end offsets, bronze rows, pending dead letters by reason. Per table: "
+                    "rows, data and delete files, average file size, snapshots, last `lakehouse maintain`. "
+                    "Then the last dbt run (target/run_results.json) and the last quality verdict. "
+                    "Reads checkpoints, the catalog and files only: it does not start Spark.")
+    status_arguments(status)
     status.set_defaults(func=_status)
 
     quality = sub.add_parser(
@@ -213,6 +233,34 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
     quality.set_defaults(func=_quality)
 
+    maintain = sub.add_parser(
+        "maintain", help="compact, rewrite manifests, expire snapshots, remove orphan files",
+        description="One maintenance pass over the lakehouse's Iceberg tables, by the policies of "
+                    "ingestion/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction (streaming tables: "
+                    "only partitions no longer being written), position-delete rewrite (merge-on-read "
+                    "mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's exactly-once check "
+                    "valid), orphan file removal (never files younger than 24 h). Safe while ingestion runs; "
+                    "silver and gold tables wait for a dbt run started with `lakehouse dbt` to finish. "
+                    "Prints files before/after, snapshots expired and bytes reclaimed per table.")
+    from ingestion.maintenance import add_arguments as maintain_arguments
+    maintain_arguments(maintain)
+    maintain.set_defaults(func=_maintain)
+
+    dlq = sub.add_parser(
+        "dlq", help="dead letters: stats, list, show, replay",
+        description="Inspect bronze.dead_letters and replay fixed records into bronze.")
+    from ingestion.dlq import add_arguments as dlq_arguments
+    dlq_arguments(dlq)
+    dlq.set_defaults(func=_dlq)
+
+    dbt = sub.add_parser(
+        "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
+        description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
+                    "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
+                    "running MERGE. Every argument is passed to dbt.")
+    dbt.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
+    dbt.set_defaults(func=_dbt)
+
     profile = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
                              description="Regenerate profiles.yml: lakehouse dbt-profile > profiles.yml")
     profile.set_defaults(func=_dbt_profile)
@@ -223,8 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=_config)
 
     demo = sub.add_parser("demo", help="run the whole chain once on the local platform",
-                          description="Start Kafka, produce (with corrupt messages), ingest, dbt run, "
-                                      "quality checks, print a summary, stop what was started.")
+                          description="Start Kafka, produce (with corrupt messages), ingest, dbt build, "
+                                      "quality checks, print a summary, run a maintenance pass, show the "
+                                      "status view, stop what was started.")
     demo.add_argument("--events", type=int, default=20_000, help="user events to produce (default 20000)")
     demo.set_defaults(func=_demo)
     return parser

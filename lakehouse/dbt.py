@@ -37,11 +37,18 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
 
 def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             capture: bool = False) -> subprocess.CompletedProcess:
-    """Run `dbt <args>` at the project root; raise with dbt's own error lines if it fails."""
-    result = subprocess.run(
-        [dbt_executable(), *args], cwd=PROJECT_ROOT, env=dbt_env(settings, target_dir),
-        capture_output=capture, text=True,
-    )
+    """Run `dbt <args>` at the project root; raise with dbt's own error lines if it fails.
+
+    Holds the dbt-tables lock (lakehouse/locks.py) so maintenance never compacts a table
+    under a running MERGE.
+    """
+    from lakehouse.locks import dbt_run_lock
+
+    with dbt_run_lock(settings):
+        result = subprocess.run(
+            [dbt_executable(), *args], cwd=PROJECT_ROOT, env=dbt_env(settings, target_dir),
+            capture_output=capture, text=True,
+        )
     if result.returncode != 0:
         tail = ""
         if capture:

@@ -3,7 +3,8 @@
 Kafka (started here unless already running) -> produce every stream of the pipeline with
 the demo's fault mix -> ingest them all into bronze in one Spark application
 (available-now) -> dbt run (silver, gold) -> quality checks -> a summary that checks, per
-stream, that every message produced is in bronze or in dead letters, with the right reason.
+stream, that every message produced is in bronze or in dead letters, with the right reason
+-> a maintenance pass over every table -> the status view.
 Whatever the demo started is stopped at the end, also on failure or Ctrl-C.
 """
 
@@ -27,7 +28,7 @@ MODEL_TABLES = (
 # The CDC simulator commits one change at a time to its SQLite source: far slower than the
 # event producers, so the change streams get a tenth of the events' count.
 CDC_SHARE = 10
-STEPS = 5
+STEPS = 7
 
 
 def _step(number: int, text: str) -> float:
@@ -64,8 +65,9 @@ def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
 
 def main(settings: Settings, events: int = 20_000) -> int:
     from expectations.runner import format_summary, run_quality
-    from ingestion import job
+    from ingestion import job, maintenance
     from ingestion.streams import load_pipeline
+    from lakehouse import status
     from lakehouse.cdc_check import check_mirror
     from lakehouse.dbt import run_dbt
     from lakehouse.spark import ensure_namespaces, get_spark
@@ -143,7 +145,14 @@ def main(settings: Settings, events: int = 20_000) -> int:
         print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
         print(f"  quality report: {report.report_path}")
         print(f"  Data Docs: {report.docs_index}")
-        print(f"  took {time.monotonic() - began:.0f}s")
+
+        _step(6, "maintenance: compaction, manifest rewrite, snapshot expiry, orphan files (lakehouse maintain)")
+        # The demo's ingestion has finished, so no partition is still being written.
+        print(maintenance.format_summary(maintenance.maintain(spark, settings, all_partitions=True)))
+
+        _step(7, "status (lakehouse status)")
+        print(status.format_report(status.collect_status(settings)))
+        print(f"\n  demo took {time.monotonic() - began:.0f}s")
         empty = [table for table in MODEL_TABLES if _count(spark, table) == 0]
         if empty:
             raise LakehouseError(f"empty after the demo: {', '.join(empty)}")

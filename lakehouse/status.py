@@ -1,20 +1,46 @@
-"""`lakehouse status`: where each stream stands, without starting Spark.
+"""`lakehouse status`: where the lakehouse stands, without starting Spark.
 
-Per stream: the last committed micro-batch (from the query's checkpoint), the offsets it
-committed against the topic's end offsets (lag), bronze rows, and dead letters by reason
-(read through pyiceberg from the same catalog). Each source may be missing (no run yet,
-broker stopped): that part then says so, the rest is still shown.
+Four parts, each read from files or through pyiceberg only:
+
+* Streams: the last committed micro-batch of each query (from its checkpoint), how many
+  records it read and how fast, the lag against the topic's end offsets, bronze rows, and
+  dead letters still pending by reason (plus how many were replayed).
+* Tables: every table of the bronze, silver, gold and quality namespaces: rows, data and
+  delete files, average file size, snapshots, and the last `lakehouse maintain` run on it.
+* dbt: the last run, from dbt's own ``run_results.json``.
+* Quality: the verdict of the last quality run, from the table ``quality.results``.
+
+Each part may be missing (no run yet, broker stopped, no catalog): that part says so and
+the rest is still shown. Pure functions (summaries, formatting) are kept apart from the
+readers so that they can be tested without a lakehouse.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import socket
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from lakehouse.config import Settings
+from lakehouse.config import NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
 from lakehouse.errors import LakehouseError
 
+DEAD_LETTER_TABLE = "bronze.dead_letters"  # ingestion.dead_letters.TABLE, without importing pyspark
+QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.RESULTS_TABLE
+MAINTENANCE_LOG = Path("maintenance") / "log.jsonl"  # under the state folder, appended by `lakehouse maintain`
+DBT_FAILED_STATUSES = ("error", "fail", "runtime error")
+BROKER_PROBE_TIMEOUT_S = 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# What is reported
+# --------------------------------------------------------------------------------------------
 
 @dataclass
 class StreamStatus:
@@ -23,13 +49,338 @@ class StreamStatus:
     bronze_table: str
     last_batch: int | None = None
     last_batch_at: str | None = None
+    last_batch_records: int | None = None  # records the last committed batch read from Kafka
+    last_batch_seconds: float | None = None  # from its offsets file (batch start) to its commit file
+    last_batch_rate: float | None = None  # records per second of that batch
     committed_offsets: dict[int, int] = field(default_factory=dict)
     end_offsets: dict[int, int] | None = None
     lag: int | None = None
     bronze_rows: int | None = None
-    dead_letters: dict[str, int] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)  # pending (not replayed) by error code
+    dead_letters_replayed: int = 0
     problems: list[str] = field(default_factory=list)
 
+
+@dataclass
+class TableStatus:
+    table: str
+    kind: str = "table"  # or "view": views have no files, only a name
+    rows: int | None = None
+    data_files: int | None = None
+    delete_files: int | None = None
+    total_bytes: int | None = None
+    average_file_bytes: int | None = None
+    snapshots: int | None = None
+    updated_at: str | None = None  # commit time of the current snapshot
+    last_maintenance: dict[str, Any] | None = None  # the last non-dry-run entry of the maintenance log
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StatusReport:
+    streams: list[StreamStatus]
+    tables: list[TableStatus]
+    dbt: dict[str, Any] | None
+    quality: dict[str, Any] | None
+    # Why a whole part is empty or partial, by part ("streams", "tables", "dbt", "quality").
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "streams": [asdict(s) for s in self.streams],
+            "tables": [asdict(t) for t in self.tables],
+            "dbt": self.dbt,
+            "quality": self.quality,
+            "problems": dict(self.problems),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Pure functions: computations and summaries
+# --------------------------------------------------------------------------------------------
+
+def batch_records(end_offsets: dict[int, int], previous_end_offsets: dict[int, int] | None) -> int | None:
+    """Records a batch read: per partition, its end offset minus where the batch started.
+
+    A batch starts where the previous one ended; a partition the previous batch did not know
+    started at 0. None when the start is unknown (the previous offsets file was purged).
+    """
+    if previous_end_offsets is None or not end_offsets:
+        return None
+    return sum(max(0, end - previous_end_offsets.get(partition, 0)) for partition, end in end_offsets.items())
+
+
+def batch_rate(records: int | None, started_at: float | None, committed_at: float | None
+               ) -> tuple[float | None, float | None]:
+    """(seconds the batch took, records per second); None where unknown or not measurable."""
+    if started_at is None or committed_at is None:
+        return None, None
+    seconds = committed_at - started_at
+    if seconds <= 0:  # clock steps or copied checkpoints: no meaningful duration
+        return None, None
+    return round(seconds, 3), None if records is None else round(records / seconds, 1)
+
+
+def parse_initial_offsets(text: str) -> dict[str, dict[int, int]]:
+    """The starting offsets Spark's Kafka source records before batch 0 (``sources/0/0``).
+
+    The file is a version line (after a NUL byte kept for Spark 2.1 compatibility) and one
+    JSON object ``{"topic": {"partition": offset}}``; {} when it is not that.
+    """
+    for line in text.replace("\0", "").splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            source = json.loads(line)
+            return {topic: {int(p): int(o) for p, o in partitions.items()}
+                    for topic, partitions in source.items() if isinstance(partitions, dict)}
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return {}
+    return {}
+
+
+def dead_letter_counts(streams: Iterable[str], codes: Iterable[str], replayed: Iterable[bool]
+                       ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """(pending dead letters by stream and error code, replayed dead letters by stream)."""
+    pending: Counter[tuple[str, str]] = Counter()
+    replayed_by_stream: Counter[str] = Counter()
+    for stream, code, was_replayed in zip(streams, codes, replayed, strict=True):
+        if was_replayed:
+            replayed_by_stream[stream] += 1
+        else:
+            pending[(stream, code)] += 1
+    by_stream: dict[str, dict[str, int]] = {}
+    for (stream, code), n in sorted(pending.items()):
+        by_stream.setdefault(stream, {})[code] = n
+    return by_stream, dict(replayed_by_stream)
+
+
+def table_figures(summary: dict[str, str]) -> dict[str, int | None]:
+    """Rows, files and sizes of a table from its current snapshot's summary.
+
+    The average is over data and delete files: ``total-files-size`` counts both, and either
+    kind being small is what compaction fixes.
+    """
+    def number(key: str) -> int | None:
+        try:
+            return int(summary[key])
+        except (KeyError, ValueError):
+            return None
+
+    data_files, delete_files, total_bytes = (number("total-data-files"), number("total-delete-files"),
+                                             number("total-files-size"))
+    files = (data_files or 0) + (delete_files or 0)
+    return {
+        "rows": number("total-records"),
+        "data_files": data_files,
+        "delete_files": delete_files,
+        "total_bytes": total_bytes,
+        "average_file_bytes": round(total_bytes / files) if total_bytes is not None and files else None,
+    }
+
+
+def last_maintenance_by_table(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The last real (not dry-run) entry per table of the maintenance log; bad lines are skipped."""
+    last: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("table"), str) or entry.get("dry_run"):
+            continue
+        last[entry["table"]] = entry  # the log is appended in time order: later lines win
+    return last
+
+
+def summarize_run_results(results: dict[str, Any]) -> dict[str, Any]:
+    """What `lakehouse status` shows of a dbt ``run_results.json``."""
+    metadata = results.get("metadata") or {}
+    args = results.get("args") or {}
+    command = args.get("invocation_command") or (f"dbt {args['which']}" if args.get("which") else None)
+    nodes = results.get("results") or []
+    counts = Counter(str(node.get("status")) for node in nodes)
+    elapsed = results.get("elapsed_time")
+    return {
+        "generated_at": metadata.get("generated_at"),
+        "command": command,
+        "elapsed_seconds": round(elapsed, 1) if isinstance(elapsed, int | float) else None,
+        "dbt_version": metadata.get("dbt_version"),
+        "counts": dict(sorted(counts.items())),
+        "failed": [node.get("unique_id") for node in nodes if node.get("status") in DBT_FAILED_STATUSES],
+    }
+
+
+def quality_verdict(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The verdict of the latest quality run among result rows (one per expectation).
+
+    A run passes unless a critical expectation failed; failed warnings are counted, not fatal.
+    None when there are no rows.
+    """
+    if not rows:
+        return None
+    latest = max(rows, key=lambda r: (r["run_at"], r["run_id"]))
+    run = [r for r in rows if r["run_id"] == latest["run_id"]]
+    critical = [r for r in run if r.get("severity") == "critical" and not r.get("success")]
+    warnings = [r for r in run if r.get("severity") != "critical" and not r.get("success")]
+    run_at = latest["run_at"]
+    return {
+        "run_id": latest["run_id"],
+        "run_at": run_at.isoformat(timespec="seconds") if isinstance(run_at, datetime) else str(run_at),
+        "verdict": "FAILED" if critical else "PASSED",
+        "checks": len(run),
+        "critical_failed": len(critical),
+        "warnings_failed": len(warnings),
+        "critical_failures": sorted({_check_name(r) for r in critical}),
+    }
+
+
+def _check_name(row: dict[str, Any]) -> str:
+    name = f"{row.get('suite') or '?'}: {row.get('expectation') or '?'}"
+    return f"{name} ({row['column_name']})" if row.get("column_name") else name
+
+
+# --------------------------------------------------------------------------------------------
+# Pure functions: formatting
+# --------------------------------------------------------------------------------------------
+
+def human_bytes(size: int | float | None) -> str:
+    if size is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def human_rate(per_second: float | None) -> str:
+    if per_second is None:
+        return "-"
+    return f"{per_second:,.0f}/s" if per_second >= 100 else f"{per_second:,.1f}/s"
+
+
+def human_time(iso: str | None) -> str:
+    """An ISO timestamp shortened to the minute, in UTC; unparseable text is shown as is."""
+    if not iso:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def aligned(rows: list[list[str]], right: Iterable[int] = (), indent: str = "  ") -> list[str]:
+    """Rows of cells as lines of aligned columns; columns in ``right`` are right-aligned (numbers)."""
+    right = set(right)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+            for row in rows]
+
+
+def format_streams(statuses: list[StreamStatus]) -> str:
+    if not statuses:
+        return "  no streams configured"
+    rows = [["stream", "last batch", "at", "records", "rate", "lag", "bronze rows", "dead letters (pending)"]]
+    notes: dict[int, list[str]] = {}
+    for s in statuses:
+        dead = ", ".join(f"{code} {n:,}" for code, n in s.dead_letters.items()) or "none"
+        if s.dead_letters_replayed:
+            dead += f"; {s.dead_letters_replayed:,} replayed"
+        rows.append([
+            s.stream, "-" if s.last_batch is None else f"#{s.last_batch}", human_time(s.last_batch_at),
+            human_number(s.last_batch_records), human_rate(s.last_batch_rate),
+            "unknown" if s.lag is None else f"{s.lag:,}", human_number(s.bronze_rows), dead,
+        ])
+        notes[len(rows) - 1] = s.problems
+    lines = []
+    for index, line in enumerate(aligned(rows, right=(3, 4, 5, 6))):
+        lines.append(line)
+        lines.extend(f"      note: {problem}" for problem in notes.get(index, []))
+    return "\n".join(lines)
+
+
+def format_tables(tables: list[TableStatus]) -> str:
+    if not tables:
+        return "  no tables yet"
+    rows = [["table", "rows", "data files", "avg file", "delete files", "snapshots", "last maintenance"]]
+    notes: dict[int, list[str]] = {}
+    for t in tables:
+        if t.kind == "view":
+            rows.append([t.table, "view", "", "", "", "", ""])
+        else:
+            rows.append([t.table, human_number(t.rows), human_number(t.data_files), human_bytes(t.average_file_bytes),
+                         human_number(t.delete_files), human_number(t.snapshots),
+                         format_maintenance(t.last_maintenance)])
+        notes[len(rows) - 1] = t.problems
+    lines = []
+    for index, line in enumerate(aligned(rows, right=(1, 2, 3, 4, 5))):
+        lines.append(line)
+        lines.extend(f"      note: {problem}" for problem in notes.get(index, []))
+    return "\n".join(lines)
+
+
+def format_maintenance(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "never"
+    text = human_time(entry.get("finished_at"))
+    before, after = entry.get("data_files_before"), entry.get("data_files_after")
+    if before is not None and after is not None:
+        text += f", {before:,} -> {after:,} files"
+    if entry.get("snapshots_expired"):
+        text += f", {entry['snapshots_expired']:,} snapshots expired"
+    if entry.get("problems"):
+        text += f", {len(entry['problems'])} problem(s)"
+    return text
+
+
+def format_dbt(dbt: dict[str, Any] | None) -> str:
+    if dbt is None:
+        return "  no dbt run recorded"
+    took = "" if dbt["elapsed_seconds"] is None else f", took {dbt['elapsed_seconds']:,.1f}s"
+    lines = [f"  last run: {dbt['command'] or 'dbt'} at {human_time(dbt['generated_at'])}{took}",
+             "  results:  " + (", ".join(f"{status} {n:,}" for status, n in dbt["counts"].items()) or "no nodes")]
+    if dbt["failed"]:
+        lines.append("  failed:   " + ", ".join(dbt["failed"]))
+    return "\n".join(lines)
+
+
+def format_quality(quality: dict[str, Any] | None) -> str:
+    if quality is None:
+        return "  no quality run recorded"
+    lines = [f"  last run: {human_time(quality['run_at'])} ({quality['run_id']}): {quality['verdict']}",
+             f"  checks:   {quality['checks']:,}, critical failed {quality['critical_failed']:,}, "
+             f"warnings failed {quality['warnings_failed']:,}"]
+    lines.extend(f"  failed:   {name}" for name in quality["critical_failures"])
+    return "\n".join(lines)
+
+
+def format_report(report: StatusReport) -> str:
+    sections = [
+        ("Streams", format_streams(report.streams)),
+        ("Tables", format_tables(report.tables)),
+        ("dbt", format_dbt(report.dbt)),
+        ("Quality", format_quality(report.quality)),
+    ]
+    out = []
+    for title, body in sections:
+        problem = report.problems.get(title.lower())
+        out.append(title + "\n" + (f"  note: {problem}\n" if problem else "") + body)
+    return "\n\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Readers
+# --------------------------------------------------------------------------------------------
 
 def pyiceberg_catalog(settings: Settings):
     """The catalog the Spark jobs use, opened by pyiceberg (same SQLite database, same name)."""
@@ -44,37 +395,107 @@ def pyiceberg_catalog(settings: Settings):
     return SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{database}", warehouse=settings.warehouse)
 
 
+def _existing_catalog(settings: Settings):
+    """The catalog, or None when its database does not exist yet (nothing ingested).
+
+    Opening it would create an empty database just to look, so it is not opened then.
+    """
+    if settings.catalog_uri.startswith("jdbc:sqlite:") and \
+            not Path(settings.catalog_uri.removeprefix("jdbc:sqlite:")).exists():
+        return None
+    return pyiceberg_catalog(settings)
+
+
 def _table(catalog, name: str):
-    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
         return catalog.load_table(name)
-    except NoSuchTableError:
+    except (NoSuchTableError, NoSuchNamespaceError):
         return None
 
 
-def stream_status(settings: Settings, names: list[str] | None = None) -> list[StreamStatus]:
+def _summary(table) -> dict[str, str] | None:
+    snapshot = table.current_snapshot()
+    return None if snapshot is None else dict(snapshot.summary.additional_properties)
+
+
+def last_batch_throughput(checkpoint: str | Path, batch_id: int, topic: str) -> tuple[int | None, float | None]:
+    """(records read, seconds taken) by a committed batch of a checkpoint; None where unknown.
+
+    Its offsets file is written when the batch starts and its commit file when it is done.
+    """
+    from ingestion.checkpoint import batch_offsets
+
+    folder = Path(checkpoint)
+    end = batch_offsets(folder, batch_id).get(topic, {})
+    if batch_id == 0:
+        try:
+            initial = parse_initial_offsets((folder / "sources" / "0" / "0").read_text(errors="replace"))
+        except OSError:
+            initial = {}
+        previous: dict[int, int] | None = initial.get(topic, {})  # unknown start: offsets begin at 0
+    else:
+        previous = batch_offsets(folder, batch_id - 1).get(topic)  # None: purged with old batches
+    try:
+        started_at: float | None = (folder / "offsets" / str(batch_id)).stat().st_mtime
+        committed_at: float | None = (folder / "commits" / str(batch_id)).stat().st_mtime
+    except OSError:
+        started_at = committed_at = None
+    records = batch_records(end, previous)
+    seconds, _ = batch_rate(records, started_at, committed_at)
+    return records, seconds
+
+
+def broker_accepts_connections(bootstrap_servers: str, timeout: float = BROKER_PROBE_TIMEOUT_S) -> bool:
+    """Whether any bootstrap server accepts a TCP connection.
+
+    Checked first because the Kafka client waits its full timeout for a stopped broker, and
+    a stopped broker is an ordinary state for `lakehouse status` to report quickly.
+    """
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if server.strip().startswith("[") and "]" in host:  # [IPv6]:port
+            host = host.strip("[]")
+        try:
+            with socket.create_connection((host or "localhost", int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def stream_status(settings: Settings, names: list[str] | None = None, catalog=None) -> list[StreamStatus]:
+    """The streams part; ``catalog`` is opened here when not given (None), False when the
+    caller already found there is none."""
     from ingestion import checkpoint
     from ingestion.job import checkpoint_location
     from ingestion.streams import resolve_streams
     from lakehouse.kafka_admin import end_offsets
 
     specs = resolve_streams(names or ["all"])
-    # No catalog database yet (nothing ingested): don't create an empty one just to look.
-    catalog = pyiceberg_catalog(settings) if Path(settings.catalog_uri.removeprefix("jdbc:sqlite:")).exists() \
-        else None
-    dead = _dead_letters_by_stream(catalog)
+    if catalog is None:
+        catalog = _existing_catalog(settings)
+    catalog = catalog or None
+    pending, replayed = _dead_letters_by_stream(catalog)
+    # One broker for all streams: ask whether it is there once, not once per stream.
+    kafka_down: str | None = None if broker_accepts_connections(settings.kafka_bootstrap_servers) else (
+        f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: is it running? (`lakehouse kafka start`)")
     result = []
-    kafka_down: str | None = None  # one broker for all streams: don't wait for it per stream
     for spec in specs:
-        status = StreamStatus(spec.name, spec.topic, spec.bronze_table, dead_letters=dead.get(spec.name, {}))
-        commit = checkpoint.last_commit(checkpoint_location(settings, spec))
+        status = StreamStatus(spec.name, spec.topic, spec.bronze_table, dead_letters=pending.get(spec.name, {}),
+                              dead_letters_replayed=replayed.get(spec.name, 0))
+        location = checkpoint_location(settings, spec)
+        commit = checkpoint.last_commit(location)
         if commit is None:
             status.problems.append("no batch committed yet")
         else:
             status.last_batch = commit.batch_id
             status.last_batch_at = commit.committed_at.isoformat(timespec="seconds")
             status.committed_offsets = commit.offsets.get(spec.topic, {})
+            status.last_batch_records, status.last_batch_seconds = last_batch_throughput(
+                location, commit.batch_id, spec.topic)
+            _, status.last_batch_rate = batch_rate(status.last_batch_records, 0.0, status.last_batch_seconds)
         try:
             if kafka_down:
                 raise LakehouseError(kafka_down)
@@ -84,50 +505,174 @@ def stream_status(settings: Settings, names: list[str] | None = None) -> list[St
             kafka_down = str(exc) if "cannot reach" in str(exc) else kafka_down
             status.problems.append(str(exc))
         table = _table(catalog, spec.bronze_table) if catalog is not None else None
-        if table is not None and table.current_snapshot() is not None:
-            status.bronze_rows = int(table.current_snapshot().summary.additional_properties.get("total-records", 0))
-        elif table is not None:
-            status.bronze_rows = 0
+        if table is not None:
+            status.bronze_rows = table_figures(_summary(table) or {"total-records": "0"})["rows"]
         result.append(status)
     return result
 
 
-def _dead_letters_by_stream(catalog) -> dict[str, dict[str, int]]:
-    from ingestion.dead_letters import TABLE
-
-    table = _table(catalog, TABLE) if catalog is not None else None
+def _dead_letters_by_stream(catalog) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    table = _table(catalog, DEAD_LETTER_TABLE) if catalog is not None else None
     if table is None or table.current_snapshot() is None:
+        return {}, {}
+    # Tables created before replay existed have no replayed_at: all their dead letters are pending.
+    has_replay = "replayed_at" in {f.name for f in table.schema().fields}
+    columns = ("stream", "error_code", "replayed_at") if has_replay else ("stream", "error_code")
+    rows = table.scan(selected_fields=columns).to_arrow()
+    replayed = (rows.column("replayed_at").is_valid().to_pylist() if has_replay
+                else [False] * rows.num_rows)
+    return dead_letter_counts(rows.column("stream").to_pylist(), rows.column("error_code").to_pylist(), replayed)
+
+
+def read_maintenance_log(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The last maintenance per table; {} when `lakehouse maintain` never ran."""
+    try:
+        text = (settings.home / MAINTENANCE_LOG).read_text(errors="replace")
+    except FileNotFoundError:
         return {}
-    rows = table.scan(selected_fields=("stream", "error_code")).to_arrow()
-    counts = Counter(zip(rows.column("stream").to_pylist(), rows.column("error_code").to_pylist(), strict=True))
-    by_stream: dict[str, dict[str, int]] = {}
-    for (stream, code), n in sorted(counts.items()):
-        by_stream.setdefault(stream, {})[code] = n
-    return by_stream
+    except OSError as exc:
+        raise LakehouseError(f"cannot read {settings.home / MAINTENANCE_LOG}: {exc.strerror}") from None
+    return last_maintenance_by_table(text.splitlines())
 
 
-def as_json(statuses: list[StreamStatus]) -> list[dict]:
-    return [asdict(s) for s in statuses]
+def table_status(settings: Settings, catalog) -> list[TableStatus]:
+    """Every table (and view, when the catalog can list them) of the lakehouse namespaces."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    maintenance = read_maintenance_log(settings)
+    result = []
+    for namespace in (*NAMESPACES, QUALITY_NAMESPACE):
+        try:
+            identifiers = sorted(catalog.list_tables(namespace))
+        except NoSuchNamespaceError:
+            continue
+        for identifier in identifiers:
+            name = ".".join(identifier)
+            status = TableStatus(name, last_maintenance=maintenance.get(name))
+            _guarded(status.problems, "", lambda status=status: _fill_table(catalog, status))
+            result.append(status)
+        result.extend(TableStatus(".".join(view), kind="view") for view in _views(catalog, namespace))
+    return result
 
 
-def _number(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
+def _views(catalog, namespace: str) -> list[tuple[str, ...]]:
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        return sorted(catalog.list_views(namespace))
+    except (NotImplementedError, NoSuchNamespaceError):  # pyiceberg's SQL catalog cannot list views yet
+        return []
 
 
-def format_table(statuses: list[StreamStatus]) -> str:
-    lines = [f"{'stream':<14} {'last batch':<30} {'committed / end offsets':>27} {'lag':>10} {'bronze rows':>12}"
-             "  dead letters"]
-    for s in statuses:
-        batch = "-" if s.last_batch is None else f"#{s.last_batch} at {s.last_batch_at}"
-        committed = sum(s.committed_offsets.values()) if s.committed_offsets else None
-        end = sum(s.end_offsets.values()) if s.end_offsets is not None else None
-        offsets = f"{_number(committed)} / {_number(end)}"
-        dead = ", ".join(f"{code} {n:,}" for code, n in s.dead_letters.items()) or "none"
-        lines.append(f"{s.stream:<14} {batch:<30} {offsets:>27} {_number(s.lag):>10} {_number(s.bronze_rows):>12}"
-                     f"  {dead}")
-        if s.end_offsets:
-            lines.append(f"{'':<14} partitions: " + ", ".join(
-                f"{p}: {s.committed_offsets.get(p, 0):,}/{end:,}" for p, end in sorted(s.end_offsets.items())))
-        for problem in s.problems:
-            lines.append(f"{'':<14} note: {problem}")
-    return "\n".join(lines)
+def _fill_table(catalog, status: TableStatus) -> None:
+    table = _table(catalog, status.table)
+    if table is None:  # dropped between listing and loading
+        status.problems.append("no longer in the catalog")
+        return
+    status.snapshots = len(table.metadata.snapshots)
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        status.rows, status.data_files, status.delete_files = 0, 0, 0
+        return
+    status.updated_at = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).isoformat(timespec="seconds")
+    for key, value in table_figures(dict(snapshot.summary.additional_properties)).items():
+        setattr(status, key, value)
+
+
+def dbt_run_results_path() -> Path:
+    target = os.environ.get("DBT_TARGET_PATH")
+    return (Path(target) if target else PROJECT_ROOT / "target") / "run_results.json"
+
+
+def dbt_status(path: Path | None = None) -> dict[str, Any] | None:
+    """The last dbt run, or None when none is recorded."""
+    path = path or dbt_run_results_path()
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LakehouseError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise LakehouseError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(results, dict):
+        raise LakehouseError(f"{path} is not a dbt run_results.json")
+    return {**summarize_run_results(results), "path": str(path)}
+
+
+def quality_status(catalog) -> dict[str, Any] | None:
+    """The verdict of the last quality run, or None when none is recorded."""
+    from pyiceberg.expressions import EqualTo
+
+    table = _table(catalog, QUALITY_RESULTS_TABLE)
+    if table is None or table.current_snapshot() is None:
+        return None
+    runs = table.scan(selected_fields=("run_id", "run_at")).to_arrow().to_pylist()
+    runs = [r for r in runs if r["run_id"] is not None and r["run_at"] is not None]
+    if not runs:
+        return None
+    latest = max(runs, key=lambda r: (r["run_at"], r["run_id"]))
+    rows = table.scan(
+        row_filter=EqualTo("run_id", latest["run_id"]),
+        selected_fields=("run_id", "run_at", "suite", "expectation", "column_name", "severity", "success"),
+    ).to_arrow().to_pylist()
+    return quality_verdict(rows)
+
+
+def _guarded(problems: list[str] | dict[str, str], part: str, read: Callable[[], Any]) -> Any:
+    """Run one reader; a failure becomes a line in that part instead of ending the command.
+
+    Status is what people run when something is wrong, so a broken table or file must not
+    hide the rest. LAKEHOUSE_DEBUG=1 lets unexpected errors through with their stack trace.
+    """
+    try:
+        return read()
+    except LakehouseError as exc:
+        message = str(exc)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        if os.environ.get(PREFIX + "DEBUG") == "1":
+            raise
+        message = f"cannot read: {type(exc).__name__}: {exc}"
+    if isinstance(problems, dict):
+        problems[part] = message
+    else:
+        problems.append(message)
+    return None
+
+
+def collect_status(settings: Settings, names: list[str] | None = None) -> StatusReport:
+    """Every part of the status; a part that cannot be read says why in ``problems``."""
+    from ingestion.streams import resolve_streams
+
+    resolve_streams(names or ["all"])  # an unknown stream name is the user's error: refuse it now
+    problems: dict[str, str] = {}
+    catalog = _guarded(problems, "tables", lambda: _existing_catalog(settings))
+    if catalog is None and "tables" not in problems:
+        problems["tables"] = "no catalog yet (nothing ingested)"
+    if catalog is None:
+        problems["quality"] = "no catalog to read quality.results from" if "tables" not in problems \
+            else problems["tables"]
+    streams = _guarded(problems, "streams", lambda: stream_status(settings, names, catalog=catalog or False)) or []
+    tables = (_guarded(problems, "tables", lambda: table_status(settings, catalog)) or []) if catalog else []
+    dbt = _guarded(problems, "dbt", dbt_status)
+    quality = _guarded(problems, "quality", lambda: quality_status(catalog)) if catalog else None
+    return StatusReport(streams, tables, dbt, quality, problems)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("streams", nargs="*", metavar="STREAM", help="only these streams (default: all)")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
+
+
+def main(args: argparse.Namespace, settings: Settings) -> int:
+    report = collect_status(settings, args.streams or None)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(format_report(report))
+    return 0
+

@@ -178,23 +178,59 @@ def test_tombstones_past_retention_are_purged_and_live_rows_stay(lake):
     assert [r["status"] for r in results["results"]] == ["success"]
 
 
-# Under `slow` (make test-slow): about 3-4 minutes, and the default run must stay well under
-# the 30-minute CI budget on 2 cores. The increments above already run dbt between batches.
-@pytest.mark.slow
-def test_dbt_runs_while_ingestion_streams_into_the_changelogs(lake, tmp_path):
-    """Producers and the streaming job keep committing to bronze while dbt merges the mirrors:
-    every run succeeds, and once the streams drain, one more run makes the mirrors exact."""
+def content(session, table: str, snapshot_id: int) -> tuple[int, int]:
+    """(rows, an order-independent checksum of every column) of a table at a snapshot."""
+    row = session.sql(f"select count(*) as n, sum(cast(xxhash64(to_json(struct(*))) as decimal(38, 0))) as h "
+                      f"from {table} version as of {snapshot_id}").first()
+    return row.n, int(row.h or 0)
+
+
+def maintenance_commits(session, table: str, since) -> list:
+    """The snapshots maintenance committed (compaction, delete and manifest rewrites: 'replace')."""
+    return session.sql(f"select snapshot_id, parent_id, summary from {table}.snapshots "
+                       f"where operation = 'replace' and committed_at >= timestamp'{since:%Y-%m-%d %H:%M:%S}'"
+                       ).collect()
+
+
+def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
+    """Producers and the streaming job keep committing to bronze and dbt keeps merging the
+    mirrors while `lakehouse maintain` passes run over every table: no batch and no dbt run
+    fails, no maintenance step fails, every snapshot maintenance committed holds exactly the
+    rows of its parent (count and checksum), it leaves fewer data files, and once the streams
+    drain, one more dbt run makes the mirrors equal the source databases."""
+    from datetime import UTC, datetime
+
+    import yaml
+
+    from ingestion import maintenance
+
     own, session, target = lake
+    # Compact everything with 2+ files, also the partitions ingestion is writing this very
+    # moment (quiet_minutes 0): the hardest case for concurrent commits. Snapshots are kept
+    # (24 h) so each rewrite can be compared with its parent below; expiry under an exactly-
+    # once replay has its own test (test_maintenance.py).
+    policy_file = tmp_path / "maintenance.yml"
+    policy_file.write_text(yaml.safe_dump({"defaults": {
+        "quiet_minutes": 0, "min_input_files": 2, "snapshot_retention_hours": 24, "snapshots_to_keep": 10}}))
+    policies = maintenance.load_policies(policy_file)
+    began = datetime.now(UTC).replace(microsecond=0)
     env = {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
     command = [str(Path(sys.executable).with_name("lakehouse")), "ingest", *FORMATS, "--trigger", "2s"]
     log = tmp_path / "ingest.log"
-    reports = {}
+    reports, passes, errors = {}, [], []
 
     def produce_slowly(stream: str, seed: int) -> None:
         changes = messages(own, stream, 600, FAULTS, seed, None, False, KEY_SPACE)
         reports[stream] = produce_to_topic(own, FORMATS[stream].topic, changes, FAULTS, PARTITIONS,
                                            progress=False, rate=15)
+
+    def maintain_repeatedly(producers: list[threading.Thread]) -> None:
+        try:
+            while any(thread.is_alive() for thread in producers) or not passes:
+                passes.append(maintenance.maintain(session, own, policies=policies))
+        except Exception as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
 
     with open(log, "wb") as out:
         ingestion = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -203,13 +239,16 @@ def test_dbt_runs_while_ingestion_streams_into_the_changelogs(lake, tmp_path):
                          for n, stream in enumerate(FORMATS)]
             for thread in producers:
                 thread.start()
+            maintainer = threading.Thread(target=maintain_repeatedly, args=(producers,))
+            maintainer.start()
             runs = 0
-            while any(thread.is_alive() for thread in producers) or runs < 2:
+            while maintainer.is_alive() or runs < 2:
                 assert ingestion.poll() is None, log.read_text()[-3000:]
                 run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
                 runs += 1
-            for thread in producers:
+            for thread in (*producers, maintainer):
                 thread.join()
+            assert not errors, errors
             assert all(report.failed == 0 for report in reports.values())
             deadline = time.monotonic() + 300
             while any(status.lag for status in stream_status(own, list(FORMATS))):
@@ -220,10 +259,32 @@ def test_dbt_runs_while_ingestion_streams_into_the_changelogs(lake, tmp_path):
         finally:
             if ingestion.poll() is None:
                 os.killpg(ingestion.pid, signal.SIGKILL)
-    assert runs >= 2  # dbt ran while the job was committing batches
+    assert runs >= 2 and passes  # dbt and maintenance ran while the job was committing batches
     batches = log.read_text().count(" batch ")
     assert batches > runs, log.read_text()[-3000:]
 
+    results = [result for one_pass in passes for result in one_pass]
+    assert {"bronze.customers", "bronze.accounts", "silver.customers_mirror", "silver.accounts_mirror"} <= \
+        {r.table for r in results}
+    failed = [f"{r.table}: {p}" for r in results for p in r.problems if "failed" in p or "skipped" in p]
+    assert not failed, failed
+
+    # Every rewrite kept its parent's rows exactly, and left fewer data files.
+    fewer_files = {}
+    for table in sorted({r.table for r in results}):
+        for commit in maintenance_commits(session, table, began):
+            assert content(session, table, commit.snapshot_id) == content(session, table, commit.parent_id), \
+                (table, commit.snapshot_id)
+            parent = session.sql(f"select summary from {table}.snapshots where snapshot_id = {commit.parent_id}"
+                                 ).first().summary
+            dropped = int(parent["total-data-files"]) - int(commit.summary["total-data-files"])
+            assert dropped >= 0, (table, commit.summary)
+            fewer_files[table] = fewer_files.get(table, 0) + dropped
+    for table in ("bronze.customers", "bronze.accounts", "silver.customers_mirror", "silver.accounts_mirror"):
+        assert fewer_files.get(table, 0) > 0, fewer_files  # compacted while being written
+    assert sum(r.files_rewritten for r in results) > sum(r.files_added for r in results)
+
+    # Nothing lost: after one more run the mirrors equal the source databases.
     run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
     for stream in FORMATS:
         assert check_mirror(session, own, stream).equal, stream

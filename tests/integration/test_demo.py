@@ -85,6 +85,21 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(demo):
     assert report and Path(report.group(1)) == home / "reports" / "quality" / "index.html"
     assert Path(report.group(1)).is_file()
 
+    # It ends with a maintenance pass (fewer files than before) and the status view.
+    assert "==> [6/7] maintenance" in out and "==> [7/7] status" in out
+    total = re.search(r"^total: (\d+) table\(s\), data files ([\d,]+) -> ([\d,]+)", out, re.M)
+    assert total and int(total.group(1)) >= 15, out[-5000:]
+    assert int(total.group(3).replace(",", "")) < int(total.group(2).replace(",", ""))
+    status = out[out.index("==> [7/7] status"):]
+    for part in ("Streams", "Tables", "dbt", "Quality"):
+        assert re.search(rf"^{part}$", status, re.M), part
+    assert re.search(r"^  purchases\s+#\d+\s+\S+ \S+\s+[\d,]+\s+\S+/s\s+0\s+[\d,]+\s+\w+", status, re.M), status
+    maintained = re.findall(r"^  (\w+\.\w+)\s+[\d,]+\s+[\d,]+\s+.*\d\d:\d\d:\d\dZ, [\d,]+ -> [\d,]+ files",
+                            status, re.M)
+    assert {"bronze.purchases", "silver.customers_mirror", "gold.customer_activity"} <= set(maintained), status
+    assert "last run: dbt build" in status and "last run:" in status.split("Quality")[1]
+    assert ": PASSED" in status.split("Quality")[1]
+
     # dbt docs: the catalog describes the new models' columns
     from lakehouse.dbt import dbt_executable
     docs = subprocess.run([dbt_executable(), "docs", "generate"], cwd=REPO_ROOT, env={**env, "PWD": str(REPO_ROOT)},

@@ -114,7 +114,7 @@ def test_changelog_rows_carry_the_sequence_of_their_message(spark, kafka, ingest
 
 
 def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, settings, ingested):
-    from lakehouse.status import format_table, stream_status
+    from lakehouse.status import format_streams, stream_status
 
     statuses = {s.stream: s for s in stream_status(settings)}
     assert set(statuses) == set(COUNTS)
@@ -125,7 +125,7 @@ def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, setting
         by_reason = {r.error_code: r["count"] for r in spark.table("bronze.dead_letters")
                      .where(f"stream = '{name}'").groupBy("error_code").count().collect()}
         assert status.dead_letters == by_reason
-    text = format_table(list(statuses.values()))
+    text = format_streams(list(statuses.values()))
     assert all(name in text for name in COUNTS) and "CORRUPT_PAYLOAD" in text
 
 

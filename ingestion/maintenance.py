@@ -1,0 +1,644 @@
+"""`lakehouse maintain`: compaction, manifest rewrite, snapshot expiry and orphan removal.
+
+Streaming appends make many small files and one snapshot per micro-batch; dbt's MERGEs
+leave position-delete files behind on the merge-on-read mirrors. Each pass, per table:
+
+1. compaction (`rewrite_data_files`): for streaming tables (bronze, quality) only the
+   partitions nothing was written to for the policy's quiet period, so a pass never
+   rewrites what the next micro-batch changes again; for dbt tables (silver, gold) the whole
+   table, then `rewrite_position_delete_files` where delete files exist;
+2. `rewrite_manifests`, when there is more than one manifest;
+3. `expire_snapshots`, after copying each ingestion query's last committed batch into a
+   table property, so the exactly-once check (DESIGN §8) outlives the snapshots it read;
+4. `remove_orphan_files`, older than the policy's minimum age (never under 24 hours).
+
+Policies come from ingestion/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's
+optimistic commits keep ingestion safe during a pass (appends never conflict with a
+rewrite); dbt tables are rewritten only while holding the dbt-tables lock
+(lakehouse/locks.py). What each pass did is printed and appended to
+<home>/maintenance/log.jsonl, where `lakehouse status` finds the last maintenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, date, datetime, timedelta
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import yaml
+
+from lakehouse.config import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
+from lakehouse.errors import LakehouseError
+
+log = logging.getLogger("lakehouse.maintain")
+
+DEFAULT_POLICY_FILE = Path(__file__).resolve().parent / "maintenance.yml"
+POLICY_FILE_VARIABLE = "LAKEHOUSE_MAINTENANCE_FILE"
+STREAMING_NAMESPACES = ("bronze", QUALITY_NAMESPACE)  # append-only, written while maintenance runs
+DBT_NAMESPACES = ("silver", "gold")
+# Iceberg's remove_orphan_files refuses younger files: a write in progress has files no
+# snapshot references yet, and deleting them would corrupt the table when it commits.
+MIN_ORPHAN_AGE_HOURS = 24
+# Iceberg compacts files under 75% of the target size (min-file-size-bytes' default).
+SMALL_FILE_RATIO = 0.75
+
+
+@dataclass(frozen=True)
+class Policy:
+    target_file_size_mb: float = 128
+    min_input_files: int = 5
+    quiet_minutes: float = 60
+    snapshot_retention_hours: float = 24
+    snapshots_to_keep: int = 10
+    orphan_min_age_hours: float = 72
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return int(self.target_file_size_mb * 1024 * 1024)
+
+
+POLICY_KEYS = {f.name: f.type for f in fields(Policy)}
+
+
+def _checked_policy(base: Policy, values: dict, where: str) -> Policy:
+    if not isinstance(values, dict):
+        raise LakehouseError(f"{where}: expected a mapping of policy keys, got {values!r}")
+    unknown = sorted(set(values) - set(POLICY_KEYS))
+    if unknown:
+        raise LakehouseError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
+    converted = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise LakehouseError(f"{where}: {key} must be a number, got {value!r}")
+        converted[key] = int(value) if POLICY_KEYS[key] == "int" else float(value)
+    policy = replace(base, **converted)
+    if policy.target_file_size_mb <= 0:
+        raise LakehouseError(f"{where}: target_file_size_mb must be above 0")
+    if policy.min_input_files < 1:
+        raise LakehouseError(f"{where}: min_input_files must be at least 1")
+    if policy.quiet_minutes < 0 or policy.snapshot_retention_hours < 0:
+        raise LakehouseError(f"{where}: quiet_minutes and snapshot_retention_hours must be >= 0")
+    if policy.snapshots_to_keep < 1:
+        raise LakehouseError(f"{where}: snapshots_to_keep must be at least 1 (the current snapshot always stays)")
+    if policy.orphan_min_age_hours < MIN_ORPHAN_AGE_HOURS:
+        raise LakehouseError(
+            f"{where}: orphan_min_age_hours {policy.orphan_min_age_hours:g} is under {MIN_ORPHAN_AGE_HOURS}: "
+            "files of a write still in progress look orphaned, and deleting them corrupts the table "
+            "when that write commits")
+    return policy
+
+
+@dataclass(frozen=True)
+class Policies:
+    defaults: Policy
+    tables: dict[str, Policy]  # full names and namespace patterns (`silver.*`)
+    source: str = ""
+
+    def for_table(self, table: str) -> Policy:
+        if table in self.tables:
+            return self.tables[table]
+        for pattern, policy in self.tables.items():
+            if "*" in pattern and fnmatchcase(table, pattern):
+                return policy
+        return self.defaults
+
+
+def policy_file() -> Path:
+    return Path(os.environ.get(POLICY_FILE_VARIABLE) or DEFAULT_POLICY_FILE)
+
+
+def load_policies(path: Path | None = None) -> Policies:
+    """The policies of the file, checked: a bad entry is one error line naming it."""
+    path = path or policy_file()
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise LakehouseError(f"cannot read the maintenance policy file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise LakehouseError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(document, dict) or set(document) - {"defaults", "tables"}:
+        raise LakehouseError(f"{path}: expected the keys `defaults` and `tables`")
+    defaults = _checked_policy(Policy(), document.get("defaults") or {}, f"{path}: defaults")
+    tables = {}
+    for name, values in (document.get("tables") or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z_][\w]*\.(\*|[a-z_][\w]*)", name):
+            raise LakehouseError(f"{path}: table {name!r} is not `<namespace>.<table>` or `<namespace>.*`")
+        tables[name] = _checked_policy(defaults, values or {}, f"{path}: tables.{name}")
+    return Policies(defaults, tables, str(path))
+
+
+# ---- pure planning -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    values: tuple  # the partition tuple, in spec order
+    file_count: int
+    last_updated_at: datetime | None  # None: the snapshot that wrote it has expired (so: long ago)
+
+
+def closed_partitions(partitions: list[PartitionFiles], quiet_since: datetime | None,
+                      min_input_files: int) -> tuple[list[PartitionFiles], list[PartitionFiles]]:
+    """(to compact, still being written): partitions with enough files, split by whether
+    anything was written to them after ``quiet_since`` (None: every partition is closed)."""
+    candidates = [p for p in partitions if p.file_count >= min_input_files]
+    still_written = [p for p in candidates if quiet_since is not None and p.last_updated_at is not None
+                     and p.last_updated_at >= quiet_since]
+    return [p for p in candidates if p not in still_written], still_written
+
+
+_DAYS = re.compile(r"^days\((\w+)\)$")
+_IDENTITY = re.compile(r"^(\w+)$")
+
+
+def _quote(value) -> str:
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def partition_predicate(transforms: list[str], values: tuple) -> str | None:
+    """A Spark SQL condition selecting exactly one partition, or None if a transform has no
+    such condition here (then the table's partitions cannot be compacted one by one)."""
+    terms = []
+    for transform, value in zip(transforms, values, strict=True):
+        day = _DAYS.match(transform)
+        if day:
+            column = f"`{day.group(1)}`"
+            if value is None:
+                terms.append(f"{column} is null")
+                continue
+            if isinstance(value, int):  # days since the epoch, as some readers give it
+                value = date(1970, 1, 1) + timedelta(days=value)
+            start = datetime(value.year, value.month, value.day, tzinfo=UTC)
+            end = start + timedelta(days=1)
+            terms.append(f"{column} >= timestamp'{start:%Y-%m-%d %H:%M:%S}+00:00' and "
+                         f"{column} < timestamp'{end:%Y-%m-%d %H:%M:%S}+00:00'")
+        elif _IDENTITY.match(transform):
+            column = f"`{transform}`"
+            terms.append(f"{column} is null" if value is None else f"{column} = {_quote(value)}")
+        else:
+            return None
+    return "(" + " and ".join(terms or ["true"]) + ")"
+
+
+def snapshots_to_expire(committed_at: list[datetime], older_than: datetime, keep: int) -> int:
+    """How many snapshots an expiry removes: older than the cutoff and not among the newest
+    ``keep`` (an estimate for --dry-run: it ignores branches and tags, which this project has none of)."""
+    newest_first = sorted(committed_at, reverse=True)
+    return sum(1 for at in newest_first[keep:] if at < older_than)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    sign, n = ("-" if n < 0 else ""), abs(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.1f} TB"
+
+
+# ---- results -------------------------------------------------------------------------------
+
+@dataclass
+class TableStats:
+    data_files: int = 0
+    small_files: int = 0
+    delete_files: int = 0
+    manifests: int = 0
+    snapshots: int = 0
+    rows: int = 0
+    stored_bytes: int = 0  # data, delete and manifest files any snapshot still references
+
+
+@dataclass
+class TableResult:
+    table: str
+    kind: str  # streaming | dbt
+    dry_run: bool
+    before: TableStats
+    after: TableStats | None = None
+    partitions_compacted: int = 0
+    partitions_still_written: int = 0
+    files_rewritten: int = 0
+    files_added: int = 0
+    delete_files_rewritten: int = 0
+    manifests_rewritten: int = 0
+    snapshots_expired: int = 0
+    orphan_files_removed: int = 0
+    orphan_bytes: int = 0
+    committed_markers: int = 0
+    seconds: float = 0.0
+    actions: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    finished_at: str = ""
+
+    @property
+    def bytes_reclaimed(self) -> int | None:
+        if self.after is None:
+            return None
+        return self.before.stored_bytes - self.after.stored_bytes + self.orphan_bytes
+
+    def log_entry(self) -> dict:
+        after = self.after or self.before
+        return {
+            "table": self.table, "finished_at": self.finished_at, "dry_run": self.dry_run,
+            "data_files_before": self.before.data_files, "data_files_after": after.data_files,
+            "small_files_before": self.before.small_files, "small_files_after": after.small_files,
+            "delete_files_before": self.before.delete_files, "delete_files_after": after.delete_files,
+            "snapshots_before": self.before.snapshots, "snapshots_after": after.snapshots,
+            "snapshots_expired": self.snapshots_expired, "orphan_files_removed": self.orphan_files_removed,
+            "bytes_reclaimed": self.bytes_reclaimed, "seconds": round(self.seconds, 1),
+            "actions": self.actions, "problems": self.problems,
+        }
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "bytes_reclaimed": self.bytes_reclaimed}
+
+
+def format_result(result: TableResult) -> str:
+    before, after = result.before, result.after
+    if result.dry_run or after is None:
+        lines = [f"{result.table}: {before.data_files:,} data files ({before.small_files:,} small), "
+                 f"{before.delete_files:,} delete files, {before.manifests:,} manifests, "
+                 f"{before.snapshots:,} snapshots, {human_bytes(before.stored_bytes)} stored"]
+    else:
+        reclaimed = result.bytes_reclaimed or 0
+        lines = [
+            f"{result.table}: data files {before.data_files:,} -> {after.data_files:,} "
+            f"(small {before.small_files:,} -> {after.small_files:,}), delete files {before.delete_files:,} -> "
+            f"{after.delete_files:,}, manifests {before.manifests:,} -> {after.manifests:,}, "
+            f"snapshots {before.snapshots:,} -> {after.snapshots:,} ({result.snapshots_expired:,} expired), "
+            f"orphan files removed {result.orphan_files_removed:,}, "
+            + (f"reclaimed {human_bytes(reclaimed)}" if reclaimed >= 0 else
+               f"stored {human_bytes(-reclaimed)} more until the replaced files' snapshots expire")
+            + f" ({result.seconds:.1f}s)"]
+    lines += [f"    {action}" for action in result.actions]
+    lines += [f"    note: {problem}" for problem in result.problems]
+    return "\n".join(lines)
+
+
+# ---- I/O: reading tables -------------------------------------------------------------------
+
+def table_names(spark, namespaces: tuple[str, ...]) -> list[str]:
+    """The Iceberg tables (not views) of the namespaces, sorted."""
+    names = []
+    existing = {row[0] for row in spark.sql(f"show namespaces in {CATALOG_NAME}").collect()}
+    for namespace in namespaces:
+        if namespace not in existing:
+            continue
+        tables = {row.tableName for row in spark.sql(f"show tables in {CATALOG_NAME}.{namespace}").collect()
+                  if not row.isTemporary}
+        views = {row.viewName for row in spark.sql(f"show views in {CATALOG_NAME}.{namespace}").collect()}
+        names += [f"{namespace}.{table}" for table in sorted(tables - views)]
+    return names
+
+
+def table_kind(table: str) -> str:
+    return "dbt" if table.split(".")[0] in DBT_NAMESPACES else "streaming"
+
+
+def _one(spark, sql: str):
+    return spark.sql(sql).collect()[0]
+
+
+def table_stats(spark, table: str, policy: Policy) -> TableStats:
+    small = int(policy.target_file_size_bytes * SMALL_FILE_RATIO)
+    files = _one(spark, f"select count(*) as n, coalesce(sum(if(file_size_in_bytes < {small}, 1, 0)), 0) as small, "
+                        f"coalesce(sum(record_count), 0) as rows from {table}.data_files")
+    stored = _one(spark, "select coalesce(sum(size), 0) as bytes from ("
+                         f"select distinct file_path, file_size_in_bytes as size from {table}.all_files "
+                         f"union all select distinct path, length from {table}.all_manifests)")
+    return TableStats(
+        data_files=files.n, small_files=files.small,
+        delete_files=_one(spark, f"select count(*) as n from {table}.delete_files").n,
+        manifests=_one(spark, f"select count(*) as n from {table}.manifests").n,
+        snapshots=_one(spark, f"select count(*) as n from {table}.snapshots").n,
+        rows=files.rows, stored_bytes=int(stored.bytes),
+    )
+
+
+def partition_transforms(spark, table: str) -> list[str]:
+    rows = spark.sql(f"describe table {table}").collect()
+    transforms, in_partitioning = [], False
+    for row in rows:
+        if row.col_name.startswith("# Partitioning"):
+            in_partitioning = True
+        elif in_partitioning and row.col_name.startswith("Part "):
+            transforms.append(row.data_type)
+        elif in_partitioning and (not row.col_name or row.col_name.startswith("#")):
+            break
+    return transforms
+
+
+def partition_files(spark, table: str) -> list[PartitionFiles]:
+    rows = spark.sql(f"select partition, file_count, last_updated_at from {table}.partitions").collect()
+    return [PartitionFiles(tuple(row.partition) if row.partition is not None else (), row.file_count,
+                           row.last_updated_at.replace(tzinfo=UTC) if row.last_updated_at else None)
+            for row in rows]
+
+
+def live_query_ids(settings: Settings) -> set[str] | None:
+    """Ids of the streaming queries whose checkpoints exist: only they can replay a batch.
+    None when the checkpoints cannot be listed (then no exactly-once marker is dropped)."""
+    root = Path(settings.checkpoint_root)
+    try:
+        folders = [p for p in root.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+    ids = set()
+    for folder in folders:
+        try:
+            ids.add(json.loads((folder / "metadata").read_text())["id"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return ids
+
+
+def _timestamp_literal(at: datetime) -> str:
+    return f"timestamp'{at.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}+00:00'"
+
+
+def _options(options: dict[str, object]) -> str:
+    return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in options.items()) + ")"
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _local_size(location: str) -> int:
+    path = location.removeprefix("file:")
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# ---- I/O: the steps ------------------------------------------------------------------------
+
+class TableMaintenance:
+    """One pass over one table; each step records what it did or why it did nothing."""
+
+    def __init__(self, spark, settings: Settings, table: str, policy: Policy, *, dry_run: bool,
+                 all_partitions: bool, now: datetime):
+        self.spark, self.settings, self.table, self.policy = spark, settings, table, policy
+        self.dry_run, self.all_partitions, self.now = dry_run, all_partitions, now
+        self.result = TableResult(table, table_kind(table), dry_run, table_stats(spark, table, policy))
+
+    def _call(self, procedure: str, *arguments: str) -> list:
+        """Rows of an Iceberg procedure on this table. The table is named with its catalog:
+        a bare `bronze.x` makes Iceberg try `bronze` as a catalog first and log a stack trace."""
+        arguments = (f"table => '{CATALOG_NAME}.{self.table}'", *arguments)
+        return self.spark.sql(f"call {CATALOG_NAME}.system.{procedure}({', '.join(arguments)})").collect()
+
+    def compact(self) -> None:
+        options = {"target-file-size-bytes": self.policy.target_file_size_bytes,
+                   "min-input-files": self.policy.min_input_files,
+                   # A file group that loses a race with a concurrent commit is left for the next
+                   # pass; the other groups still commit.
+                   "partial-progress.enabled": "true"}
+        where = None
+        if self.result.kind == "streaming":
+            transforms = partition_transforms(self.spark, self.table)
+            quiet_since = None if self.all_partitions else self.now - timedelta(minutes=self.policy.quiet_minutes)
+            chosen, still_written = closed_partitions(partition_files(self.spark, self.table), quiet_since,
+                                                      self.policy.min_input_files)
+            self.result.partitions_still_written = len(still_written)
+            if still_written:
+                self.result.actions.append(
+                    f"{len(still_written)} partition(s) written in the last {self.policy.quiet_minutes:g} min "
+                    "left for a later pass")
+            if not chosen:
+                self.result.actions.append(
+                    f"compaction: no closed partition with {self.policy.min_input_files}+ files")
+                return
+            predicates = [partition_predicate(transforms, p.values) for p in chosen] if transforms else []
+            if any(p is None for p in predicates):
+                self.result.problems.append(f"compaction skipped: partition transform(s) {transforms} cannot be "
+                                            "selected one by one")
+                return
+            where = " or ".join(predicates) if predicates else None
+            self.result.partitions_compacted = len(chosen)
+            files = sum(p.file_count for p in chosen)
+            if self.dry_run:
+                self.result.actions.append(f"would compact {len(chosen)} partition(s), {files:,} files")
+                return
+        elif self.result.before.data_files < self.policy.min_input_files and not self.result.before.delete_files:
+            self.result.actions.append(f"compaction: fewer than {self.policy.min_input_files} data files")
+            return
+        elif self.dry_run:
+            self.result.actions.append(f"would compact {self.result.before.data_files:,} data files")
+            return
+        where_arg = f", where => {_quote(where)}" if where else ""
+        [row] = self._call("rewrite_data_files", f"options => {_options(options)}{where_arg}")
+        self.result.files_rewritten += row.rewritten_data_files_count
+        self.result.files_added += row.added_data_files_count
+        failed = getattr(row, "failed_data_files_count", 0) or 0
+        self.result.actions.append(
+            f"compaction: {row.rewritten_data_files_count:,} files -> {row.added_data_files_count:,}"
+            + (f" in {self.result.partitions_compacted} partition(s)" if where else ""))
+        if failed:
+            self.result.problems.append(f"compaction: {failed:,} files lost a race with a concurrent commit; "
+                                        "they are retried next pass")
+
+    def rewrite_position_deletes(self) -> None:
+        deletes = _one(self.spark, f"select count(*) as n from {self.table}.delete_files").n
+        if not deletes:
+            return
+        if self.dry_run:
+            self.result.actions.append(f"would rewrite {deletes:,} position-delete files")
+            return
+        [row] = self._call("rewrite_position_delete_files", "options => map('rewrite-all', 'true')")
+        self.result.delete_files_rewritten = row.rewritten_delete_files_count
+        self.result.actions.append(f"position deletes: {row.rewritten_delete_files_count:,} files -> "
+                                   f"{row.added_delete_files_count:,}")
+
+    def rewrite_manifests(self) -> None:
+        manifests = _one(self.spark, f"select count(*) as n from {self.table}.manifests").n
+        if manifests < 2:
+            return
+        if self.dry_run:
+            self.result.actions.append(f"would rewrite {manifests:,} manifests")
+            return
+        [row] = self._call("rewrite_manifests")
+        self.result.manifests_rewritten = row.rewritten_manifests_count
+        self.result.actions.append(f"manifests: {row.rewritten_manifests_count:,} -> {row.added_manifests_count:,}")
+
+    def expire_snapshots(self) -> None:
+        from ingestion import bronze
+
+        # Snapshots committed from here on are newer than the cutoff, so the markers written
+        # now cover every batch an expiry can take away.
+        marked_at = datetime.now(UTC)
+        older_than = min(self.now - timedelta(hours=self.policy.snapshot_retention_hours), marked_at)
+        committed = [row.committed_at.replace(tzinfo=UTC) for row in
+                     self.spark.sql(f"select committed_at from {self.table}.snapshots").collect()]
+        expected = snapshots_to_expire(committed, older_than, self.policy.snapshots_to_keep)
+        if self.dry_run:
+            self.result.actions.append(f"would expire about {expected:,} snapshot(s) older than "
+                                       f"{older_than:%Y-%m-%d %H:%M} UTC (keeping the newest "
+                                       f"{self.policy.snapshots_to_keep})")
+            return
+        if self.result.kind == "streaming":
+            markers = bronze.record_committed_batches(self.spark, self.table, live_query_ids(self.settings))
+            self.result.committed_markers = len(markers)
+        if not expected:
+            return
+        before = len(committed)
+        [row] = self._call("expire_snapshots", f"older_than => {_timestamp_literal(older_than)}",
+                           f"retain_last => {self.policy.snapshots_to_keep}")
+        after = _one(self.spark, f"select count(*) as n from {self.table}.snapshots").n
+        self.result.snapshots_expired = max(0, before - after)
+        self.result.actions.append(
+            f"snapshots: {self.result.snapshots_expired:,} expired (older than {older_than:%Y-%m-%d %H:%M:%S} UTC), "
+            f"{row.deleted_data_files_count + row.deleted_position_delete_files_count:,} data/delete files and "
+            f"{row.deleted_manifest_files_count:,} manifests deleted"
+            + (f"; exactly-once markers kept for {self.result.committed_markers} query(ies)"
+               if self.result.committed_markers else ""))
+
+    def remove_orphans(self) -> None:
+        older_than = self.now - timedelta(hours=self.policy.orphan_min_age_hours)
+        found = [row.orphan_file_location for row in self._call(
+            "remove_orphan_files", f"older_than => {_timestamp_literal(older_than)}", "dry_run => true")]
+        if not found:
+            return
+        size = sum(_local_size(location) for location in found)
+        if self.dry_run:
+            self.result.actions.append(f"would remove {len(found):,} orphan file(s), {human_bytes(size)}")
+            return
+        removed = self._call("remove_orphan_files", f"older_than => {_timestamp_literal(older_than)}")
+        self.result.orphan_files_removed = len(removed)
+        self.result.orphan_bytes = size
+        self.result.actions.append(f"orphan files: {len(removed):,} removed ({human_bytes(size)}, older than "
+                                   f"{self.policy.orphan_min_age_hours:g} h)")
+
+    def run(self) -> TableResult:
+        started = time.monotonic()
+        steps = [self.compact]
+        if self.result.kind == "dbt":
+            steps.append(self.rewrite_position_deletes)
+        steps += [self.rewrite_manifests, self.expire_snapshots, self.remove_orphans]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # one failed step must not stop the others or other tables
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.result.problems.append(f"{step.__name__.replace('_', ' ')} failed: {_first_line(exc)}")
+        if not self.dry_run:
+            self.result.after = table_stats(self.spark, self.table, self.policy)
+        self.result.seconds = time.monotonic() - started
+        self.result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+        return self.result
+
+
+def log_path(settings: Settings) -> Path:
+    return settings.home / "maintenance" / "log.jsonl"
+
+
+def append_log(settings: Settings, results: list[TableResult]) -> None:
+    path = log_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        for result in results:
+            handle.write(json.dumps(result.log_entry()) + "\n")
+
+
+def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_run: bool = False,
+             all_partitions: bool = False, policies: Policies | None = None, lock_wait_seconds: float = 600,
+             now: datetime | None = None) -> list[TableResult]:
+    """One maintenance pass over the chosen tables (default: every table of the lakehouse)."""
+    from lakehouse.locks import dbt_tables_lock
+
+    policies = policies or load_policies()
+    existing = table_names(spark, (*NAMESPACES, QUALITY_NAMESPACE))
+    if tables:
+        missing = [t for t in tables if t not in existing]
+        if missing:
+            raise LakehouseError(f"no such table: {', '.join(missing)} (tables: {', '.join(existing) or 'none yet'})")
+    chosen = tables or existing
+    now = now or datetime.now(UTC)
+    # Streaming tables first, without the lock; then every dbt table under one hold of the
+    # lock, so a pass waits for a running dbt at most once instead of once per table.
+    streaming = [t for t in chosen if table_kind(t) == "streaming"]
+    dbt_tables = [t for t in chosen if table_kind(t) == "dbt"]
+    results = []
+
+    def run(table: str) -> TableResult:
+        log.info("maintaining %s (%d of %d)%s", table, len(results) + 1, len(chosen), " [dry run]" if dry_run else "")
+        return TableMaintenance(spark, settings, table, policies.for_table(table), dry_run=dry_run,
+                                all_partitions=all_partitions, now=now).run()
+
+    results += [run(table) for table in streaming]
+    if dbt_tables and dry_run:
+        results += [run(table) for table in dbt_tables]
+    elif dbt_tables:
+        log.info("waiting for the dbt-tables lock (a running `lakehouse dbt` holds it)")
+        with dbt_tables_lock(settings, lock_wait_seconds) as locked:
+            for table in dbt_tables:
+                if locked:
+                    results.append(run(table))
+                    continue
+                skipped = TableResult(table, "dbt", dry_run, table_stats(spark, table, policies.for_table(table)))
+                skipped.problems.append(f"skipped: a dbt run held the dbt-tables lock for {lock_wait_seconds:g}s")
+                skipped.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+                results.append(skipped)
+    if not dry_run:
+        append_log(settings, results)
+    return results
+
+
+def format_summary(results: list[TableResult]) -> str:
+    lines = [format_result(r) for r in results]
+    if not results:
+        return "no tables to maintain yet"
+    done = [r for r in results if r.after is not None]
+    if done:
+        before = sum(r.before.data_files for r in done)
+        after = sum(r.after.data_files for r in done)
+        reclaimed = sum(r.bytes_reclaimed or 0 for r in done)
+        lines.append(f"total: {len(done)} table(s), data files {before:,} -> {after:,}, "
+                     f"{sum(r.snapshots_expired for r in done):,} snapshots expired, "
+                     f"{sum(r.orphan_files_removed for r in done):,} orphan files removed, "
+                     f"reclaimed {human_bytes(reclaimed)}")
+    problems = sum(len(r.problems) for r in results)
+    if problems:
+        lines.append(f"{problems} note(s) above: nothing was lost; those steps are retried by the next pass")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", action="append", metavar="NAME", dest="tables",
+                        help="only this table (repeatable), e.g. bronze.purchases; default: every table")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show what would be done, commit nothing")
+    parser.add_argument("--all-partitions", action="store_true",
+                        help="also compact partitions of streaming tables written within the quiet period "
+                             "(when ingestion is stopped)")
+    parser.add_argument("--lock-wait", type=float, default=600, metavar="SECONDS",
+                        help="how long to wait for a running dbt before skipping a silver/gold table (default 600)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def main(args: argparse.Namespace, settings: Settings) -> int:
+    from lakehouse.spark import get_spark
+
+    policies = load_policies()  # a bad policy file fails before Spark starts
+    spark = get_spark(settings, app_name="lakehouse-maintain")
+    results = maintain(spark, settings, args.tables, dry_run=args.dry_run, all_partitions=args.all_partitions,
+                       policies=policies, lock_wait_seconds=args.lock_wait)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+    else:
+        print(format_summary(results))
+    return 0

@@ -1,0 +1,302 @@
+"""`lakehouse dlq`: dead letters replayed into bronze once their cause is fixed, and on to silver.
+
+The real purchases stream (Avro, Confluent wire format) in a lakehouse of its own (state
+folder, catalog, registry, broker): good v1 and v2 purchases, purchases of a "v3" (v2 plus an
+optional field) framed with a schema id the `purchases-value` subject does not list yet
+(UNKNOWN_SCHEMA_ID), one payload that is not Avro at all (CORRUPT_PAYLOAD). A replay before
+the fix changes only the attempt counters; after v3 is registered under the subject, the
+replay (the real command line) evolves bronze, puts the v3 purchases there at their original
+Kafka coordinates, marks their dead letters, and the next incremental dbt run carries them
+into silver. A second replay changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyiceberg.expressions import EqualTo
+
+from ingestion import dlq, job
+from lakehouse import local_kafka
+from lakehouse.cli import build_parser
+from lakehouse.config import Settings
+from lakehouse.dbt import run_dbt
+from lakehouse.errors import LakehouseError
+from lakehouse.spark import ensure_namespaces, session_on
+from lakehouse.status import pyiceberg_catalog
+from producers import avro, purchases
+from producers.delivery import ensure_topic, producer_config
+from producers.registry import registry_for
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+LAKEHOUSE = str(Path(os.sys.executable).parent / "lakehouse")
+GOOD, PENDING = 20, 6
+COUPON = "SPRING-24"
+CORRUPT_KEY = b"bad\x1bkey"
+CORRUPT_VALUE = b"\x1b[2J\x07not avro \xff\xfe\x00"  # no wire-format header: CORRUPT_PAYLOAD
+# No overlap window: the incremental run after the replay must find the replayed rows by
+# their _ingested_at alone (the default 10 minutes would re-read everything in this test).
+NO_OVERLAP = ["--vars", '{"overlap_minutes": 0}']
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    home = tmp_path_factory.mktemp("dlq-replay-home")
+    (home / "jars").symlink_to(settings.jars_dir.resolve())
+    own = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
+                             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"})
+    local_kafka.start(own)
+    session = session_on(spark, own)
+    ensure_namespaces(session)
+    try:
+        yield own, session, tmp_path_factory.mktemp("dlq-replay-dbt")
+    finally:
+        local_kafka.stop(own)
+
+
+def cli_env(own: Settings) -> dict[str, str]:
+    return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
+            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+
+
+def start_cli(own: Settings, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([LAKEHOUSE, *args], cwd=REPO_ROOT, env=cli_env(own), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def lakehouse(own: Settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LAKEHOUSE, *args], cwd=REPO_ROOT, env=cli_env(own), capture_output=True, text=True,
+                          timeout=300)
+
+
+def v3_schema() -> str:
+    """v2 plus an optional field: a schema the stream has not seen."""
+    schema = json.loads(purchases.SCHEMAS[2].text)
+    schema["fields"].append({"name": "coupon_code", "type": ["null", "string"], "default": None})
+    return json.dumps(schema)
+
+
+@pytest.fixture(scope="module")
+def ingested(lake):
+    """Purchases produced and ingested once: (ids of the good ones, ids of the v3 ones, v3's schema id)."""
+    own, session, _ = lake
+    registry = registry_for(own)
+    ids = purchases.register_schemas(registry)  # v1 and v2 under purchases-value, as the producer does
+    # The registry's ids are global: v3 registered under another subject gets an id that
+    # `purchases-value` does not list, until v3 is registered there too (same schema, same id).
+    v3_id = registry.register("purchases-staging-value", v3_schema())
+    assert v3_id not in ids.values() and v3_id not in registry.subject_schemas(purchases.SUBJECT)
+    rng, now = random.Random(11), datetime.now(UTC)
+    parsed = {version: avro.parsed(schema.text) for version, schema in purchases.SCHEMAS.items()}
+    good = [purchases.make_purchase(rng, now, 1 + n % 2) for n in range(GOOD)]
+    pending = [{**purchases.make_purchase(rng, now, 2), "coupon_code": COUPON} for _ in range(PENDING)]
+    messages = ([(purchases.key(p), purchases.encode(p, ids[v], parsed[v]))
+                 for p in good for v in [2 if "payment_method" in p else 1]]
+                + [(purchases.key(p), purchases.encode(p, v3_id, avro.parsed(v3_schema()))) for p in pending]
+                + [(CORRUPT_KEY, CORRUPT_VALUE)])
+    from confluent_kafka import Producer
+
+    ensure_topic(own, purchases.TOPIC)
+    producer = Producer(producer_config(own))
+    for key, value in messages:
+        producer.produce(purchases.TOPIC, value, key)
+    assert producer.flush(30) == 0
+    job.run(session, own, ["purchases"], available_now=True)
+    return {p["transaction_id"] for p in good}, {p["transaction_id"] for p in pending}, v3_id
+
+
+def dead_letters(session) -> dict[bytes, dict]:
+    rows = session.table("bronze.dead_letters").where("stream = 'purchases'").collect()
+    return {bytes(row.key): row.asDict() for row in rows}
+
+
+def snapshots(session, table: str) -> list[int]:
+    return [r.snapshot_id for r in session.sql(f"select snapshot_id from {table}.snapshots order by committed_at")
+            .collect()]
+
+
+def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_silver(lake, ingested):
+    own, session, target = lake
+    good_ids, pending_ids, v3_id = ingested
+    keys = {tid.encode() for tid in pending_ids}
+
+    # --- ingested: the good ones in bronze, the v3 ones dead letters with UNKNOWN_SCHEMA_ID
+    assert session.table("bronze.purchases").count() == GOOD
+    dead = dead_letters(session)
+    assert set(dead) == keys | {CORRUPT_KEY}
+    assert {dead[k]["error_code"] for k in keys} == {"UNKNOWN_SCHEMA_ID"}
+    assert dead[CORRUPT_KEY]["error_code"] == "CORRUPT_PAYLOAD"
+    assert all(d["replayed_at"] is None and d["replay_attempts"] is None for d in dead.values())
+    first = dead
+    # silver before the replay (the replayed rows are what the next incremental run must see),
+    # built meanwhile: until the fix, the replays below write nothing it reads
+    pool = ThreadPoolExecutor(1)
+    silver_built = pool.submit(run_dbt, own, ["run", "--select", "purchases", *NO_OVERLAP], target_dir=target,
+                               capture=True)
+
+    # --- a replay before the fix: nothing reaches bronze, the attempt is recorded
+    bronze_before = snapshots(session, "bronze.purchases")
+    report = dlq.replay(session, own, dlq.parse_filters(["purchases"]))
+    assert (report.selected, report.replayed) == (PENDING + 1, 0)
+    assert report.streams[0].still_failing == {"UNKNOWN_SCHEMA_ID": PENDING, "CORRUPT_PAYLOAD": 1}
+    assert snapshots(session, "bronze.purchases") == bronze_before
+    dead = dead_letters(session)
+    for key, row in dead.items():
+        assert row["replayed_at"] is None and row["replay_attempts"] == 1 and row["last_replay_at"] is not None
+        assert row["error_code"] == first[key]["error_code"]
+        assert (row["partition"], row["offset"], bytes(row["value"])) == (
+            first[key]["partition"], first[key]["offset"], bytes(first[key]["value"]))  # bytes untouched
+
+    # --- the fix: v3 registered under the stream's subject (the same schema keeps its id)
+    assert "coupon_code" not in session.table("bronze.purchases").columns
+    assert registry_for(own).register(purchases.SUBJECT, v3_schema()) == v3_id
+    dead_before = snapshots(session, "bronze.dead_letters")
+    dry = dlq.replay(session, own, dlq.parse_filters(["purchases"]), dry_run=True)
+    assert (dry.selected, dry.replayed, dry.streams[0].still_failing) == (PENDING + 1, PENDING, {"CORRUPT_PAYLOAD": 1})
+    assert snapshots(session, "bronze.purchases") == bronze_before  # a dry run writes nothing
+    assert snapshots(session, "bronze.dead_letters") == dead_before
+    silver_built.result()
+    pool.shutdown()
+    assert session.table("silver.purchases").count() == GOOD
+
+    # --- the replay, by the command line
+    result = lakehouse(own, "dlq", "replay", "--stream", "purchases")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert (f"purchases: {PENDING + 1} selected, {PENDING} replayed into bronze.purchases, "
+            "1 still failing: CORRUPT_PAYLOAD 1") in result.stdout, result.stdout
+
+    # bronze: evolved with v3's column, the v3 purchases at their original coordinates
+    bronze = session.table("bronze.purchases")
+    assert bronze.count() == GOOD + PENDING
+    assert bronze.where(f"coupon_code = '{COUPON}'").count() == PENDING
+    replayed = {r.transaction_id: r for r in bronze.where(bronze.transaction_id.isin(*pending_ids)).collect()}
+    assert set(replayed) == pending_ids
+    for tid, row in replayed.items():
+        letter = dead[tid.encode()]
+        assert (row._kafka_topic, row._kafka_partition, row._kafka_offset) == (
+            letter["topic"], letter["partition"], letter["offset"])
+        assert row._schema_id == v3_id and row._kafka_key == tid
+        assert row._batch_id == letter["batch_id"]
+        assert row._kafka_timestamp == letter["kafka_timestamp"]
+        assert row._ingested_at > letter["ingested_at"]  # the replay time: new to incremental models
+    assert bronze.groupBy("_kafka_topic", "_kafka_partition", "_kafka_offset").count().where("count > 1").count() == 0
+    marked = session.sql("select summary from bronze.purchases.snapshots order by committed_at desc limit 1").first()
+    assert dlq.REPLAY_ID_PROPERTY in marked.summary and "lakehouse.query-id" not in marked.summary
+
+    # dead letters: kept, the replayed ones marked, the corrupt one still pending
+    dead = dead_letters(session)
+    assert set(dead) == keys | {CORRUPT_KEY}
+    for key in keys:
+        row = dead[key]
+        assert row["replayed_at"] is not None and row["replay_attempts"] == 2
+        assert row["last_replay_at"] == row["replayed_at"] and row["error_code"] == "UNKNOWN_SCHEMA_ID"
+    corrupt = dead[CORRUPT_KEY]
+    assert corrupt["replayed_at"] is None and corrupt["replay_attempts"] == 2
+    assert corrupt["error_code"] == "CORRUPT_PAYLOAD"
+
+    # the same through pyiceberg, as another reader of the catalog sees it
+    catalog = pyiceberg_catalog(own)
+    letters = catalog.load_table("bronze.dead_letters").scan(
+        row_filter=EqualTo("stream", "purchases"),
+        selected_fields=("key", "replayed_at", "replay_attempts")).to_arrow().to_pylist()
+    assert {bytes(r["key"]) for r in letters if r["replayed_at"] is not None} == keys
+    assert {r["replay_attempts"] for r in letters} == {2}
+    rows = catalog.load_table("bronze.purchases").scan(
+        selected_fields=("transaction_id", "_kafka_partition", "_kafka_offset", "_schema_id")).to_arrow().to_pylist()
+    assert len(rows) == GOOD + PENDING
+    assert {(r["transaction_id"], r["_kafka_partition"], r["_kafka_offset"], r["_schema_id"])
+            for r in rows if r["transaction_id"] in pending_ids} == {
+        (tid, dead[tid.encode()]["partition"], dead[tid.encode()]["offset"], v3_id) for tid in pending_ids}
+
+    # --- silver: the next incremental run picks the replayed purchases up (meanwhile, the
+    # command line shows the corrupt dead letter)
+    corrupt = dead[CORRUPT_KEY]
+    show = start_cli(own, "dlq", "show", f"purchases:{corrupt['partition']}:{corrupt['offset']}")
+    run_dbt(own, ["run", "--select", "purchases", *NO_OVERLAP], target_dir=target, capture=True)
+    silver = {r.transaction_id for r in session.table("silver.purchases").select("transaction_id").collect()}
+    assert silver == good_ids | pending_ids
+    out, err = show.communicate(timeout=300)
+    assert show.returncode == 0, err[-3000:]
+    assert "\x1b" not in out and "\x07" not in out and "\x00" not in out  # nothing raw reaches the terminal
+    assert out.startswith(f"dead letter purchases:{corrupt['partition']}:{corrupt['offset']}\n")
+    assert "CORRUPT_PAYLOAD" in out and "no Confluent wire-format header" in out
+    assert "  00000000  1b 5b 32 4a 07 6e 6f 74  20 61 76 72 6f 20 ff fe  |.[2J.not avro ..|" in out
+    assert "  00000010  00" in out and "  00000011\n" in out
+    assert '  escaped: "\\x1b[2J\\x07not avro \\xff\\xfe\\x00"' in out
+    assert '  escaped: "bad\\x1bkey"' in out
+
+    # --- a second replay: nothing it selects is pending any more, nothing is committed
+    counts = {t: session.table(t).count() for t in ("bronze.purchases", "bronze.dead_letters")}
+    before = {t: snapshots(session, t) for t in counts}
+    again = dlq.replay(session, own, dlq.parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
+    assert (again.selected, again.replayed, again.streams) == (0, 0, [])
+    assert "nothing to replay" in dlq.format_replay(again)
+    assert {t: snapshots(session, t) for t in counts} == before
+    assert {t: session.table(t).count() for t in counts} == counts
+    stats = dlq.stats(session, dlq.parse_filters(["purchases"], include_replayed=True))
+    reasons = stats["streams"]["purchases"]["reasons"]
+    assert {code: (r["pending"], r["replayed"]) for code, r in reasons.items()} == {
+        "CORRUPT_PAYLOAD": (1, 0), "UNKNOWN_SCHEMA_ID": (0, PENDING)}
+
+    # every pending purchase dead letter again (only the corrupt one is): tried, nothing lands twice
+    everything = dlq.replay(session, own, dlq.parse_filters(["purchases"]))
+    assert (everything.selected, everything.replayed) == (1, 0)
+    assert everything.streams[0].still_failing == {"CORRUPT_PAYLOAD": 1}
+    assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
+    assert session.table("bronze.purchases").count() == counts["bronze.purchases"]
+    assert dead_letters(session)[CORRUPT_KEY]["replay_attempts"] == 3
+    assert {k: r["replayed_at"] for k, r in dead_letters(session).items()} == {
+        k: r["replayed_at"] for k, r in dead.items()}
+
+    # a crash after the bronze append, before the dead letters were marked, leaves a record in
+    # bronze whose dead letter is still pending: the next replay only marks it
+    crashed = sorted(keys)[0]
+    session.sql(f"update bronze.dead_letters set replayed_at = null where key = X'{crashed.hex()}'")
+    recovered = dlq.replay(session, own, dlq.parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
+    assert (recovered.selected, recovered.replayed) == (1, 1)
+    assert (recovered.streams[0].already_in_bronze, recovered.streams[0].appended) == (1, 0)
+    assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
+    assert session.table("bronze.purchases").where(f"transaction_id = '{crashed.decode()}'").count() == 1
+    assert dead_letters(session)[crashed]["replayed_at"] is not None
+
+
+def test_list_stats_and_show_on_a_session(lake, ingested, capsys):
+    """The Spark-backed commands' output, run in-process on the test's session."""
+    own, session, _ = lake
+    parser = build_parser()
+
+    def command(*argv: str) -> str:
+        assert dlq.run(parser.parse_args(["dlq", *argv]), own, session) == 0
+        return capsys.readouterr().out
+
+    listed = command("list", "--stream", "purchases", "--include-replayed", "--limit", "2")
+    lines = listed.splitlines()
+    assert lines[0].split()[:2] == ["STREAM", "PARTITION:OFFSET"] and len(lines) == 4
+    assert lines[1].startswith("purchases ") and lines[3] == (
+        f"showing 2 of {PENDING + 1}: {PENDING - 1} more (--limit 0 shows all, or narrow the filters)")
+    listed = json.loads(command("list", "--reason", "corrupt_payload", "--include-replayed", "--json"))
+    assert listed["total"] == 1 and listed["dead_letters"][0]["error_code"] == "CORRUPT_PAYLOAD"
+    stats = json.loads(command("stats", "--json", "--include-replayed"))
+    assert stats["total"]["pending"] + stats["total"]["replayed"] == PENDING + 1
+    assert "purchases" in command("stats", "--include-replayed")
+    shown = command("show", "--reason", "CORRUPT_PAYLOAD", "--include-replayed", "--max-bytes", "4")
+    assert "  00000000  1b 5b 32 4a" in shown and "... 13 more bytes" in shown
+    with pytest.raises(LakehouseError, match=r"^no dead letter at purchases:0:999999 \(stream purchases"):
+        dlq.run(parser.parse_args(["dlq", "show", "purchases", "0", "999999"]), own, session)
+
+
+def test_a_bad_reason_is_one_line_without_a_traceback(lake):
+    own, _, _ = lake
+    result = lakehouse(own, "dlq", "list", "--reason", "NOT_A_REASON")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: unknown reason 'NOT_A_REASON' for --reason; reasons: CORRUPT_PAYLOAD")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -1,0 +1,112 @@
+"""`lakehouse status`: the pure summaries and formatting, and a lakehouse with nothing in it yet."""
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lakehouse import status as s
+from lakehouse.config import Settings
+from lakehouse.local_kafka import free_port
+
+
+def test_batch_records_and_rate():
+    assert s.batch_records({0: 150, 1: 80}, {0: 100}) == 130  # a partition new to this batch started at 0
+    assert s.batch_records({0: 150}, None) is None  # the previous offsets file was purged
+    assert s.batch_rate(100, 10.0, 12.0) == (2.0, 50.0)
+    assert s.batch_rate(100, 12.0, 10.0) == (None, None)  # a clock step is no duration
+    assert s.batch_rate(None, 0.0, 4.0) == (4.0, None)
+
+
+def test_initial_offsets_file_is_read_past_its_version_line():
+    text = 'v1\n\0{"purchases":{"0":5,"2":7}}'
+    assert s.parse_initial_offsets(text) == {"purchases": {0: 5, 2: 7}}
+    assert s.parse_initial_offsets("v1\nnot json") == {}
+
+
+def test_dead_letters_pending_by_reason_and_replayed_by_stream():
+    pending, replayed = s.dead_letter_counts(
+        ["a", "a", "a", "b"], ["CORRUPT_PAYLOAD", "UNKNOWN_SCHEMA_ID", "CORRUPT_PAYLOAD", "X"],
+        [False, True, False, True])
+    assert pending == {"a": {"CORRUPT_PAYLOAD": 2}} and replayed == {"a": 1, "b": 1}
+
+
+def test_table_figures_from_a_snapshot_summary():
+    figures = s.table_figures({"total-records": "1000", "total-data-files": "3", "total-delete-files": "1",
+                               "total-files-size": "4096"})
+    assert figures == {"rows": 1000, "data_files": 3, "delete_files": 1, "total_bytes": 4096,
+                       "average_file_bytes": 1024}
+    assert s.table_figures({})["average_file_bytes"] is None
+
+
+def test_the_last_real_maintenance_per_table_wins():
+    lines = [json.dumps({"table": "bronze.a", "finished_at": "1", "dry_run": False}), "garbage",
+             json.dumps({"table": "bronze.a", "finished_at": "2", "dry_run": False}),
+             json.dumps({"table": "bronze.a", "finished_at": "3", "dry_run": True})]
+    assert s.last_maintenance_by_table(lines)["bronze.a"]["finished_at"] == "2"
+
+
+def test_dbt_run_results_summary(tmp_path):
+    path = tmp_path / "run_results.json"
+    path.write_text(json.dumps({
+        "metadata": {"generated_at": "2026-11-23T10:00:00Z", "dbt_version": "1.11.0"},
+        "args": {"which": "run"}, "elapsed_time": 42.25,
+        "results": [{"unique_id": "model.x.a", "status": "success"}, {"unique_id": "model.x.b", "status": "error"}],
+    }))
+    dbt = s.dbt_status(path)
+    assert dbt["command"] == "dbt run" and dbt["counts"] == {"error": 1, "success": 1}
+    assert dbt["failed"] == ["model.x.b"] and dbt["elapsed_seconds"] == 42.2
+    text = s.format_dbt(dbt)
+    assert "dbt run at 2026-11-23 10:00:00Z" in text and "failed:   model.x.b" in text
+    assert s.dbt_status(tmp_path / "missing.json") is None
+
+
+def test_the_latest_quality_run_decides_the_verdict():
+    early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    rows = [{"run_id": "r1", "run_at": early, "severity": "critical", "success": False, "suite": "x",
+             "expectation": "e", "column_name": None},
+            {"run_id": "r2", "run_at": late, "severity": "critical", "success": True, "suite": "x",
+             "expectation": "e", "column_name": None},
+            {"run_id": "r2", "run_at": late, "severity": "warning", "success": False, "suite": "y",
+             "expectation": "w", "column_name": "c"}]
+    verdict = s.quality_verdict(rows)
+    assert verdict["run_id"] == "r2" and verdict["verdict"] == "PASSED" and verdict["warnings_failed"] == 1
+    assert s.quality_verdict(rows[:1])["critical_failures"] == ["x: e"]
+    assert s.quality_verdict([]) is None
+
+
+def test_the_report_has_every_part_with_aligned_numbers():
+    report = s.StatusReport(
+        streams=[s.StreamStatus("purchases", "purchases", "bronze.purchases", last_batch=7,
+                                last_batch_at="2026-11-23T10:00:00+00:00", last_batch_records=1200,
+                                last_batch_rate=600.0, lag=0, bronze_rows=123456,
+                                dead_letters={"UNKNOWN_SCHEMA_ID": 4}, dead_letters_replayed=2)],
+        tables=[s.TableStatus("bronze.purchases", rows=123456, data_files=4, delete_files=0,
+                              average_file_bytes=3 * 1024 * 1024, snapshots=9,
+                              last_maintenance={"finished_at": "2026-11-23T11:00:00+00:00", "data_files_before": 40,
+                                                "data_files_after": 4, "snapshots_expired": 30}),
+                s.TableStatus("silver.customers", kind="view")],
+        dbt=None, quality=None, problems={"dbt": "cannot read run_results.json"})
+    text = s.format_report(report)
+    for expected in ("Streams", "Tables", "dbt", "Quality", "#7", "1,200", "600/s", "123,456",
+                     "UNKNOWN_SCHEMA_ID 4; 2 replayed", "3.0 MB", "40 -> 4 files, 30 snapshots expired",
+                     "note: cannot read run_results.json", "no quality run recorded"):
+        assert expected in text, expected
+    assert json.loads(json.dumps(report.to_dict()))["streams"][0]["dead_letters_replayed"] == 2
+
+
+def test_status_of_an_empty_lakehouse_says_what_is_missing_without_starting_anything(tmp_path):
+    """Nothing ingested, no broker: every part says why it is empty; exit status 0, no traceback."""
+    env = {"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": str(free_port()),
+           "DBT_TARGET_PATH": str(tmp_path / "target"), "PATH": "/usr/bin:/bin"}
+    report = s.collect_status(Settings.from_env(env))
+    assert report.problems["tables"] == "no catalog yet (nothing ingested)"
+    assert report.tables == [] and report.quality is None
+    assert all("no batch committed yet" in st.problems for st in report.streams)
+    assert all(any("cannot reach Kafka" in p for p in st.problems) for st in report.streams)
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    out = subprocess.run([lakehouse, "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert {st["stream"] for st in json.loads(out.stdout)["streams"]} >= {"purchases", "customers"}
+    assert not (tmp_path / "catalog").exists() or not any((tmp_path / "catalog").iterdir())
