@@ -36,6 +36,7 @@ import yaml
 
 from lakehouse.config import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
 from lakehouse.errors import LakehouseError
+from lakehouse.status import human_bytes
 
 log = logging.getLogger("lakehouse.maintain")
 
@@ -193,17 +194,6 @@ def snapshots_to_expire(committed_at: list[datetime], older_than: datetime, keep
     return sum(1 for at in newest_first[keep:] if at < older_than)
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    sign, n = ("-" if n < 0 else ""), abs(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.1f} TB"
-
-
 # ---- results -------------------------------------------------------------------------------
 
 @dataclass
@@ -262,6 +252,14 @@ class TableResult:
         return {**asdict(self), "bytes_reclaimed": self.bytes_reclaimed}
 
 
+def reclaimed_text(reclaimed: int) -> str:
+    # Compaction adds files before expiry deletes the ones it replaced: until those snapshots
+    # expire, a pass stores more than before, not less.
+    if reclaimed >= 0:
+        return f"reclaimed {human_bytes(reclaimed)}"
+    return f"stored {human_bytes(-reclaimed)} more until the replaced files' snapshots expire"
+
+
 def format_result(result: TableResult) -> str:
     before, after = result.before, result.after
     if result.dry_run or after is None:
@@ -276,8 +274,7 @@ def format_result(result: TableResult) -> str:
             f"{after.delete_files:,}, manifests {before.manifests:,} -> {after.manifests:,}, "
             f"snapshots {before.snapshots:,} -> {after.snapshots:,} ({result.snapshots_expired:,} expired), "
             f"orphan files removed {result.orphan_files_removed:,}, "
-            + (f"reclaimed {human_bytes(reclaimed)}" if reclaimed >= 0 else
-               f"stored {human_bytes(-reclaimed)} more until the replaced files' snapshots expire")
+            + reclaimed_text(reclaimed)
             + f" ({result.seconds:.1f}s)"]
     lines += [f"    {action}" for action in result.actions]
     lines += [f"    note: {problem}" for problem in result.problems]
@@ -338,7 +335,9 @@ def partition_transforms(spark, table: str) -> list[str]:
 
 
 def partition_files(spark, table: str) -> list[PartitionFiles]:
-    rows = spark.sql(f"select partition, file_count, last_updated_at from {table}.partitions").collect()
+    # An unpartitioned table's `partitions` has one row and no `partition` column.
+    key = "partition" if "partition" in spark.table(f"{table}.partitions").columns else "null as partition"
+    rows = spark.sql(f"select {key}, file_count, last_updated_at from {table}.partitions").collect()
     return [PartitionFiles(tuple(row.partition) if row.partition is not None else (), row.file_count,
                            row.last_updated_at.replace(tzinfo=UTC) if row.last_updated_at else None)
             for row in rows]
@@ -433,12 +432,22 @@ class TableMaintenance:
             if self.dry_run:
                 self.result.actions.append(f"would compact {len(chosen)} partition(s), {files:,} files")
                 return
-        elif self.result.before.data_files < self.policy.min_input_files and not self.result.before.delete_files:
-            self.result.actions.append(f"compaction: fewer than {self.policy.min_input_files} data files")
-            return
-        elif self.dry_run:
-            self.result.actions.append(f"would compact {self.result.before.data_files:,} data files")
-            return
+        else:
+            # dbt tables: the whole table in one call (nothing else writes it meanwhile: the
+            # lock), Iceberg's planner choosing the file groups. Worth a call only when some
+            # partition has enough files, or merge-on-read deletes wait to be applied.
+            crowded = [p for p in partition_files(self.spark, self.table)
+                       if p.file_count >= self.policy.min_input_files]
+            deletes = self.result.before.delete_files
+            if not crowded and not deletes:
+                self.result.actions.append(
+                    f"compaction: no partition has {self.policy.min_input_files}+ files to combine")
+                return
+            if self.dry_run:
+                self.result.actions.append(
+                    f"would compact {len(crowded)} partition(s), {sum(p.file_count for p in crowded):,} files"
+                    + (f", and apply {deletes:,} delete files" if deletes else ""))
+                return
         where_arg = f", where => {_quote(where)}" if where else ""
         [row] = self._call("rewrite_data_files", f"options => {_options(options)}{where_arg}")
         self.result.files_rewritten += row.rewritten_data_files_count
@@ -446,7 +455,9 @@ class TableMaintenance:
         failed = getattr(row, "failed_data_files_count", 0) or 0
         self.result.actions.append(
             f"compaction: {row.rewritten_data_files_count:,} files -> {row.added_data_files_count:,}"
-            + (f" in {self.result.partitions_compacted} partition(s)" if where else ""))
+            + (f" in {self.result.partitions_compacted} partition(s)" if where else "")
+            if row.rewritten_data_files_count else
+            f"compaction: no partition has {self.policy.min_input_files}+ files to combine")
         if failed:
             self.result.problems.append(f"compaction: {failed:,} files lost a race with a concurrent commit; "
                                         "they are retried next pass")
@@ -610,7 +621,7 @@ def format_summary(results: list[TableResult]) -> str:
         lines.append(f"total: {len(done)} table(s), data files {before:,} -> {after:,}, "
                      f"{sum(r.snapshots_expired for r in done):,} snapshots expired, "
                      f"{sum(r.orphan_files_removed for r in done):,} orphan files removed, "
-                     f"reclaimed {human_bytes(reclaimed)}")
+                     + reclaimed_text(reclaimed))
     problems = sum(len(r.problems) for r in results)
     if problems:
         lines.append(f"{problems} note(s) above: nothing was lost; those steps are retried by the next pass")

@@ -20,17 +20,17 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 
-from ingestion import job
-from lakehouse import local_kafka
+from ingestion import job, maintenance
 from lakehouse.cdc_check import as_source_rows, check_mirror
 from lakehouse.config import Settings
 from lakehouse.dbt import run_dbt
-from lakehouse.spark import ensure_namespaces, session_on
 from lakehouse.status import stream_status
 from producers.cdc import debezium, dms
 from producers.cdc.source import read_tables
@@ -38,6 +38,7 @@ from producers.cdc.stream import FORMATS, PARTITIONS, messages, source_path
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from producers.message import Outgoing
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -56,17 +57,8 @@ CDC_MODELS = ("customers_changelog customers_mirror customers customers_history 
 
 @pytest.fixture(scope="module")
 def lake(spark, settings, tmp_path_factory):
-    home = tmp_path_factory.mktemp("cdc-mirror-home")
-    (home / "jars").symlink_to(settings.jars_dir.resolve())
-    own = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
-                             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"})
-    local_kafka.start(own)
-    session = session_on(spark, own)
-    ensure_namespaces(session)
-    try:
-        yield own, session, tmp_path_factory.mktemp("cdc-mirror-dbt")
-    finally:
-        local_kafka.stop(own)
+    with own_lakehouse(spark, settings, tmp_path_factory, "cdc-mirror") as lakehouse:
+        yield lakehouse
 
 
 def send_increment(own: Settings, stream: str, seed: int, count: int, sent_before: list[Outgoing],
@@ -198,12 +190,6 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
     fails, no maintenance step fails, every snapshot maintenance committed holds exactly the
     rows of its parent (count and checksum), it leaves fewer data files, and once the streams
     drain, one more dbt run makes the mirrors equal the source databases."""
-    from datetime import UTC, datetime
-
-    import yaml
-
-    from ingestion import maintenance
-
     own, session, target = lake
     # Compact everything with 2+ files, also the partitions ingestion is writing this very
     # moment (quiet_minutes 0): the hardest case for concurrent commits. Snapshots are kept
@@ -214,8 +200,7 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
         "quiet_minutes": 0, "min_input_files": 2, "snapshot_retention_hours": 24, "snapshots_to_keep": 10}}))
     policies = maintenance.load_policies(policy_file)
     began = datetime.now(UTC).replace(microsecond=0)
-    env = {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
-           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    env = cli_env(own)
     command = [str(Path(sys.executable).with_name("lakehouse")), "ingest", *FORMATS, "--trigger", "2s"]
     log = tmp_path / "ingest.log"
     reports, passes, errors = {}, [], []

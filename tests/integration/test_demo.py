@@ -162,7 +162,7 @@ def plant_dead_letters(lake, stream: str, rate: float) -> int:
     planted = math.ceil((rate * (landed + dead) - dead) / (1 - rate))
     now = datetime.now(UTC)
     rows = [(stream, stream, 99, offset, now, None, b"planted \x00 bytes", "CORRUPT_PAYLOAD", "planted by the test",
-             None, now, -1) for offset in range(planted)]
+             None, now, -1, None, None, None) for offset in range(planted)]  # pending: never replayed
     lake.createDataFrame(rows, lake.table("bronze.dead_letters").schema).writeTo("bronze.dead_letters").append()
     return planted
 

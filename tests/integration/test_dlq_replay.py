@@ -24,17 +24,16 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from ingestion import dlq, job
-from lakehouse import local_kafka
 from lakehouse.cli import build_parser
 from lakehouse.config import Settings
 from lakehouse.dbt import run_dbt
 from lakehouse.errors import LakehouseError
-from lakehouse.spark import ensure_namespaces, session_on
 from lakehouse.status import pyiceberg_catalog
 from producers import avro, purchases
 from producers.delivery import ensure_topic, producer_config
 from producers.registry import registry_for
 from tests.conftest import REPO_ROOT
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -50,22 +49,8 @@ NO_OVERLAP = ["--vars", '{"overlap_minutes": 0}']
 
 @pytest.fixture(scope="module")
 def lake(spark, settings, tmp_path_factory):
-    home = tmp_path_factory.mktemp("dlq-replay-home")
-    (home / "jars").symlink_to(settings.jars_dir.resolve())
-    own = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
-                             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"})
-    local_kafka.start(own)
-    session = session_on(spark, own)
-    ensure_namespaces(session)
-    try:
-        yield own, session, tmp_path_factory.mktemp("dlq-replay-dbt")
-    finally:
-        local_kafka.stop(own)
-
-
-def cli_env(own: Settings) -> dict[str, str]:
-    return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
-            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    with own_lakehouse(spark, settings, tmp_path_factory, "dlq-replay") as lakehouse:
+        yield lakehouse
 
 
 def start_cli(own: Settings, *args: str) -> subprocess.Popen:

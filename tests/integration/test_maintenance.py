@@ -90,6 +90,13 @@ def test_aggressive_expiry_keeps_a_replayed_batch_skipped(spark, settings, kafka
     assert gentle.partitions_still_written == 1 and gentle.files_rewritten == 0, gentle
     assert spark.sql(f"select count(*) from {table}.data_files").first()[0] == files_before
 
+    # A dry run says what the aggressive policy would do and commits nothing.
+    snapshots = spark.sql(f"select count(*) from {table}.snapshots").first()[0]
+    [dry] = maintenance.maintain(spark, settings, [table], dry_run=True, policies=policies(tmp_path, AGGRESSIVE))
+    assert f"would compact 1 partition(s), {files_before} files" in dry.actions, dry.actions
+    assert any(a.startswith("would expire about") for a in dry.actions) and dry.after is None
+    assert spark.sql(f"select count(*) from {table}.snapshots").first()[0] == snapshots
+
     replayed = forget_last_checkpoint_commit(settings)
     [hard] = maintenance.maintain(spark, settings, [table], policies=policies(tmp_path, AGGRESSIVE))
     assert not hard.problems, hard.problems

@@ -1,0 +1,39 @@
+"""A lakehouse of a test module's own: state folder, catalog, warehouse, broker, Spark session.
+
+For tests whose topics and tables must start empty and stay apart from the session's
+shared lakehouse (tests/conftest.py). The jars are linked, never fetched again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lakehouse import local_kafka
+from lakehouse.config import Settings
+from lakehouse.spark import ensure_namespaces, session_on
+
+
+@contextmanager
+def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str) -> Iterator[tuple[Settings, object, Path]]:
+    """(its settings, a Spark session on its catalog, a dbt target folder); its broker runs
+    until the block ends."""
+    home = tmp_path_factory.mktemp(f"{name}-home")
+    (home / "jars").symlink_to(settings.jars_dir.resolve())
+    own = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
+                             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"})
+    local_kafka.start(own)
+    try:
+        session = session_on(spark, own)
+        ensure_namespaces(session)
+        yield own, session, tmp_path_factory.mktemp(f"{name}-dbt")
+    finally:
+        local_kafka.stop(own)
+
+
+def cli_env(own: Settings) -> dict[str, str]:
+    """The environment that points a `lakehouse` command at that lakehouse."""
+    return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
+            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
