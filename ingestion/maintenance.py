@@ -345,20 +345,23 @@ def partition_files(spark, table: str) -> list[PartitionFiles]:
 
 def live_query_ids(settings: Settings) -> set[str] | None:
     """Ids of the streaming queries whose checkpoints exist: only they can replay a batch.
-    None when the checkpoints cannot be listed (then no exactly-once marker is dropped)."""
-    root = Path(settings.checkpoint_root)
+
+    None when the checkpoints cannot all be read, e.g. the root is missing here because the
+    jobs keep it elsewhere: then no exactly-once marker is dropped. Dropping one only tidies
+    the table's properties, while dropping a live query's marker would let its replay land twice.
+    """
     try:
-        folders = [p for p in root.iterdir() if p.is_dir()]
-    except FileNotFoundError:
-        return set()
+        folders = [p for p in Path(settings.checkpoint_root).iterdir() if p.is_dir()]
     except OSError:
         return None
     ids = set()
     for folder in folders:
         try:
             ids.add(json.loads((folder / "metadata").read_text())["id"])
+        except FileNotFoundError:
+            continue  # no query ever started from this folder
         except (OSError, ValueError, KeyError):
-            continue
+            return None
     return ids
 
 

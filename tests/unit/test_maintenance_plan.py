@@ -93,3 +93,18 @@ def test_the_report_shows_before_after_expired_and_reclaimed():
     summary = m.format_summary([result])
     assert "total: 1 table(s), data files 40 -> 2, 40 snapshots expired" in summary
     assert m.human_bytes(512) == "512 B" and m.human_bytes(3 * 1024**3) == "3.0 GB"
+
+
+def test_markers_are_dropped_only_for_queries_whose_checkpoint_is_known_to_be_gone(tmp_path):
+    from lakehouse.config import Settings
+
+    root = tmp_path / "checkpoints"
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_CHECKPOINT_ROOT": str(root)})
+    assert m.live_query_ids(settings) is None  # the jobs may keep their checkpoints elsewhere: drop none
+    (root / "bronze_a").mkdir(parents=True)
+    (root / "bronze_a" / "metadata").write_text('{"id":"q-a"}')
+    (root / "bronze_b").mkdir()  # created, never started
+    assert m.live_query_ids(settings) == {"q-a"}
+    (root / "bronze_c").mkdir()
+    (root / "bronze_c" / "metadata").write_text("{not json")
+    assert m.live_query_ids(settings) is None

@@ -49,7 +49,8 @@ def test_taken_port_is_fine_when_it_is_our_own_broker(tmp_path):
         assert run_preflight("port", str(sock.getsockname()[1]), str(pidfile)).returncode == 0
 
 
-SUBCOMMANDS = ["kafka", "produce", "ingest", "quality", "dbt-profile", "config", "demo"]
+SUBCOMMANDS = ["kafka", "produce", "ingest", "status", "maintain", "dlq", "dbt", "quality", "dbt-profile", "config",
+               "demo"]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in SUBCOMMANDS]])
@@ -89,3 +90,12 @@ def test_bad_quality_selection_or_threshold_is_one_line_before_spark_starts(tmp_
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [message]
     assert not (tmp_path / "gx").exists()  # nothing was started or written
+
+
+def test_lakehouse_dbt_without_a_command_says_what_to_give(tmp_path):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "dbt"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`"]
