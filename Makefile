@@ -12,7 +12,7 @@ KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
 PYTEST_DEFAULT := -m "not slow and not chaos"
 
-.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-chaos lint format clean preflight chromium
+.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -72,6 +72,9 @@ test-integration: setup chromium ## Integration tests only (real broker, Spark, 
 
 test-slow: setup ## Long-running tests
 	$(BIN)/pytest -m slow
+
+test-cluster: setup ## Spark standalone cluster and Thrift Server tests only (part of `make test`)
+	$(BIN)/pytest -m cluster
 
 test-chaos: setup ## Chaos tests (kill, restart, poison)
 	$(BIN)/pytest -m chaos

@@ -177,7 +177,7 @@ def build_query(
         # Losing data silently is worse than stopping: offsets expired before they were read fail the query.
         .option("failOnDataLoss", "true")
     )
-    for key, value in settings.kafka_options.items():
+    for key, value in settings.java_kafka_options().items():
         reader = reader.option(f"kafka.{key}", value)
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

@@ -150,6 +150,50 @@ def _config(args, settings: Settings) -> int:
     return 0
 
 
+def _exec(command: list[str], env: dict[str, str]) -> int:
+    """Run a JVM command in the foreground as this process, so Ctrl-C and `docker stop` reach it."""
+    print("$ " + " ".join(command), flush=True)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
+def _cluster(args, settings: Settings) -> int:
+    from lakehouse import cluster
+
+    env = cluster.daemon_env(settings)
+    if args.action == "master":
+        return _exec(cluster.master_command(args.host or "127.0.0.1", args.port or 7077, args.webui_port or 8080),
+                     env)
+    if args.action == "worker":
+        work_dir = settings.home / "spark-work"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return _exec(cluster.worker_command(args.master or settings.spark_master, args.cores, args.memory,
+                                            args.webui_port or 8081, work_dir, args.host), env)
+    if args.action == "thrift-server":
+        cluster.check_submission(settings)
+        cluster.ensure_session_namespace(settings)
+        (settings.home / "thrift-server").mkdir(parents=True, exist_ok=True)
+        return _exec(cluster.thrift_server_command(settings, args.port or settings.thrift_port,
+                                                   args.host or "0.0.0.0"), env)
+    created = cluster.init_platform(settings)
+    print(f"topics: {', '.join(created['topics'])}")
+    print(f"namespaces: {', '.join(created['namespaces'])} in catalog {settings.catalog_uri}")
+    return 0
+
+
+def _submit(args, settings: Settings) -> int:
+    from lakehouse import cluster
+
+    job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
+    cluster.check_submission(settings)
+    package = cluster.build_package(settings)
+    command = cluster.submit_command(settings, job_args, package)
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    return _exec(command, cluster.daemon_env(settings))
+
+
 def _demo(args, settings: Settings) -> int:
     from lakehouse import demo
 
@@ -269,6 +313,38 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Every LAKEHOUSE_* setting with its current value.")
     config.add_argument("--json", action="store_true", help="as JSON")
     config.set_defaults(func=_config)
+
+    cluster = sub.add_parser(
+        "cluster", help="run a Spark standalone master/worker or the Thrift Server; set up a fresh platform",
+        description="The processes of a Spark cluster, from PySpark's own launcher (bin/spark-class, "
+                    "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
+                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
+                    "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
+                    "the namespaces bronze, silver, gold, quality (idempotent). With LAKEHOUSE_PROFILE=cluster "
+                    "every address comes from lakehouse/profiles/cluster.env (the docker-compose services).")
+    cluster.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
+    cluster.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
+    cluster.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
+                                        "thrift-server: bind address (default 0.0.0.0)")
+    cluster.add_argument("--port", type=int, help="master: port (default 7077); thrift-server: port "
+                                                  "(default LAKEHOUSE_THRIFT_PORT)")
+    cluster.add_argument("--webui-port", type=int, help="web UI port (master 8080, worker 8081)")
+    cluster.add_argument("--cores", type=int, default=2, help="worker: cores to offer (default 2)")
+    cluster.add_argument("--memory", default="2g", help="worker: memory to offer (default 2g)")
+    cluster.set_defaults(func=_cluster)
+
+    submit = sub.add_parser(
+        "submit", help="spark-submit the ingestion job to the configured Spark master",
+        description="Package the project (a zip of its Python packages for executors, the jars of `make "
+                    "setup` for the driver and executors) and spark-submit the ingestion job in client "
+                    "mode to LAKEHOUSE_SPARK_MASTER with LAKEHOUSE_SPARK_DRIVER_MEMORY, "
+                    "LAKEHOUSE_SPARK_EXECUTOR_MEMORY/_CORES and LAKEHOUSE_SPARK_CORES_MAX. Arguments after "
+                    "`ingest` are those of `lakehouse ingest`.",
+        epilog="Example: LAKEHOUSE_SPARK_MASTER=spark://host:7077 lakehouse submit ingest all --trigger 30s")
+    submit.add_argument("job", choices=["ingest"], help="the job to submit")
+    submit.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
+    submit.add_argument("job_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the job's arguments")
+    submit.set_defaults(func=_submit)
 
     demo = sub.add_parser("demo", help="run the whole chain once on the local platform",
                           description="Start Kafka, produce (with corrupt messages), ingest, dbt build, "

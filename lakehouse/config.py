@@ -5,6 +5,11 @@ Settings come from environment variables prefixed ``LAKEHOUSE_``, optionally fro
 The defaults describe the embedded local platform: a Kafka broker on this machine and an
 Iceberg JDBC catalog on SQLite, everything under one state folder (``.lakehouse/``).
 
+A *profile* names a file of defaults for a whole platform: ``LAKEHOUSE_PROFILE=cluster``
+reads ``lakehouse/profiles/cluster.env``, which points every part at the services of
+docker-compose.yml (REST catalog, S3 object store, schema registry, Spark master). Order of
+precedence: environment, then ``LAKEHOUSE_CONFIG_FILE``, then the profile, then the defaults.
+
 Kafka client options (security protocol, SASL, SSL, ...) are passed through from
 ``LAKEHOUSE_KAFKA_OPT_<OPTION>`` variables: ``LAKEHOUSE_KAFKA_OPT_SECURITY_PROTOCOL=SASL_SSL``
 becomes the client option ``security.protocol=SASL_SSL`` for producers and Spark alike.
@@ -23,6 +28,8 @@ from lakehouse.errors import LakehouseError
 PREFIX = "LAKEHOUSE_"
 KAFKA_OPTION_PREFIX = PREFIX + "KAFKA_OPT_"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+LOCAL_PROFILE = "local"  # the built-in defaults; every other profile is a file in PROFILES_DIR
 CATALOG_NAME = "lake"
 NAMESPACES = ("bronze", "silver", "gold")
 QUALITY_NAMESPACE = "quality"  # the history of quality runs (expectations.history)
@@ -43,8 +50,11 @@ class Setting:
 
 # Order matters only for --help output (`lakehouse config`).
 SETTINGS: dict[str, Setting] = {
+    "profile": Setting("PROFILE", "platform profile: local (this machine) or cluster (docker-compose services)",
+                       lambda home: LOCAL_PROFILE),
     "home": Setting("HOME", "state folder: jars, Kafka data, catalog, warehouse, checkpoints, reports",
                     lambda home: home),
+    "jars_dir": Setting("JARS_DIR", "JVM jars of `make setup` (spark/, kafka/)", lambda home: f"{home}/jars"),
     "kafka_port": Setting("KAFKA_PORT", "port of the local Kafka broker", lambda home: "9092"),
     "kafka_bootstrap_servers": Setting("KAFKA_BOOTSTRAP_SERVERS", "Kafka bootstrap servers",
                                        lambda home: ""),  # derived from kafka_port below
@@ -53,16 +63,33 @@ SETTINGS: dict[str, Setting] = {
                                    lambda home: ""),
     "spark_master": Setting("SPARK_MASTER", "Spark master URL", lambda home: "local[2]"),
     "spark_driver_memory": Setting("SPARK_DRIVER_MEMORY", "Spark driver memory", lambda home: "2g"),
+    "spark_driver_host": Setting("SPARK_DRIVER_HOST", "address executors reach the driver at",
+                                 lambda home: "127.0.0.1"),
+    "spark_driver_bind_address": Setting("SPARK_DRIVER_BIND_ADDRESS", "address the driver listens on",
+                                         lambda home: "127.0.0.1"),
+    "spark_executor_memory": Setting("SPARK_EXECUTOR_MEMORY", "memory per executor (cluster masters)",
+                                     lambda home: "1g"),
+    "spark_executor_cores": Setting("SPARK_EXECUTOR_CORES", "cores per executor (cluster masters)",
+                                    lambda home: "1"),
+    "spark_cores_max": Setting("SPARK_CORES_MAX", "cores a job takes from a standalone cluster (empty: all)",
+                               lambda home: ""),
     "shuffle_partitions": Setting("SHUFFLE_PARTITIONS", "spark.sql.shuffle.partitions (2 cores: small)",
                                   lambda home: "4"),
-    "catalog_uri": Setting("CATALOG_URI", "Iceberg JDBC catalog URI",
+    "catalog_type": Setting("CATALOG_TYPE", "Iceberg catalog: jdbc (SQLite on this machine) or rest",
+                            lambda home: "jdbc"),
+    "catalog_uri": Setting("CATALOG_URI", "Iceberg catalog URI (jdbc:sqlite:... or http://rest-catalog)",
                            lambda home: f"jdbc:sqlite:{home}/catalog.db"),
-    "warehouse": Setting("WAREHOUSE", "Iceberg warehouse location",
+    "warehouse": Setting("WAREHOUSE", "Iceberg warehouse location (file://... or s3://bucket/path)",
                          lambda home: f"file://{home}/warehouse"),
+    "s3_endpoint": Setting("S3_ENDPOINT", "S3-compatible object store endpoint (empty: AWS S3)", lambda home: ""),
+    "s3_region": Setting("S3_REGION", "S3 region", lambda home: "us-east-1"),
     "checkpoint_root": Setting("CHECKPOINT_ROOT", "root folder of streaming checkpoints",
                                lambda home: f"{home}/checkpoints"),
     "trigger_interval": Setting("TRIGGER_INTERVAL", "processing-time trigger of streaming jobs",
                                 lambda home: "30 seconds"),
+    "thrift_host": Setting("THRIFT_HOST", "Spark Thrift Server host (dbt target `cluster`)",
+                           lambda home: "localhost"),
+    "thrift_port": Setting("THRIFT_PORT", "Spark Thrift Server port", lambda home: "10000"),
     "quality_dead_letter_rate_warn": Setting(
         "QUALITY_DEAD_LETTER_RATE_WARN", "share of a stream's records in dead letters that is a quality warning",
         lambda home: "0.02"),
@@ -98,6 +125,18 @@ def _read_config_file(path: str) -> dict[str, str]:
     return values
 
 
+def profile_names() -> list[str]:
+    return sorted([LOCAL_PROFILE, *(p.stem for p in PROFILES_DIR.glob("*.env"))])
+
+
+def _read_profile(name: str) -> dict[str, str]:
+    if name == LOCAL_PROFILE:
+        return {}
+    if name not in profile_names():
+        raise LakehouseError(f"unknown {PREFIX}PROFILE {name!r}: choose one of {', '.join(profile_names())}")
+    return _read_config_file(str(PROFILES_DIR / f"{name}.env"))
+
+
 def _positive_number(name: str, text: str) -> float:
     try:
         value = float(text)
@@ -110,17 +149,29 @@ def _positive_number(name: str, text: str) -> float:
 
 @dataclass(frozen=True)
 class Settings:
+    profile: str
     home: Path
+    jars_dir: Path
     kafka_port: int
     kafka_bootstrap_servers: str
     schema_registry_url: str
     spark_master: str
     spark_driver_memory: str
+    spark_driver_host: str
+    spark_driver_bind_address: str
+    spark_executor_memory: str
+    spark_executor_cores: int
+    spark_cores_max: str
     shuffle_partitions: int
+    catalog_type: str
     catalog_uri: str
     warehouse: str
+    s3_endpoint: str
+    s3_region: str
     checkpoint_root: Path
     trigger_interval: str
+    thrift_host: str
+    thrift_port: int
     kafka_options: dict[str, str] = field(default_factory=dict)
     quality_dead_letter_rate_warn: float = 0.02
     quality_dead_letter_rate_critical: float = 0.10
@@ -132,14 +183,20 @@ class Settings:
         env = dict(os.environ if env is None else env)
         if env.get(PREFIX + "CONFIG_FILE"):
             env = {**_read_config_file(env[PREFIX + "CONFIG_FILE"]), **env}
+        profile = env.get(PREFIX + "PROFILE") or LOCAL_PROFILE
+        env = {**_read_profile(profile), **env}
         home = str(Path(env.get(PREFIX + "HOME") or default_home()).expanduser().resolve())
         raw = {name: env.get(PREFIX + s.env) or s.default(home) for name, s in SETTINGS.items()}
         raw["home"] = home
         try:
             port = int(raw["kafka_port"])
             partitions = int(raw["shuffle_partitions"])
+            executor_cores = int(raw["spark_executor_cores"])
+            thrift_port = int(raw["thrift_port"])
         except ValueError as exc:
             raise LakehouseError(f"invalid number in configuration: {exc}") from None
+        if raw["catalog_type"] not in ("jdbc", "rest"):
+            raise LakehouseError(f"{PREFIX}CATALOG_TYPE must be jdbc or rest, got {raw['catalog_type']!r}")
         quality = {name: _positive_number(name, raw[name]) for name in raw if name.startswith("quality_")}
         if quality["quality_dead_letter_rate_warn"] > quality["quality_dead_letter_rate_critical"]:
             raise LakehouseError(f"{PREFIX}QUALITY_DEAD_LETTER_RATE_WARN ({quality['quality_dead_letter_rate_warn']}) "
@@ -151,26 +208,34 @@ class Settings:
             if key.startswith(KAFKA_OPTION_PREFIX)
         }
         return cls(
+            profile=profile,
             home=Path(home),
+            jars_dir=Path(raw["jars_dir"]),
             kafka_port=port,
             kafka_bootstrap_servers=raw["kafka_bootstrap_servers"] or f"127.0.0.1:{port}",
             schema_registry_url=raw["schema_registry_url"],
             spark_master=raw["spark_master"],
             spark_driver_memory=raw["spark_driver_memory"],
+            spark_driver_host=raw["spark_driver_host"],
+            spark_driver_bind_address=raw["spark_driver_bind_address"],
+            spark_executor_memory=raw["spark_executor_memory"],
+            spark_executor_cores=executor_cores,
+            spark_cores_max=raw["spark_cores_max"],
             shuffle_partitions=partitions,
+            catalog_type=raw["catalog_type"],
             catalog_uri=raw["catalog_uri"],
             warehouse=raw["warehouse"],
+            s3_endpoint=raw["s3_endpoint"],
+            s3_region=raw["s3_region"],
             checkpoint_root=Path(raw["checkpoint_root"]),
             trigger_interval=raw["trigger_interval"],
+            thrift_host=raw["thrift_host"],
+            thrift_port=thrift_port,
             kafka_options=kafka_options,
             **quality,
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.
-    @property
-    def jars_dir(self) -> Path:
-        return self.home / "jars"
-
     @property
     def kafka_dir(self) -> Path:
         return self.home / "kafka"
@@ -183,15 +248,58 @@ class Settings:
         """librdkafka / Java client options shared by producers, admin and Spark."""
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_options}
 
+    def java_kafka_options(self) -> dict[str, str]:
+        """The Kafka options for Spark's (Java) Kafka client, from the librdkafka-style ones.
+
+        Producers use librdkafka, Spark the Java client; most options mean the same in both,
+        but SASL credentials and the CA file are spelled differently. One set of variables
+        configures both: ``sasl.username``/``sasl.password`` become a JAAS login for the
+        mechanism, ``ssl.ca.location`` a PEM trust store.
+        """
+        options = dict(self.kafka_options)
+        username, password = options.pop("sasl.username", None), options.pop("sasl.password", None)
+        if username is not None and "sasl.jaas.config" not in options:
+            mechanism = options.get("sasl.mechanism", options.get("sasl.mechanisms", "PLAIN")).upper()
+            module = ("org.apache.kafka.common.security.scram.ScramLoginModule" if mechanism.startswith("SCRAM")
+                      else "org.apache.kafka.common.security.plain.PlainLoginModule")
+            escaped = [(v or "").replace("\\", "\\\\").replace('"', '\\"') for v in (username, password)]
+            options["sasl.jaas.config"] = f'{module} required username="{escaped[0]}" password="{escaped[1]}";'
+        if "sasl.mechanisms" in options:  # librdkafka's plural alias
+            options.setdefault("sasl.mechanism", options.pop("sasl.mechanisms"))
+        ca = options.pop("ssl.ca.location", None)
+        if ca and "ssl.truststore.location" not in options:
+            options["ssl.truststore.type"] = "PEM"
+            options["ssl.truststore.location"] = ca
+        return options
+
+    def required_credentials(self) -> list[str]:
+        """Environment variables that must hold secrets for this configuration.
+
+        Secrets never live in settings files: S3 access goes through the AWS SDK's default
+        chain (these variables), Kafka SASL through LAKEHOUSE_KAFKA_OPT_SASL_*.
+        """
+        needed = []
+        if self.warehouse.startswith(("s3://", "s3a://")) and self.s3_endpoint:
+            needed += ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        if "SASL" in self.kafka_options.get("security.protocol", "").upper():
+            needed += [KAFKA_OPTION_PREFIX + "SASL_USERNAME", KAFKA_OPTION_PREFIX + "SASL_PASSWORD"]
+        return needed
+
     def spark_inputs(self) -> dict[str, str]:
         """The values the Spark session is built from (see lakehouse.spark.spark_conf)."""
         return {
             "home": str(self.home),
+            "jars_dir": str(self.jars_dir),
             "spark_master": self.spark_master,
             "spark_driver_memory": self.spark_driver_memory,
+            "spark_driver_host": self.spark_driver_host,
+            "spark_driver_bind_address": self.spark_driver_bind_address,
             "shuffle_partitions": str(self.shuffle_partitions),
+            "catalog_type": self.catalog_type,
             "catalog_uri": self.catalog_uri,
             "warehouse": self.warehouse,
+            "s3_endpoint": self.s3_endpoint,
+            "s3_region": self.s3_region,
         }
 
 
@@ -203,8 +311,12 @@ def jinja_spark_inputs() -> dict[str, str]:
     `dbt` runs from (the project root, where dbt_project.yml is).
     """
     home_expr = f"env_var('{PREFIX}HOME', env_var('PWD', '.') ~ '/.lakehouse')"
-    inputs = {"home": "{{ " + home_expr + " }}"}
-    for name in ("spark_master", "spark_driver_memory", "shuffle_partitions", "catalog_uri", "warehouse"):
+    # The `local` target is the local platform: a JDBC catalog and a loopback driver. The
+    # cluster's catalog is configured in its Thrift Server, not in the dbt profile.
+    inputs = {"home": "{{ " + home_expr + " }}", "catalog_type": "jdbc", "s3_endpoint": "", "s3_region": "",
+              "spark_driver_host": "127.0.0.1", "spark_driver_bind_address": "127.0.0.1"}
+    for name in ("jars_dir", "spark_master", "spark_driver_memory", "shuffle_partitions", "catalog_uri",
+                 "warehouse"):
         setting = SETTINGS[name]
         # The default is rendered with a placeholder home that splices the home expression
         # into a Jinja string concatenation: 'jdbc:sqlite:' ~ <home> ~ '/catalog.db'.

@@ -27,6 +27,9 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
     env[PREFIX + "CATALOG_URI"] = settings.catalog_uri
     env[PREFIX + "WAREHOUSE"] = settings.warehouse
     env[PREFIX + "SHUFFLE_PARTITIONS"] = str(settings.shuffle_partitions)
+    env[PREFIX + "JARS_DIR"] = str(settings.jars_dir)
+    env[PREFIX + "THRIFT_HOST"] = settings.thrift_host
+    env[PREFIX + "THRIFT_PORT"] = str(settings.thrift_port)
     env["PWD"] = str(PROJECT_ROOT)  # the profile resolves project paths from PWD
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     if target_dir is not None:

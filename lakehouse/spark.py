@@ -10,40 +10,61 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lakehouse.config import CATALOG_NAME, NAMESPACES, Settings, jinja_spark_inputs
+from lakehouse.config import CATALOG_NAME, NAMESPACES, PREFIX, SETTINGS, Settings, jinja_spark_inputs
 from lakehouse.errors import LakehouseError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LOG4J_FILE = "log4j2-spark.properties"
 
 
+def catalog_conf(inputs: dict[str, str]) -> dict[str, str]:
+    """The Iceberg catalog `lake`: JDBC on SQLite (this machine) or REST (a cluster)."""
+    prefix = f"spark.sql.catalog.{CATALOG_NAME}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": inputs["catalog_type"],
+        f"{prefix}.uri": inputs["catalog_uri"],
+    }
+    if inputs["catalog_type"] == "jdbc":
+        conf.update({
+            # V1 adds the iceberg_type column pyiceberg's SqlCatalog understands: both open one database.
+            f"{prefix}.jdbc.schema-version": "V1",
+            # Several processes (jobs, dbt, pyiceberg) commit to one SQLite file: wait, don't fail.
+            f"{prefix}.jdbc.journal_mode": "WAL",
+            f"{prefix}.jdbc.busy_timeout": "30000",
+        })
+    conf[f"{prefix}.warehouse"] = inputs["warehouse"]
+    if inputs["warehouse"].startswith(("s3://", "s3a://")):
+        # Iceberg's own S3 client (iceberg-aws-bundle): no Hadoop S3A needed. Credentials come
+        # from the AWS SDK's default chain (AWS_ACCESS_KEY_ID/..., never from this conf).
+        conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        conf[f"{prefix}.client.region"] = inputs["s3_region"]
+        if inputs["s3_endpoint"]:
+            conf[f"{prefix}.s3.endpoint"] = inputs["s3_endpoint"]
+            # MinIO and most S3-compatible stores serve buckets as paths, not subdomains.
+            conf[f"{prefix}.s3.path-style-access"] = "true"
+    # Jobs, dbt and pyiceberg commit from separate processes: always read the latest metadata.
+    conf[f"{prefix}.cache-enabled"] = "false"
+    return conf
+
+
 def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
     """Spark configuration from plain strings (real values, or Jinja expressions for dbt)."""
     home = inputs["home"]
-    jars = f"{home}/jars/spark"
     return {
         "spark.master": inputs["spark_master"],
         "spark.driver.memory": inputs["spark_driver_memory"],
         # Jars from jvm/pom.xml on the driver's system classpath: java.sql.DriverManager only
         # finds the SQLite JDBC driver there, and in local mode the executors share this JVM.
-        # (spark.jars does not expand globs; a cluster master needs them listed, see issue 8.)
-        "spark.driver.extraClassPath": f"{jars}/*",
-        # Local platform: the driver listens on loopback only.
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        # (A cluster's executors get them listed in spark.jars: see get_spark and submit.)
+        "spark.driver.extraClassPath": f"{inputs['jars_dir']}/spark/*",
+        # Local platform: the driver listens on loopback only. In a container, the cluster
+        # profile binds all interfaces and names the host executors reach it at.
+        "spark.driver.host": inputs["spark_driver_host"],
+        "spark.driver.bindAddress": inputs["spark_driver_bind_address"],
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{package_dir}/{LOG4J_FILE}",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        f"spark.sql.catalog.{CATALOG_NAME}": "org.apache.iceberg.spark.SparkCatalog",
-        f"spark.sql.catalog.{CATALOG_NAME}.type": "jdbc",
-        f"spark.sql.catalog.{CATALOG_NAME}.uri": inputs["catalog_uri"],
-        # V1 adds the iceberg_type column pyiceberg's SqlCatalog understands: both open one database.
-        f"spark.sql.catalog.{CATALOG_NAME}.jdbc.schema-version": "V1",
-        # Several processes (jobs, dbt, pyiceberg) commit to one SQLite file: wait, don't fail.
-        f"spark.sql.catalog.{CATALOG_NAME}.jdbc.journal_mode": "WAL",
-        f"spark.sql.catalog.{CATALOG_NAME}.jdbc.busy_timeout": "30000",
-        f"spark.sql.catalog.{CATALOG_NAME}.warehouse": inputs["warehouse"],
-        # Jobs, dbt and pyiceberg commit from separate processes: always read the latest metadata.
-        f"spark.sql.catalog.{CATALOG_NAME}.cache-enabled": "false",
+        **catalog_conf(inputs),
         "spark.sql.defaultCatalog": CATALOG_NAME,
         # No Hive metastore: dbt-spark asks for Hive support, this keeps Derby out of it.
         "spark.sql.catalogImplementation": "in-memory",
@@ -60,6 +81,29 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
     }
 
 
+def is_local_master(master: str) -> bool:
+    return master.startswith("local")
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    return sorted((settings.jars_dir / "spark").glob("*.jar"))
+
+
+def cluster_conf(settings: Settings) -> dict[str, str]:
+    """What only a cluster master needs: executor resources, and the jars shipped to executors
+    (spark.jars lists files; it does not expand globs)."""
+    if is_local_master(settings.spark_master):
+        return {}
+    conf = {
+        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.executor.memory": settings.spark_executor_memory,
+        "spark.executor.cores": str(settings.spark_executor_cores),
+    }
+    if settings.spark_cores_max:
+        conf["spark.cores.max"] = settings.spark_cores_max
+    return conf
+
+
 def get_spark(settings: Settings, app_name: str = "lakehouse"):
     """The active SparkSession, created from the settings if there is none yet."""
     missing = [p for p in ("iceberg-spark-runtime", "sqlite-jdbc", "spark-sql-kafka")
@@ -74,10 +118,12 @@ def get_spark(settings: Settings, app_name: str = "lakehouse"):
 
     # Spark resolves its local address before reading any conf; loopback avoids a warning
     # and never exposes the driver on a network interface.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if settings.spark_driver_bind_address != "0.0.0.0":
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.spark_driver_bind_address)
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in spark_conf(settings.spark_inputs(), str(PACKAGE_DIR)).items():
+    conf = {**spark_conf(settings.spark_inputs(), str(PACKAGE_DIR)), **cluster_conf(settings)}
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     return spark
@@ -127,6 +173,10 @@ DBT_PROFILE_HEADER = """\
 # `local` (default): dbt builds its own Spark session in-process (method: session) on the
 # same Iceberg catalog as the streaming jobs. It follows the same LAKEHOUSE_* variables;
 # with none set, the state folder is .lakehouse/ in the folder you run dbt from (the root).
+#
+# `cluster`: dbt sends its SQL to a Spark Thrift Server (method: thrift), which holds the
+# catalog settings itself (`lakehouse cluster thrift-server`, the docker-compose service
+# spark-thrift). `dbt run --target cluster`; LAKEHOUSE_THRIFT_HOST/_PORT say where it is.
 """
 
 
@@ -147,4 +197,20 @@ def render_dbt_profile() -> str:
     ]
     for key, value in conf.items():
         lines.append(f'        {key}: "{value}"')
+    thrift = {name: SETTINGS[name] for name in ("thrift_host", "thrift_port")}
+    lines += [
+        "    cluster:",
+        "      type: spark",
+        "      method: thrift",
+        f"      host: \"{{{{ env_var('{PREFIX}{thrift['thrift_host'].env}', "
+        f"'{thrift['thrift_host'].default('')}') }}}}\"",
+        f"      port: \"{{{{ env_var('{PREFIX}{thrift['thrift_port'].env}', "
+        f"'{thrift['thrift_port'].default('')}') | as_number }}}}\"",
+        "      user: lakehouse",
+        "      schema: silver",
+        "      threads: 1",
+        # A server that is still starting (compose, the test's fixture) is waited for.
+        "      connect_retries: 10",
+        "      connect_timeout: 10",
+    ]
     return "\n".join(lines) + "\n"

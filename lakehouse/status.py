@@ -388,6 +388,14 @@ def pyiceberg_catalog(settings: Settings):
 
     from lakehouse.config import CATALOG_NAME
 
+    if settings.catalog_type == "rest":
+        from pyiceberg.catalog.rest import RestCatalog
+
+        # S3 credentials, like Spark's, come from the AWS SDK's environment variables.
+        properties = {"uri": settings.catalog_uri, "warehouse": settings.warehouse, "s3.region": settings.s3_region}
+        if settings.s3_endpoint:
+            properties["s3.endpoint"] = settings.s3_endpoint
+        return RestCatalog(CATALOG_NAME, **properties)
     if not settings.catalog_uri.startswith("jdbc:sqlite:"):
         raise LakehouseError(f"pyiceberg reads only the local SQLite catalog; LAKEHOUSE_CATALOG_URI is "
                              f"{settings.catalog_uri}")

@@ -55,3 +55,64 @@ def test_config_file_is_read_and_environment_wins(tmp_path):
 def test_bad_configuration_is_one_clear_error(env, message):
     with pytest.raises(LakehouseError, match=message):
         Settings.from_env(env)
+
+
+def test_the_cluster_profile_points_every_part_at_the_compose_services():
+    settings = Settings.from_env({"LAKEHOUSE_PROFILE": "cluster"})
+    assert settings.profile == "cluster"
+    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.schema_registry_url == "http://schema-registry:8081"
+    assert (settings.catalog_type, settings.catalog_uri) == ("rest", "http://iceberg-rest:8181")
+    assert settings.warehouse == "s3://lakehouse/warehouse" and settings.s3_endpoint == "http://minio:9000"
+    assert settings.spark_master == "spark://spark-master:7077"
+    assert (settings.thrift_host, settings.thrift_port) == ("spark-thrift", 10000)
+    assert settings.home == Path("/lakehouse") and settings.jars_dir == Path("/opt/lakehouse-jars")
+    assert settings.checkpoint_root == Path("/lakehouse/checkpoints")  # derived defaults follow the profile's home
+    assert settings.required_credentials() == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+
+
+def test_environment_and_config_file_win_over_the_profile(tmp_path):
+    config = tmp_path / "site.env"
+    config.write_text("LAKEHOUSE_CATALOG_URI=http://catalog.internal:8181\nLAKEHOUSE_SPARK_MASTER=spark://a:7077\n")
+    settings = Settings.from_env({"LAKEHOUSE_PROFILE": "cluster", "LAKEHOUSE_CONFIG_FILE": str(config),
+                                  "LAKEHOUSE_SPARK_MASTER": "spark://b:7077"})
+    assert settings.catalog_uri == "http://catalog.internal:8181"  # file over profile
+    assert settings.spark_master == "spark://b:7077"  # environment over file
+    assert settings.kafka_bootstrap_servers == "kafka:9092"  # the profile where nobody says otherwise
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LAKEHOUSE_PROFILE": "clutser"}, "unknown LAKEHOUSE_PROFILE 'clutser': choose one of cluster, local"),
+    ({"LAKEHOUSE_CATALOG_TYPE": "hive"}, "LAKEHOUSE_CATALOG_TYPE must be jdbc or rest"),
+    ({"LAKEHOUSE_THRIFT_PORT": "ten"}, "invalid number"),
+])
+def test_bad_platform_settings_are_one_clear_error(env, message):
+    with pytest.raises(LakehouseError, match=message):
+        Settings.from_env(env)
+
+
+def test_kafka_sasl_and_ca_options_are_translated_for_the_java_client():
+    settings = Settings.from_env({
+        "LAKEHOUSE_KAFKA_OPT_SECURITY_PROTOCOL": "SASL_SSL",
+        "LAKEHOUSE_KAFKA_OPT_SASL_MECHANISMS": "SCRAM-SHA-512",
+        "LAKEHOUSE_KAFKA_OPT_SASL_USERNAME": "ingest",
+        "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD": 'p"w\\d',
+        "LAKEHOUSE_KAFKA_OPT_SSL_CA_LOCATION": "/etc/ca.pem",
+    })
+    # librdkafka (producers) gets them as given ...
+    assert settings.kafka_client_config()["sasl.username"] == "ingest"
+    # ... the Java client (Spark) as a JAAS login, a mechanism and a PEM trust store.
+    assert settings.java_kafka_options() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="ingest" password="p\\"w\\\\d";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/etc/ca.pem",
+    }
+    assert settings.required_credentials() == ["LAKEHOUSE_KAFKA_OPT_SASL_USERNAME",
+                                               "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD"]
+    plain = Settings.from_env({"LAKEHOUSE_KAFKA_OPT_SASL_USERNAME": "u", "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD": "p"})
+    assert plain.java_kafka_options()["sasl.jaas.config"].startswith(
+        "org.apache.kafka.common.security.plain.PlainLoginModule required")
+    assert Settings.from_env({}).java_kafka_options() == {} and Settings.from_env({}).required_credentials() == []

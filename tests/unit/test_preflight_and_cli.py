@@ -2,10 +2,12 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from lakehouse.cli import build_parser
+from lakehouse.config import default_home
 from tests.conftest import REPO_ROOT
 
 PREFLIGHT = str(REPO_ROOT / "lakehouse" / "preflight.py")
@@ -50,7 +52,7 @@ def test_taken_port_is_fine_when_it_is_our_own_broker(tmp_path):
 
 
 SUBCOMMANDS = ["kafka", "produce", "ingest", "status", "maintain", "dlq", "dbt", "quality", "dbt-profile", "config",
-               "demo"]
+               "demo", "cluster", "submit"]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in SUBCOMMANDS]])
@@ -99,3 +101,22 @@ def test_lakehouse_dbt_without_a_command_says_what_to_give(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "error: give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`"]
+
+
+@pytest.mark.parametrize("command, env, message", [
+    (["submit", "ingest", "all"], {"LAKEHOUSE_PROFILE": "cluster"},
+     "error: the configuration needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY in the environment"),
+    (["cluster", "thrift-server"], {}, "error: no catalog at jdbc:sqlite:{home}/catalog.db yet: run "
+                                       "`lakehouse cluster init` (or ingest something) first"),
+    (["submit", "ingest", "all"], {"LAKEHOUSE_JARS_DIR": "{home}/none"}, "error: no jars in {home}/none/spark"),
+])
+def test_cluster_commands_refuse_what_cannot_work_in_one_line(tmp_path, command, env, message):
+    jars = Path(default_home()) / "jars"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "AWS_"))}
+    env = {**base, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_JARS_DIR": str(jars),
+           **{k: v.format(home=tmp_path) for k, v in env.items()}}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", *command],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[0].startswith(message.format(home=tmp_path)), result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,225 @@
+"""Running the lakehouse on a Spark cluster: standalone master and workers, the Thrift Server
+for dbt, the submission of the ingestion job, and the one-shot setup of a fresh platform.
+
+Everything is launched from PySpark's own distribution (the pyspark wheel carries Spark's
+`bin/spark-class`, `bin/spark-submit` and jars, the Thrift Server's included), so the same
+commands work on this machine, in the docker-compose containers and on any host with the
+project installed. The commands here only assemble argument lists (pure, unit-tested); the
+CLI runs them in the foreground, replacing its own process so signals reach the JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+from lakehouse.config import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
+from lakehouse.errors import LakehouseError
+from lakehouse.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, spark_conf, spark_jars
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+THRIFT_SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+JOB_PACKAGES = ("lakehouse", "ingestion", "producers", "expectations")
+JOB_ENTRY_POINT = PROJECT_ROOT / "ingestion" / "__main__.py"
+PACKAGE_NAME = "lakehouse-jobs.zip"
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _log4j_option() -> str:
+    return f"-Dlog4j2.configurationFile=file:{PACKAGE_DIR}/{LOG4J_FILE}"
+
+
+def daemon_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of master, worker and spark-submit processes."""
+    env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = str(spark_home())
+    if settings.spark_driver_bind_address != "0.0.0.0":
+        # This machine's processes talk over loopback; without this Spark picks a network
+        # interface and warns. In a container (bind 0.0.0.0) Spark's own choice is right.
+        env.setdefault("SPARK_LOCAL_IP", settings.spark_driver_bind_address)
+    # The launcher reads these for Master and Worker: our quiet logging, not Spark's INFO.
+    env.setdefault("SPARK_DAEMON_JAVA_OPTS", _log4j_option())
+    # Executors and the driver run the project's Python (the virtualenv's or the image's).
+    import sys
+
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return env
+
+
+def master_command(host: str, port: int, webui_port: int) -> list[str]:
+    return [str(spark_home() / "bin" / "spark-class"), MASTER_CLASS,
+            "--host", host, "--port", str(port), "--webui-port", str(webui_port)]
+
+
+def worker_command(master: str, cores: int, memory: str, webui_port: int, work_dir: Path,
+                   host: str | None = None) -> list[str]:
+    command = [str(spark_home() / "bin" / "spark-class"), WORKER_CLASS,
+               "--cores", str(cores), "--memory", memory, "--webui-port", str(webui_port),
+               # Executors' working folders (jars, logs): under the state folder, not inside pyspark.
+               "--work-dir", str(work_dir)]
+    if host:
+        command += ["--host", host]
+    return [*command, master]
+
+
+def _conf_arguments(conf: dict[str, str]) -> list[str]:
+    arguments = []
+    for key, value in conf.items():
+        arguments += ["--conf", f"{key}={value}"]
+    return arguments
+
+
+def submit_conf(settings: Settings) -> dict[str, str]:
+    """The session configuration of lakehouse.spark, for a JVM that spark-submit starts."""
+    conf = {**spark_conf(settings.spark_inputs(), str(PACKAGE_DIR)), **cluster_conf(settings)}
+    conf.pop("spark.master")  # given as --master
+    conf.pop("spark.driver.memory")  # given as --driver-memory, before the JVM starts
+    return conf
+
+
+def submit_command(settings: Settings, job_args: list[str], package: Path) -> list[str]:
+    """spark-submit of the ingestion job (client mode: the driver runs here)."""
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master", settings.spark_master,
+        "--name", "lakehouse-ingest",
+        "--driver-memory", settings.spark_driver_memory,
+        # Before the JVM starts: java.sql.DriverManager finds the SQLite driver only here.
+        "--driver-class-path", f"{settings.jars_dir}/spark/*",
+        "--jars", ",".join(str(jar) for jar in spark_jars(settings)),
+        "--py-files", str(package),
+        *_conf_arguments({k: v for k, v in submit_conf(settings).items() if k != "spark.jars"}),
+        str(JOB_ENTRY_POINT), *job_args,
+    ]
+
+
+def thrift_server_command(settings: Settings, port: int, bind_host: str) -> list[str]:
+    """The Spark Thrift Server on the lakehouse catalog, for dbt's `cluster` target."""
+    state = settings.home / "thrift-server"
+    conf = submit_conf(settings)
+    conf.update({
+        "spark.app.name": "lakehouse-thrift-server",
+        # The server asks for Hive support whatever the conf says; its (unused) metastore goes
+        # to the state folder instead of a metastore_db/ in the current folder. Every table
+        # dbt reads and writes is in the Iceberg catalog `lake`, the session's default catalog.
+        "spark.hadoop.javax.jdo.option.ConnectionURL":
+            f"jdbc:derby:;databaseName={state}/metastore_db;create=true",
+        "spark.driver.extraJavaOptions": f"{_log4j_option()} -Dderby.system.home={state}",
+    })
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master", settings.spark_master,
+        "--class", THRIFT_SERVER_CLASS,
+        "--driver-memory", settings.spark_driver_memory,
+        "--driver-class-path", f"{settings.jars_dir}/spark/*",
+        *_conf_arguments(conf),
+        "spark-internal",
+        "--hiveconf", f"hive.server2.thrift.port={port}",
+        "--hiveconf", f"hive.server2.thrift.bind.host={bind_host}",
+    ]
+
+
+def build_package(settings: Settings) -> Path:
+    """A zip of the project's Python packages for executors' Python workers (--py-files).
+
+    The ingestion job runs no Python on executors today (decoding and writing are JVM code),
+    but a job whose functions reference project modules (a Python UDF, an RDD map) needs
+    them there; shipping the zip keeps a cluster able to run whatever the driver can.
+    Rebuilt on every submission: it takes milliseconds and can never be stale.
+    """
+    target = settings.home / "dist" / PACKAGE_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in JOB_PACKAGES:
+            for path in sorted((PROJECT_ROOT / package).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, path.relative_to(PROJECT_ROOT).as_posix())
+    partial.replace(target)
+    return target
+
+
+def check_submission(settings: Settings) -> None:
+    """Fail with one line before a JVM starts when the submission cannot work."""
+    if not spark_jars(settings):
+        raise LakehouseError(f"no jars in {settings.jars_dir / 'spark'}: run `make setup` "
+                             f"(or set {PREFIX}JARS_DIR)")
+    missing = [name for name in settings.required_credentials() if not os.environ.get(name)]
+    if missing:
+        raise LakehouseError(f"the configuration needs {', '.join(missing)} in the environment "
+                             "(secrets are never read from files)")
+
+
+# Thrift clients (PyHive, so dbt's `cluster` target) open every session with `USE default`;
+# with `lake` as the default catalog that namespace must exist there.
+SESSION_NAMESPACE = "default"
+
+
+def ensure_session_namespace(settings: Settings) -> None:
+    """Create `lake.default` before the Thrift Server starts (pyiceberg: no Spark needed)."""
+    from lakehouse.status import _existing_catalog
+
+    catalog = _existing_catalog(settings)
+    if catalog is None:
+        raise LakehouseError(f"no catalog at {settings.catalog_uri} yet: run `lakehouse cluster init` "
+                             "(or ingest something) first")
+    try:
+        catalog.create_namespace_if_not_exists(SESSION_NAMESPACE)
+    except Exception as exc:  # network, permissions: one line, not a stack trace
+        raise LakehouseError(f"cannot create namespace {SESSION_NAMESPACE!r} in {settings.catalog_uri}: {exc}") \
+            from None
+
+
+def wait_for_services(settings: Settings, timeout_s: float = 300.0) -> None:
+    """Wait until Kafka (and the REST catalog, when used) answer: compose starts them together."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from lakehouse.kafka_admin import admin_client, topic_names
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problems = []
+        try:
+            topic_names(admin_client(settings), settings)
+        except LakehouseError as exc:
+            problems.append(str(exc))
+        if settings.catalog_type == "rest":
+            try:
+                urllib.request.urlopen(settings.catalog_uri.rstrip("/") + "/v1/config", timeout=5).close()
+            except (urllib.error.URLError, OSError) as exc:
+                problems.append(f"REST catalog {settings.catalog_uri}: {exc}")
+        if not problems:
+            return
+        if time.monotonic() > deadline:
+            raise LakehouseError("services not ready after "
+                                 f"{timeout_s:.0f}s: {'; '.join(problems)}")
+        print(f"waiting for services: {problems[0]}", flush=True)
+        time.sleep(5)
+
+
+def init_platform(settings: Settings, partitions: int = 3) -> dict[str, list[str]]:
+    """Create every stream's topic and the catalog's namespaces; idempotent."""
+    from ingestion.streams import load_pipeline
+    from lakehouse.spark import get_spark
+    from producers.delivery import ensure_topic
+
+    check_submission(settings)
+    wait_for_services(settings)
+    topics = sorted({spec.topic for spec in load_pipeline().values()})
+    for topic in topics:
+        ensure_topic(settings, topic, partitions=partitions)
+    spark = get_spark(settings, app_name="lakehouse-init")
+    namespaces = [*NAMESPACES, QUALITY_NAMESPACE, SESSION_NAMESPACE]
+    for namespace in namespaces:
+        spark.sql(f"create namespace if not exists {CATALOG_NAME}.{namespace}")
+    return {"topics": topics, "namespaces": namespaces}

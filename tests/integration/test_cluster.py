@@ -1,0 +1,237 @@
+"""The lakehouse beyond one JVM: a Spark standalone cluster and dbt over the Thrift Server.
+
+On this machine, from PySpark's own launcher classes (`lakehouse cluster master|worker`,
+i.e. bin/spark-class): a standalone master and one worker. The ingestion job is submitted
+to it with `lakehouse submit` (spark-submit, client mode), so the Kafka reads, the decoders
+and the Iceberg writes run in an executor JVM the worker starts, not in the driver. Then a
+Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same Iceberg catalog and
+`dbt build --target cluster` runs every model and test through it (method: thrift).
+
+Real components only: the broker, Spark's master/worker/executor processes, the Thrift
+Server, Iceberg tables read back through Spark and pyiceberg.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lakehouse import cluster
+from lakehouse.config import Settings
+from lakehouse.dbt import run_dbt
+from lakehouse.local_kafka import free_port
+from lakehouse.status import pyiceberg_catalog
+from producers.run import produce
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+COUNTS = {"user_events": 400, "employees": 200, "purchases": 300, "customers": 150, "accounts": 150}
+
+
+@contextmanager
+def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A foreground JVM (the CLI replaces itself with it), stopped at the end of the block."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_until(check, what: str, log: Path, timeout_s: float = 180.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(1)
+    pytest.fail(f"{what} not ready after {timeout_s:.0f}s; log tail:\n{log.read_text()[-3000:]}")
+
+
+def master_state(webui_port: int) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=5) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def lakehouse(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "cluster") as own:
+        yield own
+
+
+def test_init_creates_every_topic_and_namespace_once(lakehouse):
+    """`lakehouse cluster init`, the compose stack's one-shot setup, here on the local platform."""
+    from ingestion.streams import load_pipeline
+    from lakehouse.kafka_admin import admin_client
+
+    own, _, _ = lakehouse
+    topics = {spec.topic for spec in load_pipeline().values()}
+    admin = admin_client(own)
+    assert not topics & set(admin.list_topics(timeout=10).topics)
+    for _ in range(2):  # the second run finds everything there and changes nothing
+        result = subprocess.run([LAKEHOUSE, "cluster", "init"], env=cli_env(own), capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "namespaces: bronze, silver, gold, quality, default" in result.stdout
+    metadata = admin.list_topics(timeout=10).topics
+    assert {topic: len(metadata[topic].partitions) for topic in topics} == {topic: 3 for topic in topics}
+    namespaces = {ns[0] for ns in pyiceberg_catalog(own).list_namespaces()}
+    assert {"bronze", "silver", "gold", "quality", "default"} <= namespaces
+
+
+@pytest.fixture(scope="module")
+def produced(lakehouse) -> dict[str, int]:
+    own, _, _ = lakehouse
+    delivered = {}
+    for stream, count in COUNTS.items():
+        report = produce(own, stream, count, seed=7, progress=False)
+        assert report.failed == 0
+        delivered[stream] = report.delivered
+    return delivered
+
+
+@pytest.fixture(scope="module")
+def standalone(lakehouse, tmp_path_factory):
+    """A standalone master and one worker (1 core, 1 GB) on loopback."""
+    own, _, _ = lakehouse
+    logs = tmp_path_factory.mktemp("cluster-logs")
+    port, webui, worker_ui = free_port(), free_port(), free_port()
+    url = f"spark://127.0.0.1:{port}"
+    env = cli_env(own)
+    master_cmd = [LAKEHOUSE, "cluster", "master", "--host", "127.0.0.1", "--port", str(port),
+                  "--webui-port", str(webui)]
+    worker_cmd = [LAKEHOUSE, "cluster", "worker", url, "--host", "127.0.0.1", "--cores", "1",
+                  "--memory", "1g", "--webui-port", str(worker_ui)]
+    with running(master_cmd, env, logs / "master.log"):
+        wait_until(lambda: master_state(webui), "standalone master", logs / "master.log")
+        with running(worker_cmd, env, logs / "worker.log"):
+            wait_until(lambda: (master_state(webui) or {}).get("aliveworkers") == 1, "worker registration",
+                       logs / "worker.log")
+            yield {"url": url, "webui": webui, "work_dir": own.home / "spark-work"}
+
+
+@pytest.fixture(scope="module")
+def submitted(lakehouse, produced, standalone):
+    """`lakehouse submit ingest all --available-now` against the standalone master."""
+    own, _, _ = lakehouse
+    env = {**cli_env(own), "LAKEHOUSE_SPARK_MASTER": standalone["url"], "LAKEHOUSE_SPARK_DRIVER_MEMORY": "1g",
+           "LAKEHOUSE_SPARK_EXECUTOR_MEMORY": "1g", "LAKEHOUSE_SPARK_EXECUTOR_CORES": "1"}
+    result = subprocess.run([LAKEHOUSE, "submit", "ingest", "all", "--available-now"], env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return result.stdout + result.stderr
+
+
+def test_ingestion_submitted_to_a_standalone_cluster_lands_every_record(lakehouse, produced, submitted,
+                                                                         standalone):
+    own, session, _ = lakehouse
+    assert f"--master {standalone['url']}" in submitted  # the command the CLI echoed before exec
+    for stream, delivered in produced.items():
+        bronze = session.table(f"bronze.{stream}").count()
+        dead = session.table("bronze.dead_letters").where(f"stream = '{stream}'").count()
+        assert (stream, bronze, dead) == (stream, delivered, 0)  # no faults were injected
+        assert session.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset").distinct() \
+            .count() == delivered
+    # The same tables read back through pyiceberg, from the catalog the cluster's driver committed to.
+    catalog = pyiceberg_catalog(own)
+    assert catalog.load_table("bronze.purchases").scan().to_arrow().num_rows == produced["purchases"]
+
+
+def test_the_work_ran_in_an_executor_jvm_of_the_worker(lakehouse, submitted, standalone):
+    """Not local[*]: the master saw the application finish, with an executor the worker started."""
+    state = master_state(standalone["webui"])
+    apps = [app for app in state["completedapps"] if app["name"] == "lakehouse-ingest"]
+    assert len(apps) == 1
+    executor_dirs = list((standalone["work_dir"] / apps[0]["id"]).iterdir())
+    assert executor_dirs, "the worker started no executor for the application"
+    stderr = "".join((d / "stderr").read_text() for d in executor_dirs if (d / "stderr").exists())
+    # The executor JVM ran tasks, with the project's jars fetched from the driver.
+    assert "Running task" in stderr
+    assert "iceberg-spark-runtime" in stderr and "lakehouse-protobuf-decoder" in stderr
+
+
+def test_the_job_package_reaches_executor_python_workers(lakehouse, standalone, tmp_path):
+    """`--py-files` of the package built for submission: an executor's Python imports the project."""
+    own, _, _ = lakehouse
+    package = cluster.build_package(own)
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "def where(_):\n"
+        "    import os, ingestion.error_codes as codes\n"
+        "    return f'{os.getcwd()} {codes.__file__}'\n"
+        "print('PROBE', spark.sparkContext.parallelize([0], 1).map(where).collect()[0])\n"
+        "spark.stop()\n")
+    env = {**cluster.daemon_env(own, cli_env(own))}
+    result = subprocess.run([str(cluster.spark_home() / "bin" / "spark-submit"), "--master", standalone["url"],
+                             "--conf", "spark.executor.memory=512m", "--py-files", str(package), str(script)],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = next(line for line in result.stdout.splitlines() if line.startswith("PROBE"))
+    cwd, path = probe.split()[1:]
+    # Imported from the zip the executor fetched into its working folder under the worker.
+    assert cwd.startswith(str(standalone["work_dir"])) and path.startswith("./lakehouse-jobs.zip/"), probe
+
+
+@pytest.fixture(scope="module")
+def thrift_server(lakehouse, submitted, tmp_path_factory):
+    own, _, _ = lakehouse
+    logs = tmp_path_factory.mktemp("thrift-logs")
+    port = free_port()
+    env = {**cli_env(own), "LAKEHOUSE_SPARK_MASTER": "local[2]"}
+    command = [LAKEHOUSE, "cluster", "thrift-server", "--port", str(port), "--host", "127.0.0.1"]
+    with running(command, env, logs / "thrift.log") as process:
+        wait_until(lambda: port_open(port) or process.poll() is not None, "Thrift Server", logs / "thrift.log",
+                   timeout_s=240)
+        assert process.poll() is None, (logs / "thrift.log").read_text()[-3000:]
+        yield port
+
+
+def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server):
+    own, session, dbt_target = lakehouse
+    thrift = Settings.from_env({**cli_env(own), "LAKEHOUSE_THRIFT_HOST": "127.0.0.1",
+                                "LAKEHOUSE_THRIFT_PORT": str(thrift_server)})
+    run_dbt(thrift, ["build", "--target", "cluster"], target_dir=dbt_target, capture=True)
+    results = json.loads((dbt_target / "run_results.json").read_text())
+    assert results["args"]["target"] == "cluster"
+    statuses = {r["unique_id"]: r["status"] for r in results["results"]}
+    # Every seed, model, data test and unit test of the project ran, and each succeeded.
+    manifest = json.loads((dbt_target / "manifest.json").read_text())
+    expected = {uid for uid in manifest["nodes"] if uid.split(".")[0] in ("seed", "model", "test")}
+    assert set(statuses) == expected | set(manifest["unit_tests"])
+    assert sum(uid.startswith("model.") for uid in statuses) >= 15
+    assert {status for uid, status in statuses.items() if uid.startswith(("seed.", "model."))} == {"success"}
+    assert {status for uid, status in statuses.items() if "test." in uid} == {"pass"}
+    # What dbt built through the server is in the shared catalog, read here by another JVM.
+    events = session.table("bronze.user_events").select("event_id").distinct().count()
+    assert session.table("silver.user_events").count() == events
+    assert session.table("gold.events_by_type_daily").groupBy().sum("event_count").first()[0] == events
+    mirror = session.table("silver.customers_mirror").count()
+    assert 0 < mirror <= COUNTS["customers"]
