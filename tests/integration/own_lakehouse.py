@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from lakehouse import local_kafka
@@ -17,23 +17,32 @@ from lakehouse.spark import ensure_namespaces, session_on
 
 
 @contextmanager
-def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str) -> Iterator[tuple[Settings, object, Path]]:
+def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str,
+                  rest: bool = False) -> Iterator[tuple[Settings, object, Path]]:
     """(its settings, a Spark session on its catalog, a dbt target folder); its broker runs
-    until the block ends."""
+    until the block ends. ``rest``: the catalog is an Iceberg REST catalog server (the cluster
+    profile's kind) instead of the JDBC catalog on SQLite."""
     home = tmp_path_factory.mktemp(f"{name}-home")
     (home / "jars").symlink_to(settings.jars_dir.resolve())
-    own = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
-                             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"})
-    local_kafka.start(own)
-    try:
+    env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
+           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    with ExitStack() as stack:
+        if rest:
+            from tests.integration.rest_catalog import rest_catalog
+
+            uri = stack.enter_context(rest_catalog(settings.jars_dir, home / "rest-catalog",
+                                                   f"file://{home}/warehouse"))
+            env.update({"LAKEHOUSE_CATALOG_TYPE": "rest", "LAKEHOUSE_CATALOG_URI": uri})
+        own = Settings.from_env(env)
+        local_kafka.start(own)
+        stack.callback(local_kafka.stop, own)
         session = session_on(spark, own)
         ensure_namespaces(session)
         yield own, session, tmp_path_factory.mktemp(f"{name}-dbt")
-    finally:
-        local_kafka.stop(own)
 
 
 def cli_env(own: Settings) -> dict[str, str]:
     """The environment that points a `lakehouse` command at that lakehouse."""
     return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
-            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_CATALOG_TYPE": own.catalog_type,
+            "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse}

@@ -1,14 +1,17 @@
-"""The lakehouse beyond one JVM: a Spark standalone cluster and dbt over the Thrift Server.
+"""The lakehouse beyond one JVM: a Spark standalone cluster, a REST catalog, dbt over Thrift.
 
 On this machine, from PySpark's own launcher classes (`lakehouse cluster master|worker`,
-i.e. bin/spark-class): a standalone master and one worker. The ingestion job is submitted
-to it with `lakehouse submit` (spark-submit, client mode), so the Kafka reads, the decoders
-and the Iceberg writes run in an executor JVM the worker starts, not in the driver. Then a
-Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same Iceberg catalog and
-`dbt build --target cluster` runs every model and test through it (method: thrift).
+i.e. bin/spark-class): a standalone master and one worker. The catalog is the cluster
+profile's kind, an Iceberg REST catalog server (Iceberg's own, see rest_catalog.py), so every
+process reaches it over HTTP only. `lakehouse cluster init` creates topics and namespaces; the
+ingestion job is submitted with `lakehouse submit` (spark-submit, client mode), so the Kafka
+reads, the decoders and the Iceberg writes run in an executor JVM the worker starts, not in
+the driver. Then a Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same
+catalog and `dbt build --target cluster` runs every model and test through it (method: thrift).
 
-Real components only: the broker, Spark's master/worker/executor processes, the Thrift
-Server, Iceberg tables read back through Spark and pyiceberg.
+Real components only: the broker, Spark's master/worker/executor processes, Iceberg's REST
+catalog server, the Thrift Server, Iceberg tables read back through Spark and pyiceberg.
+What the compose stack adds and is not run here: S3 (MinIO) as the warehouse, the images.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def lakehouse(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "cluster") as own:
+    with own_lakehouse(spark, settings, tmp_path_factory, "cluster", rest=True) as own:
         yield own
 
 
@@ -158,9 +161,18 @@ def test_ingestion_submitted_to_a_standalone_cluster_lands_every_record(lakehous
         assert (stream, bronze, dead) == (stream, delivered, 0)  # no faults were injected
         assert session.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset").distinct() \
             .count() == delivered
-    # The same tables read back through pyiceberg, from the catalog the cluster's driver committed to.
+    # The same tables read back through pyiceberg, from the REST catalog the driver committed to.
     catalog = pyiceberg_catalog(own)
+    assert type(catalog).__name__ == "RestCatalog"
+    assert not (own.home / "catalog.db").exists()  # no process fell back to a local SQLite catalog
+    assert (own.home / "rest-catalog" / "rest-catalog.db").exists()
     assert catalog.load_table("bronze.purchases").scan().to_arrow().num_rows == produced["purchases"]
+    # `lakehouse status` reads the same catalog over REST (no Spark): rows per bronze table.
+    result = subprocess.run([LAKEHOUSE, "status", "--json"], env=cli_env(own), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {t["table"]: t["rows"] for t in json.loads(result.stdout)["tables"]}
+    assert {stream: rows[f"bronze.{stream}"] for stream in produced} == produced
 
 
 def test_the_work_ran_in_an_executor_jvm_of_the_worker(lakehouse, submitted, standalone):

@@ -1,0 +1,66 @@
+"""An Iceberg REST catalog server on this machine, for the tests of the cluster profile.
+
+It is Iceberg's own RESTCatalogServer (jvm/rest-catalog: the iceberg-open-api test fixtures,
+the server the apache/iceberg-rest-fixture image of docker-compose.yml runs), serving a
+JDBC catalog on SQLite over the REST protocol, with a file:// warehouse. Spark, dbt's Thrift
+Server and pyiceberg then reach the catalog only over HTTP, as on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lakehouse.cluster import spark_home
+from lakehouse.local_kafka import free_port
+
+SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
+
+
+@contextmanager
+def rest_catalog(jars_dir: Path, folder: Path, warehouse: str) -> Iterator[str]:
+    """Run the server until the block ends; yield its URI."""
+    jars = jars_dir / "rest-catalog"
+    if not list(jars.glob("iceberg-open-api-*-test-fixtures.jar")):
+        raise RuntimeError(f"the REST catalog server's jars are missing in {jars}: run `make setup`")
+    # Hadoop's FileSystem (for the file:// warehouse) from Spark's own jars: one copy, one version.
+    hadoop = sorted(str(p) for p in (spark_home() / "jars").glob("hadoop-client-*.jar"))
+    hadoop += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
+    port = free_port()
+    env = {
+        **os.environ,
+        # CATALOG_<PROPERTY>: `__` is `-`, `_` is `.` (Iceberg's RCKUtils).
+        "CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "CATALOG_URI": f"jdbc:sqlite:{folder}/rest-catalog.db",
+        "CATALOG_JDBC_SCHEMA__VERSION": "V1",
+        "CATALOG_WAREHOUSE": warehouse,
+        "CATALOG_REST_PORT": str(port),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    uri = f"http://127.0.0.1:{port}"
+    with open(folder / "rest-catalog.log", "w") as log:
+        process = subprocess.Popen(["java", "-Xmx256m", "-cp", ":".join([f"{jars}/*", *hadoop]), SERVER_CLASS],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/v1/config", timeout=2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the REST catalog server did not start:\n"
+                                       + (folder / "rest-catalog.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield uri
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
