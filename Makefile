@@ -33,12 +33,12 @@ protos: install ## Compile producers/schemas/*.proto into producers/generated/ (
 
 jars: $(JARS_STAMP) ## Fetch the Kafka broker, Iceberg runtime, connectors, JDBC driver from Maven Central
 
-$(JARS_STAMP): jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/settings.xml \
+$(JARS_STAMP): jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/s3-store/pom.xml jvm/settings.xml \
 		jvm/protobuf-decoder/pom.xml $(shell find jvm/protobuf-decoder/src -name '*.java')
 	@$(PYTHON) lakehouse/preflight.py java
 	@$(PYTHON) lakehouse/preflight.py mvn
 	@echo "fetching JVM artifacts into $(STATE)/jars (first time: a few minutes)"
-	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka $(STATE)/jars/rest-catalog $(STATE)/jars/build
+	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka $(STATE)/jars/rest-catalog $(STATE)/jars/s3-store $(STATE)/jars/build
 	mvn -q -B -gs jvm/settings.xml -f jvm/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
 	@touch $@
 

@@ -18,20 +18,38 @@ from lakehouse.spark import ensure_namespaces, session_on
 
 @contextmanager
 def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str,
-                  rest: bool = False) -> Iterator[tuple[Settings, object, Path]]:
+                  rest: bool = False, s3: bool = False) -> Iterator[tuple[Settings, object, Path]]:
     """(its settings, a Spark session on its catalog, a dbt target folder); its broker runs
     until the block ends. ``rest``: the catalog is an Iceberg REST catalog server (the cluster
-    profile's kind) instead of the JDBC catalog on SQLite."""
+    profile's kind) instead of the JDBC catalog on SQLite; ``s3``: its warehouse is
+    s3://lakehouse/warehouse on an S3-compatible store, whose keys are then in this process's
+    environment (and so in every `lakehouse` command started with cli_env) until the block ends."""
     home = tmp_path_factory.mktemp(f"{name}-home")
     (home / "jars").symlink_to(settings.jars_dir.resolve())
     env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
     with ExitStack() as stack:
+        store, warehouse = None, f"file://{home}/warehouse"
+        if s3:
+            from tests.integration.s3_store import s3_store
+
+            store = stack.enter_context(s3_store(settings.jars_dir, home / "s3-store", ["lakehouse"]))
+            warehouse = "s3://lakehouse/warehouse"
+            env.update({"LAKEHOUSE_WAREHOUSE": warehouse, "LAKEHOUSE_S3_ENDPOINT": store.endpoint})
+            saved = {key: os.environ.get(key) for key in store.env()}
+            os.environ.update(store.env())
+            stack.callback(_restore_environment, saved)
+            # This test process's Spark JVM started before the keys existed: its AWS SDK reads
+            # them from Java system properties (first in the SDK's default chain) instead.
+            system = spark._jvm.java.lang.System
+            system.setProperty("aws.accessKeyId", store.access_key)
+            system.setProperty("aws.secretAccessKey", store.secret_key)
+            stack.callback(system.clearProperty, "aws.secretAccessKey")
+            stack.callback(system.clearProperty, "aws.accessKeyId")
         if rest:
             from tests.integration.rest_catalog import rest_catalog
 
-            uri = stack.enter_context(rest_catalog(settings.jars_dir, home / "rest-catalog",
-                                                   f"file://{home}/warehouse"))
+            uri = stack.enter_context(rest_catalog(settings.jars_dir, home / "rest-catalog", warehouse, s3=store))
             env.update({"LAKEHOUSE_CATALOG_TYPE": "rest", "LAKEHOUSE_CATALOG_URI": uri})
         own = Settings.from_env(env)
         local_kafka.start(own)
@@ -41,8 +59,17 @@ def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str,
         yield own, session, tmp_path_factory.mktemp(f"{name}-dbt")
 
 
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def cli_env(own: Settings) -> dict[str, str]:
     """The environment that points a `lakehouse` command at that lakehouse."""
     return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_CATALOG_TYPE": own.catalog_type,
-            "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse}
+            "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse,
+            "LAKEHOUSE_S3_ENDPOINT": own.s3_endpoint}

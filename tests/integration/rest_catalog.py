@@ -23,14 +23,17 @@ SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
 
 
 @contextmanager
-def rest_catalog(jars_dir: Path, folder: Path, warehouse: str) -> Iterator[str]:
-    """Run the server until the block ends; yield its URI."""
+def rest_catalog(jars_dir: Path, folder: Path, warehouse: str, s3=None) -> Iterator[str]:
+    """Run the server until the block ends; yield its URI. With ``s3`` (an S3Store), the
+    warehouse is on that store, written with S3FileIO as the compose stack's catalog does."""
     jars = jars_dir / "rest-catalog"
     if not list(jars.glob("iceberg-open-api-*-test-fixtures.jar")):
         raise RuntimeError(f"the REST catalog server's jars are missing in {jars}: run `make setup`")
     # Hadoop's FileSystem (for the file:// warehouse) from Spark's own jars: one copy, one version.
     hadoop = sorted(str(p) for p in (spark_home() / "jars").glob("hadoop-client-*.jar"))
     hadoop += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
+    # The AWS SDK for S3FileIO (iceberg-aws, in rest-catalog/): the bundle the Spark jobs use.
+    hadoop += [str(p) for p in (jars_dir / "spark").glob("iceberg-aws-bundle-*.jar")]
     port = free_port()
     env = {
         **os.environ,
@@ -41,10 +44,14 @@ def rest_catalog(jars_dir: Path, folder: Path, warehouse: str) -> Iterator[str]:
         "CATALOG_WAREHOUSE": warehouse,
         "CATALOG_REST_PORT": str(port),
     }
+    if s3 is not None:
+        env.update({**s3.env(), "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
+                    "CATALOG_S3_ENDPOINT": s3.endpoint, "CATALOG_S3_PATH__STYLE__ACCESS": "true"})
     folder.mkdir(parents=True, exist_ok=True)
     uri = f"http://127.0.0.1:{port}"
     with open(folder / "rest-catalog.log", "w") as log:
-        process = subprocess.Popen(["java", "-Xmx256m", "-cp", ":".join([f"{jars}/*", *hadoop]), SERVER_CLASS],
+        process = subprocess.Popen(["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                                    "-cp", ":".join([f"{jars}/*", *hadoop]), SERVER_CLASS],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60

@@ -3,15 +3,18 @@
 On this machine, from PySpark's own launcher classes (`lakehouse cluster master|worker`,
 i.e. bin/spark-class): a standalone master and one worker. The catalog is the cluster
 profile's kind, an Iceberg REST catalog server (Iceberg's own, see rest_catalog.py), so every
-process reaches it over HTTP only. `lakehouse cluster init` creates topics and namespaces; the
-ingestion job is submitted with `lakehouse submit` (spark-submit, client mode), so the Kafka
-reads, the decoders and the Iceberg writes run in an executor JVM the worker starts, not in
-the driver. Then a Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same
-catalog and `dbt build --target cluster` runs every model and test through it (method: thrift).
+process reaches it over HTTP only, and the warehouse is s3:// on an S3-compatible store
+(S3Proxy, see s3_store.py) written through Iceberg's S3FileIO with the AWS_* keys.
+`lakehouse cluster init` creates topics and namespaces; the ingestion job is submitted with
+`lakehouse submit` (spark-submit, client mode), so the Kafka reads, the decoders and the
+Iceberg writes run in an executor JVM the worker starts, not in the driver.
+Then a Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same catalog and
+`dbt build --target cluster` runs every model and test through it (method: thrift).
 
 Real components only: the broker, Spark's master/worker/executor processes, Iceberg's REST
-catalog server, the Thrift Server, Iceberg tables read back through Spark and pyiceberg.
-What the compose stack adds and is not run here: S3 (MinIO) as the warehouse, the images.
+catalog server, an S3 API server, the Thrift Server, Iceberg tables read back through Spark
+and pyiceberg.
+What the compose stack has and this does not: MinIO instead of S3Proxy, and the images.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def lakehouse(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "cluster", rest=True) as own:
+    with own_lakehouse(spark, settings, tmp_path_factory, "cluster", rest=True, s3=True) as own:
         yield own
 
 
@@ -166,6 +169,11 @@ def test_ingestion_submitted_to_a_standalone_cluster_lands_every_record(lakehous
     assert type(catalog).__name__ == "RestCatalog"
     assert not (own.home / "catalog.db").exists()  # no process fell back to a local SQLite catalog
     assert (own.home / "rest-catalog" / "rest-catalog.db").exists()
+    # Data and metadata went through the S3 API: into the store's folder, none to a local warehouse.
+    assert own.warehouse == "s3://lakehouse/warehouse" and not (own.home / "warehouse").exists()
+    stored = own.home / "s3-store" / "data" / "lakehouse" / "warehouse" / "bronze"
+    assert len(list((stored / "purchases" / "data").rglob("*.parquet"))) >= 1
+    assert len(list((stored / "purchases" / "metadata").glob("*.metadata.json"))) >= 1
     assert catalog.load_table("bronze.purchases").scan().to_arrow().num_rows == produced["purchases"]
     # `lakehouse status` reads the same catalog over REST (no Spark): rows per bronze table.
     result = subprocess.run([LAKEHOUSE, "status", "--json"], env=cli_env(own), capture_output=True, text=True,
