@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from lakehouse.config import Settings
 from lakehouse.errors import LakehouseError
 
@@ -11,8 +13,26 @@ CONNECT_TIMEOUT_S = 5.0
 def admin_client(settings: Settings):
     from confluent_kafka.admin import AdminClient
 
+    class Admin(AdminClient):
+        """Keeps librdkafka's errors: a failed metadata request only says "transport failure",
+        the error callback says why (e.g. SASL credentials refused)."""
+
+    errors: deque = deque(maxlen=20)  # the latest only: a long-lived client retries forever
     # log_level 0: an unreachable broker is reported once, by us, not by librdkafka per retry.
-    return AdminClient({**settings.kafka_client_config(), "log_level": 0})
+    admin = Admin({**settings.kafka_client_config(), "log_level": 0, "error_cb": errors.append})
+    admin.errors = errors
+    return admin
+
+
+def _authentication_error(admin) -> str | None:
+    from confluent_kafka import KafkaError
+
+    errors = getattr(admin, "errors", None)
+    if errors is None:
+        return None
+    admin.poll(0)  # serves the error callbacks
+    refused = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+    return next((error.str() for error in errors if error.code() in refused), None)
 
 
 def topic_names(admin, settings: Settings) -> set[str]:
@@ -21,6 +41,11 @@ def topic_names(admin, settings: Settings) -> set[str]:
     try:
         return set(admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics)
     except KafkaException:
+        refused = _authentication_error(admin)
+        if refused:
+            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap_servers} refused the credentials "
+                                 "(LAKEHOUSE_KAFKA_OPT_SASL_USERNAME / _PASSWORD): "
+                                 f"{refused.split(': ', 1)[-1]}") from None
         raise LakehouseError(
             f"cannot reach Kafka at {settings.kafka_bootstrap_servers} within {CONNECT_TIMEOUT_S:.0f}s: "
             "is it running? (`lakehouse kafka start`)"
