@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
                     "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
                     "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
-                    "the namespaces bronze, silver, gold, quality (idempotent). With LAKEHOUSE_PROFILE=cluster "
+                    "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
+                    "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
                     "every address comes from lakehouse/profiles/cluster.env (the docker-compose services).")
     cluster.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
     cluster.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
