@@ -375,7 +375,11 @@ def _options(options: dict[str, object]) -> str:
 
 def _first_line(exc: Exception) -> str:
     text = str(getattr(exc, "desc", None) or exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    lines = [line.strip().removeprefix(": ") for line in text.splitlines() if line.strip()]
+    # py4j's "An error occurred while calling o75.sql." says nothing; the Java error follows it.
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        lines = lines[1:]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _local_size(location: str) -> int:
@@ -522,18 +526,25 @@ class TableMaintenance:
 
     def remove_orphans(self) -> None:
         older_than = self.now - timedelta(hours=self.policy.orphan_min_age_hours)
-        found = [row.orphan_file_location for row in self._call(
-            "remove_orphan_files", f"older_than => {_timestamp_literal(older_than)}", "dry_run => true")]
+        arguments = [f"older_than => {_timestamp_literal(older_than)}"]
+        if not self.settings.warehouse.startswith(("file:", "/", "hdfs:")):
+            # An object store (s3://): list through the table's FileIO (S3FileIO), not Hadoop's
+            # FileSystem, which has no s3:// implementation on the classpath.
+            arguments.append("prefix_listing => true")
+        found = [row.orphan_file_location for row in self._call("remove_orphan_files", *arguments, "dry_run => true")]
         if not found:
             return
-        size = sum(_local_size(location) for location in found)
+        local = all(location.startswith(("file:", "/")) for location in found)
+        size = sum(_local_size(location) for location in found) if local else 0
+        # Object stores: the listing gives no sizes here, so none is claimed.
+        shown = human_bytes(size) if local else "size not measured on object storage"
         if self.dry_run:
-            self.result.actions.append(f"would remove {len(found):,} orphan file(s), {human_bytes(size)}")
+            self.result.actions.append(f"would remove {len(found):,} orphan file(s), {shown}")
             return
-        removed = self._call("remove_orphan_files", f"older_than => {_timestamp_literal(older_than)}")
+        removed = self._call("remove_orphan_files", *arguments)
         self.result.orphan_files_removed = len(removed)
         self.result.orphan_bytes = size
-        self.result.actions.append(f"orphan files: {len(removed):,} removed ({human_bytes(size)}, older than "
+        self.result.actions.append(f"orphan files: {len(removed):,} removed ({shown}, older than "
                                    f"{self.policy.orphan_min_age_hours:g} h)")
 
     def run(self) -> TableResult:

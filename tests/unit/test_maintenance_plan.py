@@ -108,3 +108,14 @@ def test_markers_are_dropped_only_for_queries_whose_checkpoint_is_known_to_be_go
     (root / "bronze_c").mkdir()
     (root / "bronze_c" / "metadata").write_text("{not json")
     assert m.live_query_ids(settings) is None
+
+
+def test_a_failed_step_is_reported_by_the_java_error_not_by_py4js_preamble():
+    from ingestion.maintenance import _first_line
+
+    py4j = RuntimeError("An error occurred while calling o75.sql.\n"
+                        ": org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme \"s3\"\n"
+                        "\tat org.apache.hadoop.fs.FileSystem.getFileSystemClass(FileSystem.java:3581)")
+    assert _first_line(py4j) == 'org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme "s3"'
+    assert _first_line(RuntimeError("plain message\nmore")) == "plain message"
+    assert _first_line(RuntimeError("")) == "RuntimeError"
