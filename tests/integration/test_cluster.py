@@ -92,7 +92,7 @@ def lakehouse(spark, settings, tmp_path_factory):
 
 
 def test_init_creates_every_topic_and_namespace_once(lakehouse):
-    """`lakehouse cluster init`, the compose stack's one-shot setup, here on the local platform."""
+    """`lakehouse cluster init`, the compose stack's one-shot setup, here against the REST catalog."""
     from ingestion.streams import load_pipeline
     from lakehouse.kafka_admin import admin_client
 
