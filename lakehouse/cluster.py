@@ -11,6 +11,7 @@ CLI runs them in the foreground, replacing its own process so signals reach the 
 from __future__ import annotations
 
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -47,8 +48,6 @@ def daemon_env(settings: Settings, base: dict[str, str] | None = None) -> dict[s
     # The launcher reads these for Master and Worker: our quiet logging, not Spark's INFO.
     env.setdefault("SPARK_DAEMON_JAVA_OPTS", _log4j_option())
     # Executors and the driver run the project's Python (the virtualenv's or the image's).
-    import sys
-
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return env
@@ -165,9 +164,9 @@ SESSION_NAMESPACE = "default"
 
 def ensure_session_namespace(settings: Settings) -> None:
     """Create `lake.default` before the Thrift Server starts (pyiceberg: no Spark needed)."""
-    from lakehouse.status import _existing_catalog
+    from lakehouse.status import existing_catalog
 
-    catalog = _existing_catalog(settings)
+    catalog = existing_catalog(settings)
     if catalog is None:
         raise LakehouseError(f"no catalog at {settings.catalog_uri} yet: run `lakehouse cluster init` "
                              "(or ingest something) first")

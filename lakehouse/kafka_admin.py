@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from lakehouse.config import Settings
@@ -10,16 +11,21 @@ from lakehouse.errors import LakehouseError
 CONNECT_TIMEOUT_S = 5.0
 
 
-def admin_client(settings: Settings):
+@functools.cache
+def _admin_class():
     from confluent_kafka.admin import AdminClient
 
     class Admin(AdminClient):
         """Keeps librdkafka's errors: a failed metadata request only says "transport failure",
         the error callback says why (e.g. SASL credentials refused)."""
 
+    return Admin
+
+
+def admin_client(settings: Settings):
     errors: deque = deque(maxlen=20)  # the latest only: a long-lived client retries forever
     # log_level 0: an unreachable broker is reported once, by us, not by librdkafka per retry.
-    admin = Admin({**settings.kafka_client_config(), "log_level": 0, "error_cb": errors.append})
+    admin = _admin_class()({**settings.kafka_client_config(), "log_level": 0, "error_cb": errors.append})
     admin.errors = errors
     return admin
 

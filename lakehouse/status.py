@@ -403,7 +403,7 @@ def pyiceberg_catalog(settings: Settings):
     return SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{database}", warehouse=settings.warehouse)
 
 
-def _existing_catalog(settings: Settings):
+def existing_catalog(settings: Settings):
     """The catalog, or None when its database does not exist yet (nothing ingested).
 
     Opening it would create an empty database just to look, so it is not opened then.
@@ -483,7 +483,7 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
 
     specs = resolve_streams(names or ["all"])
     if catalog is None:
-        catalog = _existing_catalog(settings)
+        catalog = existing_catalog(settings)
     catalog = catalog or None
     pending, replayed = _dead_letters_by_stream(catalog)
     # One broker for all streams: ask whether it is there once, not once per stream.
@@ -654,7 +654,7 @@ def collect_status(settings: Settings, names: list[str] | None = None) -> Status
 
     resolve_streams(names or ["all"])  # an unknown stream name is the user's error: refuse it now
     problems: dict[str, str] = {}
-    catalog = _guarded(problems, "tables", lambda: _existing_catalog(settings))
+    catalog = _guarded(problems, "tables", lambda: existing_catalog(settings))
     if catalog is None and "tables" not in problems:
         problems["tables"] = "no catalog yet (nothing ingested)"
     if catalog is None:

@@ -9,15 +9,13 @@ Server and pyiceberg then reach the catalog only over HTTP, as on a cluster.
 from __future__ import annotations
 
 import os
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from lakehouse.cluster import spark_home
 from lakehouse.local_kafka import free_port
+from tests.integration.processes import http_answers, running, wait_until
 
 SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
 
@@ -30,10 +28,10 @@ def rest_catalog(jars_dir: Path, folder: Path, warehouse: str, s3=None) -> Itera
     if not list(jars.glob("iceberg-open-api-*-test-fixtures.jar")):
         raise RuntimeError(f"the REST catalog server's jars are missing in {jars}: run `make setup`")
     # Hadoop's FileSystem (for the file:// warehouse) from Spark's own jars: one copy, one version.
-    hadoop = sorted(str(p) for p in (spark_home() / "jars").glob("hadoop-client-*.jar"))
-    hadoop += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
+    extra = sorted(str(p) for p in (spark_home() / "jars").glob("hadoop-client-*.jar"))
+    extra += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
     # The AWS SDK for S3FileIO (iceberg-aws, in rest-catalog/): the bundle the Spark jobs use.
-    hadoop += [str(p) for p in (jars_dir / "spark").glob("iceberg-aws-bundle-*.jar")]
+    extra += [str(p) for p in (jars_dir / "spark").glob("iceberg-aws-bundle-*.jar")]
     port = free_port()
     env = {
         **os.environ,
@@ -49,25 +47,9 @@ def rest_catalog(jars_dir: Path, folder: Path, warehouse: str, s3=None) -> Itera
                     "CATALOG_S3_ENDPOINT": s3.endpoint, "CATALOG_S3_PATH__STYLE__ACCESS": "true"})
     folder.mkdir(parents=True, exist_ok=True)
     uri = f"http://127.0.0.1:{port}"
-    with open(folder / "rest-catalog.log", "w") as log:
-        process = subprocess.Popen(["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                                    "-cp", ":".join([f"{jars}/*", *hadoop]), SERVER_CLASS],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{uri}/v1/config", timeout=2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the REST catalog server did not start:\n"
-                                       + (folder / "rest-catalog.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
+    log = folder / "rest-catalog.log"
+    command = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+               "-cp", ":".join([f"{jars}/*", *extra]), SERVER_CLASS]
+    with running(command, env, log) as process:
+        wait_until(lambda: http_answers(f"{uri}/v1/config"), "the REST catalog server", log, 60, process)
         yield uri
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()

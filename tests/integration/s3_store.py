@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.local_kafka import free_port
+from tests.integration.processes import http_answers, running, wait_until
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
 
@@ -60,27 +57,10 @@ def s3_store(jars_dir: Path, folder: Path, buckets: list[str]) -> Iterator[S3Sto
     logging.write_text('<configuration><appender name="out" class="ch.qos.logback.core.ConsoleAppender">'
                        '<encoder><pattern>%d %level %logger: %msg%n</pattern></encoder></appender>'
                        '<root level="WARN"><appender-ref ref="out"/></root></configuration>\n')
-    with open(folder / "s3proxy.log", "w") as log:
-        process = subprocess.Popen(["java", "-Xmx256m", f"-Dlogback.configurationFile={logging}", "-cp", f"{jars}/*",
-                                    MAIN_CLASS, "--properties", str(properties)],
-                                   env=os.environ, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(store.endpoint, timeout=2).close()
-                break
-            except urllib.error.HTTPError:  # 403 to an unsigned request: it is up
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("S3Proxy did not start:\n" + (folder / "s3proxy.log").read_text()[-3000:]) \
-                        from None
-                time.sleep(0.5)
+    log = folder / "s3proxy.log"
+    command = ["java", "-Xmx256m", f"-Dlogback.configurationFile={logging}", "-cp", f"{jars}/*",
+               MAIN_CLASS, "--properties", str(properties)]
+    with running(command, dict(os.environ), log) as process:
+        # An unsigned request gets 403: that is the server answering.
+        wait_until(lambda: http_answers(store.endpoint), "S3Proxy", log, 60, process)
         yield store
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()

@@ -25,8 +25,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,37 +36,12 @@ from lakehouse.local_kafka import free_port
 from lakehouse.status import pyiceberg_catalog
 from producers.run import produce
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.processes import running, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 COUNTS = {"user_events": 400, "employees": 200, "purchases": 300, "customers": 150, "accounts": 150}
-
-
-@contextmanager
-def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """A foreground JVM (the CLI replaces itself with it), stopped at the end of the block."""
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield process
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def wait_until(check, what: str, log: Path, timeout_s: float = 180.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    pytest.fail(f"{what} not ready after {timeout_s:.0f}s; log tail:\n{log.read_text()[-3000:]}")
 
 
 def master_state(webui_port: int) -> dict | None:
@@ -228,9 +201,7 @@ def thrift_server(lakehouse, submitted, tmp_path_factory):
     env = {**cli_env(own), "LAKEHOUSE_SPARK_MASTER": "local[2]"}
     command = [LAKEHOUSE, "cluster", "thrift-server", "--port", str(port), "--host", "127.0.0.1"]
     with running(command, env, logs / "thrift.log") as process:
-        wait_until(lambda: port_open(port) or process.poll() is not None, "Thrift Server", logs / "thrift.log",
-                   timeout_s=240)
-        assert process.poll() is None, (logs / "thrift.log").read_text()[-3000:]
+        wait_until(lambda: port_open(port), "Thrift Server", logs / "thrift.log", timeout_s=240, process=process)
         yield port
 
 

@@ -1,0 +1,56 @@
+"""Background JVMs of the cluster tests (Spark master/worker, Thrift Server, REST catalog,
+S3 store): started with their output in a log, waited for, always stopped."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """The process, stopped at the end of the block (SIGTERM, then SIGKILL after 60 s)."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until(check: Callable[[], object], what: str, log: Path, timeout_s: float = 180.0,
+               process: subprocess.Popen | None = None):
+    """The first truthy value of ``check``; fails with the log's tail on timeout or when
+    ``process`` exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"{what} exited (code {process.returncode}); log tail:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"{what} not ready after {timeout_s:.0f}s; log tail:\n{log.read_text()[-3000:]}")
+
+
+def http_answers(url: str) -> bool:
+    """Whether an HTTP server answers there at all (an error status is an answer)."""
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
