@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STATE := $(or $(LAKEHOUSE_HOME),$(CURDIR)/.lakehouse)
 KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
-PYTEST_DEFAULT := -m "not slow and not chaos"
+PYTEST_DEFAULT := -m "not slow and not chaos and not cluster"
 
 .PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium
 
@@ -73,11 +73,11 @@ test-integration: setup chromium ## Integration tests only (real broker, Spark, 
 test-slow: setup ## Long-running tests
 	$(BIN)/pytest -m slow
 
-test-cluster: setup ## Spark standalone cluster and Thrift Server tests only (part of `make test`)
+test-cluster: setup ## Spark standalone cluster and Thrift Server tests (about 4 minutes; not in `make test`)
 	$(BIN)/pytest -m cluster
 
-test-chaos: setup ## Chaos tests (kill, restart, poison)
-	$(BIN)/pytest -m chaos
+test-chaos: setup ## The chaos suite in full (kills, broker restarts, poison, full disk...); figures to $(STATE)/chaos/results.jsonl
+	LAKEHOUSE_CHAOS_RESULTS=$(STATE)/chaos/results.jsonl $(BIN)/pytest -m chaos
 
 lint: install ## Static checks (ruff)
 	$(BIN)/ruff check .

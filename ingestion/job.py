@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import signal
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -245,9 +248,49 @@ def run(
         stop.restore()
         for query in queries:
             query.stop()
-    for query in queries:
+    for spec, query in zip(specs, queries, strict=True):
         if query.exception() is not None:
+            location = checkpoint_location(settings, spec)
+            problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
+            if problem:
+                raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_first_line(query.exception())}")
+
+
+def checkpoint_problem(location: str) -> str | None:
+    """Why a local checkpoint folder cannot be written (the OS error: disk full, read-only,
+    permissions), or None. Spark's own error for it is a deep stack; this names the cause."""
+    if "://" in location:
+        return None  # remote checkpoints: Spark's error is all there is
+    try:
+        Path(location).mkdir(parents=True, exist_ok=True)
+        # Some room, synced: a full disk still takes an empty file, and takes back the few
+        # blocks of the temporary file Spark removed when its write failed.
+        with tempfile.NamedTemporaryFile(dir=location, prefix=".write-probe-") as probe:
+            probe.write(b"\0" * 262144)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+_DISK_ERRORS = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
+
+
+def _checkpoint_write_error(exc, location: str) -> str | None:
+    """The OS error of a failed checkpoint write in a query's exception (and JVM stack), if
+    that is why the query stopped."""
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+    if not any(where in text for where in ("HDFSMetadataLog", "CheckpointFileManager", location)):
+        return None
+    return next((error for error in _DISK_ERRORS if error in text), None)
+
+
+def _unwritable(location: str, problem: str, context: str = "") -> str:
+    return (f"cannot write the streaming checkpoint at {location}: {problem}{context}. Free space on that "
+            "disk or make it writable, then start the job again: it resumes after its last committed batch, "
+            "nothing lost and nothing written twice")
 
 
 class _StopOnSignal:
@@ -315,6 +358,9 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     trigger = normalize_trigger(args.trigger or (None if args.available_now else settings.trigger_interval))
     for spec in specs:
         check_topic(settings, spec.topic)
+        location = checkpoint_location(settings, spec)
+        if problem := checkpoint_problem(location):
+            raise LakehouseError(_unwritable(location, problem))
     spark = get_spark(settings, app_name="lakehouse-ingest")
     ensure_namespaces(spark)
     run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger, args.starting_offsets)

@@ -184,6 +184,7 @@ def maintenance_commits(session, table: str, since) -> list:
                        ).collect()
 
 
+@pytest.mark.chaos  # 3 minutes; the default run has the chaos suite's short form (tests/chaos/)
 def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
     """Producers and the streaming job keep committing to bronze and dbt keeps merging the
     mirrors while `lakehouse maintain` passes run over every table: no batch and no dbt run

@@ -6,7 +6,8 @@ Afterwards, for every partition of the topic, bronze rows plus dead letters hold
 produced offset exactly once. The stream is one of its own (a pipeline file of the test),
 so its checkpoint and tables start empty.
 
-Default run: a few hundred thousand messages and 4 kills; `-m slow`: a million and 10.
+`make test-chaos` (marker chaos): a few hundred thousand messages and 4 kills; `-m slow`: a
+million and 10. The default run has the short form of the chaos suite (tests/chaos/).
 """
 
 import os
@@ -89,6 +90,7 @@ def assert_exactly_once(spark, settings, stream: str, report):
     assert len(dead) == len(report.manifest()["dead_letters"])
 
 
+@pytest.mark.chaos
 def test_kill_9_the_driver_while_streaming_loses_and_doubles_nothing(spark, settings, kafka, tmp_path):
     report, killed = kill_and_restart(settings, tmp_path, "killed_employees", 200_000, kills=4, seed=11)
     assert killed >= 3, f"only {killed} kills hit a running job: produce more messages"
