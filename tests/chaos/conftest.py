@@ -17,9 +17,8 @@ class CheckpointDisk:
     """The folder the streaming checkpoints live in, on a small disk of its own that the test
     can fill up (disk full) or make read-only, and then repair.
 
-    A tmpfs mount needs root with mount rights (the development machine and CI have them);
-    without them the disk cannot be filled, and "unwritable" falls back to file permissions,
-    which only bind a non-root user.
+    A tmpfs mount needs root with mount rights (the development machine and CI have them); a
+    non-root user gets "unwritable" through file permissions instead (which do not bind root).
     """
 
     SIZE_MB = 256
@@ -34,47 +33,38 @@ class CheckpointDisk:
             self.mounted = result.returncode == 0
         self.filler = path / "filler"
 
-    @property
-    def can_fill(self) -> bool:
-        return self.mounted
-
-    @property
-    def can_make_read_only(self) -> bool:
-        return self.mounted or os.geteuid() != 0
+    def faults(self) -> list[tuple[str, object, object, str]]:
+        """The ways this machine can break the disk: (name, break it, repair it, the OS error)."""
+        if self.mounted:
+            return [("full", self.fill, self.free, "No space left on device"),
+                    ("read-only", lambda: self._remount("ro"), lambda: self._remount("rw"), "Read-only file system")]
+        if os.geteuid() != 0:
+            return [("unwritable", lambda: self._chmod(0o555), lambda: self._chmod(0o755), "Permission denied")]
+        raise AssertionError("cannot break the checkpoint disk here: root without mount rights "
+                             "(a tmpfs mount is needed), and file permissions do not bind root")
 
     def fill(self) -> int:
         """Write until the disk is full; the bytes written."""
-        written, chunk = 0, b"\0" * (1 << 20)
+        written = 0
         with open(self.filler, "ab", buffering=0) as out:
-            try:
-                while True:
-                    written += out.write(chunk)
-            except OSError:
-                pass
-            # the last partial megabyte, so not even a small file fits
-            try:
-                while True:
-                    written += out.write(b"\0" * 4096)
-            except OSError:
-                pass
+            # megabytes, then the last blocks, so not even a small file fits
+            for chunk in (b"\0" * (1 << 20), b"\0" * 4096):
+                try:
+                    while True:
+                        written += out.write(chunk)
+                except OSError:
+                    pass
         return written
 
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
 
-    def read_only(self) -> None:
-        if self.mounted:
-            subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
-        else:
-            for folder in [self.path, *[p for p in self.path.rglob("*") if p.is_dir()]]:
-                folder.chmod(0o555)
+    def _remount(self, mode: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True)
 
-    def writable(self) -> None:
-        if self.mounted:
-            subprocess.run(["mount", "-o", "remount,rw", str(self.path)], check=True)
-        else:
-            for folder in [self.path, *[p for p in self.path.rglob("*") if p.is_dir()]]:
-                folder.chmod(0o755)
+    def _chmod(self, mode: int) -> None:
+        for folder in [self.path, *[p for p in self.path.rglob("*") if p.is_dir()]]:
+            folder.chmod(mode)
 
     def close(self) -> None:
         if self.mounted:

@@ -99,11 +99,11 @@ class Lake:
 
     def ingest_process(self, streams: list[str], *options: str, env: dict | None = None) -> subprocess.Popen:
         """`lakehouse ingest` in its own process group (its Python driver and Spark JVM)."""
-        log = open(self.logs / "ingest.log", "ab")
-        log.write(f"\n=== {datetime.now(UTC):%H:%M:%S} ingest {' '.join(streams)} {' '.join(options)}\n".encode())
-        log.flush()
-        return subprocess.Popen([lakehouse_command(), "ingest", *streams, *options], env=env or self.env(),
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.logs / "ingest.log", "ab") as log:  # the process keeps its own copy of the handle
+            log.write(f"\n=== {datetime.now(UTC):%H:%M:%S} ingest {' '.join(streams)} {' '.join(options)}\n".encode())
+            log.flush()
+            return subprocess.Popen([lakehouse_command(), "ingest", *streams, *options], env=env or self.env(),
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def ingest_log(self, tail: int = 4000) -> str:
         path = self.logs / "ingest.log"

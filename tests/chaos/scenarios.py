@@ -294,20 +294,17 @@ def poison(lake: Lake, events: int, burst: int, seed: int = 61) -> dict:
 # -- the checkpoint disk full, then read-only ------------------------------------------------------------
 
 
-def break_the_checkpoint_disk(lake: Lake, events: int, also_read_only: bool, seed: int = 71) -> dict:
-    """The checkpoints' disk fills up (then, optionally, turns read-only) while the job streams:
-    it stops with one clear error line, and once repaired a restart resumes without loss."""
-    disk = lake.disk
+def break_the_checkpoint_disk(lake: Lake, events: int, seed: int = 71) -> dict:
+    """The checkpoints' disk fills up, then turns read-only (without root: loses its write
+    permission) while the job streams: each time it stops with one clear error line, and once
+    repaired a restart resumes without loss."""
     streams = ["employees", "customers"]
     errors: list = []
     producers = lake.produce_in_background(
         [("employees", events, FAULTS, seed, events / 40), ("customers", events // 20, FAULTS, seed, events / 800)],
         errors)
-    faults = [("full", disk.fill, disk.free, "No space left on device")]
-    if also_read_only:
-        faults.append(("read-only", disk.read_only, disk.writable, "Read-only file system"))
     seen = {}
-    for name, breaks, repairs, expected in faults:
+    for name, breaks, repairs, expected in lake.disk.faults():
         process = lake.ingest_process(streams, "--trigger", "1s")
         committed = checkpoint_batches(lake.settings, "employees", "commits")
         wait_for(lambda c=committed: checkpoint_batches(lake.settings, "employees", "commits") > c,

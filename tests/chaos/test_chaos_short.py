@@ -88,24 +88,24 @@ def test_every_fault_once_then_every_invariant(lake, tmp_path):
         burst = scenarios.send_new_purchase_schema(lake, 500)
         scenarios.join(producing, errors)
 
-        # 5. the checkpoints' disk full: both jobs stop with one clear line
-        if lake.disk.can_fill:
-            producing = feed(lake, errors, 300)
-            committed = checkpoint_batches(lake.settings, "employees", "commits")
-            wait_for(lambda: checkpoint_batches(lake.settings, "employees", "commits") > committed,
-                     "a batch before the disk fills", 240, events_job, lake.ingest_log)
-            lake.disk.fill()
-            try:
-                codes = [job.wait(timeout=240) for job in (events_job, cdc_job)]
-            finally:
-                lake.disk.free()
-            assert codes == [1, 1], lake.ingest_log()
-            lines = [line for line in lake.ingest_log(tail=1_000_000).splitlines()
-                     if line.startswith("error: ") and "No space left on device" in line]
-            assert len(lines) >= 2 and all(str(lake.settings.checkpoint_root) in line for line in lines), lines
-            facts["disk_full_error"] = lines[-1]
-            scenarios.join(producing, errors)
-            events_job, cdc_job = start(EVENTS), start(CDC)
+        # 5. the checkpoints' disk full (without root: unwritable): both jobs stop with one clear line
+        name, breaks, repairs, expected = lake.disk.faults()[0]
+        producing = feed(lake, errors, 300)
+        committed = checkpoint_batches(lake.settings, "employees", "commits")
+        wait_for(lambda: checkpoint_batches(lake.settings, "employees", "commits") > committed,
+                 "a batch before the disk breaks", 240, events_job, lake.ingest_log)
+        breaks()
+        try:
+            codes = [job.wait(timeout=240) for job in (events_job, cdc_job)]
+        finally:
+            repairs()
+        assert codes == [1, 1], lake.ingest_log()
+        lines = [line for line in lake.ingest_log(tail=1_000_000).splitlines()
+                 if line.startswith("error: ") and expected in line]
+        assert len(lines) >= 2 and all(str(lake.settings.checkpoint_root) in line for line in lines), lines
+        facts[f"disk_{name}_error"] = lines[-1]
+        scenarios.join(producing, errors)
+        events_job, cdc_job = start(EVENTS), start(CDC)
         scenarios.stop_cleanly(lake, events_job, EVENTS)
         scenarios.stop_cleanly(lake, cdc_job, CDC)
     finally:
