@@ -39,6 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._machine import cmdline as _cmdline  # noqa: E402
+from benchmarks._machine import cpu_model, mem_total_gb, process_tree  # noqa: E402
+from benchmarks._machine import cpu_seconds as _cpu_seconds  # noqa: E402
+from benchmarks._machine import machine_busy_seconds as _machine_busy_seconds  # noqa: E402
+from benchmarks._machine import status_kb as _status_kb  # noqa: E402
 from lakehouse import local_kafka  # noqa: E402
 from lakehouse.config import Settings, default_home  # noqa: E402
 from lakehouse.errors import LakehouseError  # noqa: E402
@@ -191,63 +196,6 @@ def progress_listener():
 
 # --- machine facts and resource use ---------------------------------------------------------
 
-def mem_total_gb() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return round(int(line.split()[1]) / 1024 / 1024, 1)
-    return 0.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = defaultdict(list)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        tree[ppid].append(int(entry.name))
-    return tree
-
-
-def process_tree(root: int) -> list[int]:
-    tree, found, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
-
-
-def _status_kb(pid: int, field: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def peak_memory(broker_pid: int | None) -> dict[str, int]:
     """Peak resident MB (VmHWM) of this Python process, the Spark JVM and the Kafka broker."""
     peaks = {"python_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
@@ -258,24 +206,6 @@ def peak_memory(broker_pid: int | None) -> dict[str, int]:
     if broker_pid:
         peaks["kafka_broker_mb"] = _status_kb(broker_pid, "VmHWM") // 1024
     return peaks
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
-
-
-def _machine_busy_seconds() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuWindow:
