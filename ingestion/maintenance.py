@@ -47,6 +47,8 @@ DBT_NAMESPACES = ("silver", "gold")
 # Iceberg's remove_orphan_files refuses younger files: a write in progress has files no
 # snapshot references yet, and deleting them would corrupt the table when it commits.
 MIN_ORPHAN_AGE_HOURS = 24
+# A manifest rewrite that loses a race with a concurrent append is planned and tried again.
+MANIFEST_REWRITE_ATTEMPTS = 3
 # Iceberg compacts files under 75% of the target size (min-file-size-bytes' default).
 SMALL_FILE_RATIO = 0.75
 
@@ -488,7 +490,18 @@ class TableMaintenance:
         if self.dry_run:
             self.result.actions.append(f"would rewrite {manifests:,} manifests")
             return
-        [row] = self._call("rewrite_manifests")
+        for attempt in range(1, MANIFEST_REWRITE_ATTEMPTS + 1):
+            try:
+                [row] = self._call("rewrite_manifests")
+                break
+            except Exception as exc:
+                # A streaming append that commits meanwhile may merge the very manifests this
+                # rewrite replaces (Iceberg merges small manifests on append); Iceberg then
+                # refuses the commit instead of retrying it. The rewrite is planned afresh from
+                # the latest snapshot on each call, so trying again is safe.
+                if attempt == MANIFEST_REWRITE_ATTEMPTS or "could not be found in the latest snapshot" not in str(exc):
+                    raise
+                log.info("%s: manifests changed by a concurrent commit, rewriting again (%d)", self.table, attempt)
         self.result.manifests_rewritten = row.rewritten_manifests_count
         self.result.actions.append(f"manifests: {row.rewritten_manifests_count:,} -> {row.added_manifests_count:,}")
 

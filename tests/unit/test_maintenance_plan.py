@@ -1,6 +1,7 @@
 """The pure parts of `lakehouse maintain`: policies, partition choice, predicates, reporting."""
 
 from datetime import UTC, date, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -119,3 +120,57 @@ def test_a_failed_step_is_reported_by_the_java_error_not_by_py4js_preamble():
     assert _first_line(py4j) == 'org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme "s3"'
     assert _first_line(RuntimeError("plain message\nmore")) == "plain message"
     assert _first_line(RuntimeError("")) == "RuntimeError"
+
+
+class _Manifests:
+    """A Spark stand-in for rewrite_manifests: 3 manifests; the procedure's answers in order."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), 0
+
+    def sql(self, text):
+        outer = self
+
+        class Rows:
+            def collect(self):
+                if text.startswith("select count(*)"):
+                    return [SimpleNamespace(n=3)]
+                outer.calls += 1
+                answer = outer.answers.pop(0)
+                if isinstance(answer, Exception):
+                    raise answer
+                return [answer]
+        return Rows()
+
+
+def _rewriter(answers):
+    from ingestion.maintenance import TableMaintenance, TableResult
+
+    step = TableMaintenance.__new__(TableMaintenance)
+    step.spark, step.table, step.dry_run = _Manifests(answers), "bronze.dead_letters", False
+    step.result = TableResult("bronze.dead_letters", "streaming", False, before=None)
+    return step
+
+
+RACE = RuntimeError("org.apache.iceberg.exceptions.ValidationException: Deleted manifest m0.avro could not be "
+                    "found in the latest snapshot 39635")
+DONE = SimpleNamespace(rewritten_manifests_count=3, added_manifests_count=1)
+
+
+def test_a_manifest_rewrite_that_lost_a_race_with_an_append_is_tried_again():
+    step = _rewriter([RACE, DONE])
+    step.rewrite_manifests()
+    assert step.spark.calls == 2 and step.result.manifests_rewritten == 3
+
+
+def test_a_manifest_rewrite_gives_up_after_its_attempts_and_other_errors_are_not_retried():
+    from ingestion.maintenance import MANIFEST_REWRITE_ATTEMPTS
+
+    step = _rewriter([RACE] * MANIFEST_REWRITE_ATTEMPTS)
+    with pytest.raises(RuntimeError, match="latest snapshot"):
+        step.rewrite_manifests()
+    assert step.spark.calls == MANIFEST_REWRITE_ATTEMPTS
+    step = _rewriter([RuntimeError("something else"), DONE])
+    with pytest.raises(RuntimeError, match="something else"):
+        step.rewrite_manifests()
+    assert step.spark.calls == 1
