@@ -363,5 +363,12 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             raise LakehouseError(_unwritable(location, problem))
     spark = get_spark(settings, app_name="lakehouse-ingest")
     ensure_namespaces(spark)
-    run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger, args.starting_offsets)
+    try:
+        run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger,
+            args.starting_offsets)
+    except LakehouseError:
+        # Stopped queries' tasks are cancelled asynchronously and Spark logs each one; stopping
+        # the session first lets them finish, so the error line is the last thing printed.
+        spark.stop()
+        raise
     return 0

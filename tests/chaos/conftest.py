@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,7 +61,14 @@ class CheckpointDisk:
         self.filler.unlink(missing_ok=True)
 
     def _remount(self, mode: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True)
+        # A read-only remount is refused ("busy") while a file on the disk is open for writing,
+        # as Spark's checkpoint files are for a moment each batch: try again until it fits.
+        deadline = time.monotonic() + 60
+        while (result := subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)],
+                                        capture_output=True, text=True)).returncode != 0:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cannot remount {self.path} {mode}: {result.stderr.strip()}")
+            time.sleep(0.05)
 
     def _chmod(self, mode: int) -> None:
         for folder in [self.path, *[p for p in self.path.rglob("*") if p.is_dir()]]:

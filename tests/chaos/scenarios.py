@@ -63,6 +63,7 @@ def kill_ingestion_driver(lake: Lake, kills: int, events: int, changes: int, see
         [("employees", events, FAULTS, seed, None), ("customers", changes, FAULTS, seed, None)], errors)
     rng = random.Random(seed)
     hits = mid_batch = 0
+    before = sum(checkpoint_batches(lake.settings, s, "commits") for s in streams)  # the baseline's
     for _ in range(kills):
         planned = sum(checkpoint_batches(lake.settings, s) for s in streams)
         process = lake.ingest_process(streams, "--trigger", "1s", "--max-offsets-per-trigger", "15000")
@@ -80,7 +81,7 @@ def kill_ingestion_driver(lake: Lake, kills: int, events: int, changes: int, see
                 mid_batch += in_flight
     join(producers, errors)
     return {"kills": hits, "kills_during_a_batch": mid_batch,
-            "batches": sum(checkpoint_batches(lake.settings, s, "commits") for s in streams)}
+            "batches": sum(checkpoint_batches(lake.settings, s, "commits") for s in streams) - before}
 
 
 # -- the broker stopped and restarted ------------------------------------------------------------------
@@ -92,14 +93,16 @@ def restart_broker(lake: Lake, restarts: int, events: int, changes: int, down_se
     rate and ingestion streams, leave it down, start it again; the job must carry on."""
     streams = ["user_events", "accounts"]
     errors: list = []
+    before = {s: checkpoint_batches(lake.settings, s, "commits") for s in streams}  # the baseline's
     process = lake.ingest_process(streams, "--trigger", "2s")
-    wait_for(lambda: checkpoint_batches(lake.settings, "user_events", "commits") > 0 or
-             checkpoint_batches(lake.settings, "accounts", "commits") > 0, "the first batch", 240, process,
-             lake.ingest_log)
     seconds = (restarts + 1) * (down_seconds + 10)
     producers = lake.produce_in_background(
         [("user_events", events, FAULTS, seed, events / seconds),
          ("accounts", changes, FAULTS, seed, changes / seconds)], errors)
+    # The broker breaks only once the job runs: a job started against a stopped broker refuses
+    # to start (a clear error), which is not this scenario. A batch needs new records.
+    wait_for(lambda: any(checkpoint_batches(lake.settings, s, "commits") > before[s] for s in streams),
+             "the job's first batch", 240, process, lake.ingest_log)
     rng = random.Random(seed)
     killed = 0
     for number in range(restarts):
@@ -112,11 +115,16 @@ def restart_broker(lake: Lake, restarts: int, events: int, changes: int, down_se
         time.sleep(down_seconds)
         assert process.poll() is None, f"the ingestion stopped while the broker was down\n{lake.ingest_log()}"
         local_kafka.start(lake.settings, log=lambda _: None)
+    at_last_restart = checkpoint_batches(lake.settings, "user_events", "commits")
     join(producers, errors)
-    batches_before = checkpoint_batches(lake.settings, "user_events", "commits")
+    # Records certainly sent after the last restart: the job reading them to the end (below)
+    # shows it resumed, rather than the invariants' own drain reading them.
+    lake.produce("user_events", 2000, seed=seed + 1)
     stop_cleanly(lake, process, streams)
+    at_end = checkpoint_batches(lake.settings, "user_events", "commits")
     return {"restarts": restarts, "broker_sigkills": killed, "seconds_down_each": down_seconds,
-            "ingestion_restarts": 0, "batches_after_last_restart": batches_before}
+            "ingestion_restarts": 0, "user_events_batches": at_end - before["user_events"],
+            "user_events_batches_after_last_restart": at_end - at_last_restart}
 
 
 # -- dbt killed in the middle of a MERGE -----------------------------------------------------------
@@ -220,18 +228,21 @@ def contend_for_the_catalog(lake: Lake, writers: int, events: int, rate: float) 
     every process keeps running and every batch commits."""
     streams = ["employees", "purchases", "user_events", "customers"][:writers]
     errors: list = []
+    before = {s: checkpoint_batches(lake.settings, s, "commits") for s in streams}  # the baseline's
     processes = [lake.ingest_process([s], "--trigger", "1s", "--max-offsets-per-trigger", "500") for s in streams]
     producers = lake.produce_in_background(
         [(s, events // 10 if s == "customers" else events, FAULTS, 50 + n, rate / 10 if s == "customers" else rate)
          for n, s in enumerate(streams)], errors)
     try:
         for stream, process in zip(streams, processes, strict=True):
-            wait_for(lambda s=stream: checkpoint_batches(lake.settings, s, "commits") > 0, f"{stream}'s first batch",
-                     300, process, lake.ingest_log)
+            wait_for(lambda s=stream: checkpoint_batches(lake.settings, s, "commits") > before[s],
+                     f"{stream}'s first batch", 300, process, lake.ingest_log)
         lake.dbt("run", "--select", "silver")  # one more writer, and a reader of everything
         join(producers, errors)
         for stream, process in zip(streams, processes, strict=True):
             assert process.poll() is None, f"{stream}: {lake.ingest_log()}"
+        # Four Spark applications on two cores, 500 records a batch: they need minutes to catch up.
+        wait_for(lambda: caught_up(lake, streams), "the writers catching up", 900, processes[0], lake.ingest_log)
         for stream, process in zip(streams, processes, strict=True):
             stop_cleanly(lake, process, [stream])
     finally:
@@ -239,7 +250,8 @@ def contend_for_the_catalog(lake: Lake, writers: int, events: int, rate: float) 
             kill_group(process)
     log = lake.ingest_log(tail=50_000_000)
     commits = lake.session.sql("select committed_at, summary from bronze.dead_letters.snapshots").collect()
-    return {"writers": writers, "batches": sum(checkpoint_batches(lake.settings, s, "commits") for s in streams),
+    batches = sum(checkpoint_batches(lake.settings, s, "commits") - before[s] for s in streams)
+    return {"writers": writers, "batches": batches,
             "dead_letter_commits": len(commits), "busy_or_conflict_log_lines": len(CONTENTION.findall(log)),
             "failed_batches": log.count(" failed")}
 
@@ -309,13 +321,13 @@ def break_the_checkpoint_disk(lake: Lake, events: int, seed: int = 71) -> dict:
         committed = checkpoint_batches(lake.settings, "employees", "commits")
         wait_for(lambda c=committed: checkpoint_batches(lake.settings, "employees", "commits") > c,
                  "a batch before the fault", 240, process, lake.ingest_log)
-        breaks()
         try:
+            breaks()
             code = process.wait(timeout=240)
         except subprocess.TimeoutExpired:
-            kill_group(process)
             raise AssertionError(f"the job kept running with its checkpoint disk {name}\n{lake.ingest_log()}") from None
         finally:
+            kill_group(process)  # only if still running (the fault did not stop it, or breaking failed)
             repairs()
         last = [line for line in lake.ingest_log(tail=20_000).splitlines() if line.strip()][-1]
         assert code == 1, lake.ingest_log()

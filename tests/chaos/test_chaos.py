@@ -22,6 +22,7 @@ def test_kill_9_the_ingestion_driver_ten_times(lake):
 def test_broker_stopped_and_restarted_while_producing_and_ingesting(lake):
     lake.baseline()
     facts = scenarios.restart_broker(lake, restarts=4, events=60_000, changes=1500)
+    assert facts["user_events_batches_after_last_restart"] > 0, facts  # the job itself resumed
     check_invariants(lake, "broker stop/restart", facts)
 
 
