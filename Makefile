@@ -28,23 +28,23 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
 
-protos: install ## Compile producers/schemas/*.proto into producers/generated/ (a no-op when up to date)
-	@$(BIN)/python -m producers.protobuf
+protos: install ## Compile lakehouse/contracts/schemas/*.proto into lakehouse/contracts/generated/ (a no-op when up to date)
+	@$(BIN)/python -m lakehouse.contracts.protobuf
 
 jars: $(JARS_STAMP) ## Fetch the Kafka broker, Iceberg runtime, connectors, JDBC driver from Maven Central
 
 $(JARS_STAMP): jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/s3-store/pom.xml jvm/settings.xml \
 		jvm/protobuf-decoder/pom.xml $(shell find jvm/protobuf-decoder/src -name '*.java')
-	@$(PYTHON) lakehouse/preflight.py java
-	@$(PYTHON) lakehouse/preflight.py mvn
+	@$(PYTHON) lakehouse/core/preflight.py java
+	@$(PYTHON) lakehouse/core/preflight.py mvn
 	@echo "fetching JVM artifacts into $(STATE)/jars (first time: a few minutes)"
 	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka $(STATE)/jars/rest-catalog $(STATE)/jars/s3-store $(STATE)/jars/build
 	mvn -q -B -gs jvm/settings.xml -f jvm/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
 	@touch $@
 
 preflight:
-	@$(PYTHON) lakehouse/preflight.py java
-	@$(PYTHON) lakehouse/preflight.py port $(KAFKA_PORT) $(STATE)/kafka/broker.pid
+	@$(PYTHON) lakehouse/core/preflight.py java
+	@$(PYTHON) lakehouse/core/preflight.py port $(KAFKA_PORT) $(STATE)/kafka/broker.pid
 
 chromium: ## Install headless Chromium (Debian package) for the report's browser test, if missing
 	@command -v chromium >/dev/null && exit 0; \
@@ -87,4 +87,4 @@ format: install ## Format the code (ruff)
 
 clean: ## Stop the local broker and delete all state (data, catalog, jars, checkpoints, reports)
 	-@test -x $(BIN)/lakehouse && $(BIN)/lakehouse kafka stop
-	rm -rf $(STATE) target logs producers/generated
+	rm -rf $(STATE) target logs lakehouse/contracts/generated

@@ -353,12 +353,12 @@ def progress(message: str) -> None:
 
 def lakehouse_command() -> list[str]:
     script = Path(sys.executable).parent / "lakehouse"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lakehouse.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lakehouse.commands.cli"]
 
 
 def link_jars(home: Path) -> None:
     """Link the project's fetched jars into a benchmark's state folder (never fetched again)."""
-    from lakehouse.config import default_home
+    from lakehouse.core.settings import default_home
 
     jars = (Path(default_home()) / "jars").resolve()
     if not (jars / "spark").is_dir() or not (jars / "kafka").is_dir():

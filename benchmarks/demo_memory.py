@@ -51,8 +51,8 @@ from benchmarks._machine import (  # noqa: E402
     tree_of,
 )
 from lakehouse import local_kafka  # noqa: E402
-from lakehouse.config import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
-from lakehouse.local_kafka import BrokerPaths  # noqa: E402
+from lakehouse.core.local_kafka import BrokerPaths  # noqa: E402
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
 
 PASS_THROUGH = ("SPARK_MASTER", "SPARK_DRIVER_MEMORY", "SHUFFLE_PARTITIONS")
 STEP_LINE = re.compile(r"^==> \[(\d+)/(\d+)\] (.*)$")
@@ -68,7 +68,7 @@ GIB = 1024  # MiB
 
 
 def demo_default_events() -> int:
-    from lakehouse import demo
+    from lakehouse.commands import demo
 
     return inspect.signature(demo.main).parameters["events"].default
 

@@ -2,7 +2,7 @@
 
 The whole local chain runs at once, as a user runs it, against a private state folder:
 
-1. the local Kafka broker (lakehouse.local_kafka), in the benchmark's state folder;
+1. the local Kafka broker (lakehouse.core.local_kafka), in the benchmark's state folder;
 2. `lakehouse ingest user_events --trigger 30s`, a Spark application of its own (subprocess);
 3. a producer process sending user_events (JSON, no faults) at a steady --rate for --duration
    seconds (producers.run.produce; its achieved rate is checked and printed);
@@ -69,8 +69,8 @@ from benchmarks._machine import (  # noqa: E402
     tree_of,
 )
 from lakehouse import local_kafka  # noqa: E402
-from lakehouse.config import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
-from lakehouse.errors import LakehouseError  # noqa: E402
+from lakehouse.core.errors import LakehouseError  # noqa: E402
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
 
 STREAM = "user_events"
 TOPIC = "user_events"
@@ -229,7 +229,7 @@ class Ingestion:
     def lag(self) -> int | None:
         """Messages in Kafka that no committed micro-batch has read yet (None: no batch yet)."""
         from ingestion.checkpoint import lag, last_commit
-        from lakehouse.kafka_admin import end_offsets
+        from lakehouse.core.kafka_admin import end_offsets
 
         commit = last_commit(self.settings.checkpoint_root / f"bronze_{STREAM}")
         if commit is None or TOPIC not in commit.offsets:
@@ -266,10 +266,10 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 def run_dbt(settings: Settings, number: int, sampler: MemorySampler, roots: dict) -> dict:
-    """One `dbt run --select ...` as lakehouse.dbt.run_dbt runs it (same executable, working
+    """One `dbt run --select ...` as lakehouse.operations.dbt.run_dbt runs it (same executable, working
     folder, environment and lock), with its own target folder and log; times and peak memory."""
-    from lakehouse.dbt import dbt_env, dbt_executable
-    from lakehouse.locks import dbt_run_lock
+    from lakehouse.core.locks import dbt_run_lock
+    from lakehouse.operations.dbt import dbt_env, dbt_executable
 
     target = settings.home / "dbt-target"
     log_path = settings.home / "dbt-logs" / f"run-{number:03d}.log"
@@ -443,7 +443,7 @@ def rows_per_snapshot_check(frame, snaps: list[dict]) -> dict:
 def analyse(settings: Settings, warmup_s: float, delivered: int) -> dict:
     from pyspark.sql import functions as F
 
-    from lakehouse.spark import get_spark
+    from lakehouse.core.spark import get_spark
 
     spark = get_spark(settings, "bench-freshness-analysis")
     try:

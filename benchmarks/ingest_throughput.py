@@ -45,8 +45,8 @@ from benchmarks._machine import cpu_seconds as _cpu_seconds  # noqa: E402
 from benchmarks._machine import machine_busy_seconds as _machine_busy_seconds  # noqa: E402
 from benchmarks._machine import status_kb as _status_kb  # noqa: E402
 from lakehouse import local_kafka  # noqa: E402
-from lakehouse.config import Settings, default_home  # noqa: E402
-from lakehouse.errors import LakehouseError  # noqa: E402
+from lakehouse.core.errors import LakehouseError  # noqa: E402
+from lakehouse.core.settings import Settings, default_home  # noqa: E402
 from producers.faults import DEAD_LETTER_CODES, FaultRates  # noqa: E402
 
 DEFAULT_STREAMS = ("employees", "purchases", "user_events")
@@ -352,7 +352,7 @@ def probe(spark, settings: Settings, stream: str, source_options: dict[str, str]
     from pyspark.sql import functions as F
 
     from ingestion.decoders import decoder_for
-    from ingestion.streams import get_stream
+    from lakehouse.contracts.streams import get_stream
 
     spec = get_stream(stream)
     reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
@@ -384,8 +384,8 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
     from pyspark.sql import functions as F
 
     from ingestion import dead_letters, job
-    from ingestion.streams import get_stream
-    from lakehouse.kafka_admin import end_offsets
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
 
     spec = get_stream(stream)
     in_topic = sum(end_offsets(settings, spec.topic).values())
@@ -569,7 +569,7 @@ def main(argv=None) -> int:
                                        args.seed * 100 + number)
             log.info("loaded %s: %s", stream, loads[stream])
 
-        from lakehouse.spark import ensure_namespaces, get_spark
+        from lakehouse.core.spark import ensure_namespaces, get_spark
 
         timers = BatchTimers()
         missing = instrument(timers)

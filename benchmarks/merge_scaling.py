@@ -5,7 +5,7 @@ What is measured: the incremental run of the dbt model `silver.customers_mirror`
 MERGE into the mirror, partitioned by bucket(16, customer_id), merge-on-read), run exactly as a
 user runs it: `dbt run -s customers_mirror` as its own process at the project root, pointed at a
 private state folder by the LAKEHOUSE_* variables and at a private target/ by DBT_TARGET_PATH
-(lakehouse.dbt.dbt_env). For each size N:
+(lakehouse.operations.dbt.dbt_env). For each size N:
 
 1. `bronze.customers` is created by the ingestion's own code (the customers decoder's bronze
    schema and the stream's partitioning, ingestion/bronze.py ensure_table) and filled with N
@@ -56,8 +56,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lakehouse.config import PROJECT_ROOT, Settings, default_home  # noqa: E402
-from lakehouse.dbt import dbt_env, dbt_executable  # noqa: E402
+from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
+from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
 
 MIRROR = "silver.customers_mirror"
 MIRROR_MODEL = "model.lakehouse.customers_mirror"
@@ -106,8 +106,8 @@ def create_bronze(spark, settings: Settings) -> str:
     """bronze.customers as the ingestion job creates it (schema from the stream's decoder)."""
     from ingestion import bronze
     from ingestion.decoders import decoder_for
-    from ingestion.streams import get_stream
-    from lakehouse.spark import ensure_namespaces
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.spark import ensure_namespaces
 
     ensure_namespaces(spark)
     spec = get_stream("customers")
@@ -314,7 +314,7 @@ class ProcessSampler(threading.Thread):
 
 def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, event_dir: Path | None,
                      project_dir: Path = PROJECT_ROOT) -> dict:
-    """`dbt <args>` as lakehouse.dbt.run_dbt runs it (same executable, cwd and environment), plus
+    """`dbt <args>` as lakehouse.operations.dbt.run_dbt runs it (same executable, cwd and environment), plus
     Spark's event log; wall time, the models' execution times, peak RSS and CPU."""
     env = dbt_env(settings, target_dir)
     if event_dir is not None:
@@ -523,7 +523,7 @@ def check_mirror(spark, expected, rows_expected: int, live_expected: int) -> dic
 # --- one size ---------------------------------------------------------------------------------
 
 def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
-    from lakehouse.spark import get_spark
+    from lakehouse.core.spark import get_spark
 
     home = make_home(root, size)
     settings = bench_settings(home, args.driver_memory)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.config import CATALOG_NAME, QUALITY_NAMESPACE
+from lakehouse.core.settings import CATALOG_NAME, QUALITY_NAMESPACE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,17 +24,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from contextlib import closing
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from expectations.mirror import MirrorSource
 from expectations.suites import (
     CRITICAL,
     SEVERITIES,
@@ -46,7 +45,7 @@ from expectations.suites import (
     column_label,
     select_suites,
 )
-from lakehouse.config import Settings
+from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
     from great_expectations.checkpoint import Checkpoint, CheckpointResult
@@ -71,10 +70,10 @@ SUITE_RUNS = "suite_runs"
 # collect every unexpected value to the driver.
 RESULT_FORMAT = {"result_format": "SUMMARY"}
 EVENT_TIME_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)  # as the ingestion's EVENT_TIME_OUT_OF_RANGE
-CDC_STREAMS = ("customers", "accounts")  # streams whose source database can be on this machine
+CDC_STREAMS = ("customers", "accounts")  # streams whose mirror can be checked against a source
 # Why a parameter can be missing, for the "skipped" notes.
 MISSING_PARAMETER_REASONS = {
-    f"{stream}_source_rows": f"the CDC source database of {stream} is not on this machine (no oracle)"
+    f"{stream}_source_rows": f"no source database was given for {stream} (no oracle)"
     for stream in CDC_STREAMS
 }
 
@@ -183,20 +182,21 @@ class QualityReport:
 
 def run_quality(spark: SparkSession, settings: Settings, layer: str | None = None,
                 stream: str | None = None, *, suites: Sequence[SuiteSpec] | None = None,
-                record: bool = True) -> QualityReport:
+                sources: Mapping[str, MirrorSource] | None = None, record: bool = True) -> QualityReport:
     """Validate the suites of `layer` / `stream` (None: all), update Data Docs, record the run.
 
     `suites` is the catalogue to select from (the project's suites unless a caller, e.g. a
     test, brings its own). `record`: append the results to quality.results and rewrite the
-    landing page from the history. Never stops or reconfigures `spark`. A suite whose table
-    does not exist is reported as a failed critical ``table_exists`` check. Raises
-    LakehouseError for a selection that matches no suite.
+    landing page from the history. `sources`: {CDC stream: the source its mirror must equal}
+    (see expectations.mirror); a stream without one skips its source checks. Never stops or
+    reconfigures `spark`. A suite whose table does not exist is reported as a failed critical
+    ``table_exists`` check. Raises LakehouseError for a selection that matches no suite.
     """
     specs = select_suites(layer, stream, suites)
     started = time.monotonic()
     run_at = datetime.now(UTC)
     run_id = f"{run_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    parameters = quality_parameters(settings, run_at)
+    parameters = quality_parameters(settings, run_at, sources)
     context = _gx_context(settings)
     datasource = _spark_datasource(context)
     suite_results, validation_ids = [], []
@@ -221,14 +221,13 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     return report
 
 
-def quality_parameters(settings: Settings, now: datetime) -> dict[str, Any]:
+def quality_parameters(settings: Settings, now: datetime,
+                       sources: Mapping[str, MirrorSource] | None = None) -> dict[str, Any]:
     """The values of the suites' parameters for a run at `now`.
 
-    ``<stream>_source_rows`` is present only when the CDC simulator's database of that stream
-    is on this machine: it is the oracle the live mirror is compared with.
+    ``<stream>_source_rows`` is present only for the CDC streams of `sources`: the source
+    database is the oracle the live mirror is compared with.
     """
-    from producers.cdc.stream import FORMATS, source_path
-
     parameters: dict[str, Any] = {
         "event_time_floor": EVENT_TIME_FLOOR,
         "event_time_ceiling": now + timedelta(days=1),
@@ -237,13 +236,8 @@ def quality_parameters(settings: Settings, now: datetime) -> dict[str, Any]:
         "dead_letter_rate_critical": settings.quality_dead_letter_rate_critical,
         "dead_letter_window_start": now - timedelta(hours=settings.quality_dead_letter_window_hours),
     }
-    for stream in CDC_STREAMS:
-        path = source_path(settings, stream)
-        if path.is_file():
-            # Read-only: the simulator may be committing to it right now.
-            with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
-                [(rows,)] = connection.execute(f"select count(*) from {FORMATS[stream].table}").fetchall()
-            parameters[f"{stream}_source_rows"] = rows
+    for stream, source in (sources or {}).items():
+        parameters[f"{stream}_source_rows"] = source.row_count()
     return parameters
 
 
@@ -344,7 +338,7 @@ def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkD
     from great_expectations.core.run_identifier import RunIdentifier
     from pyspark.errors import AnalysisException
 
-    from lakehouse.spark import relation_exists
+    from lakehouse.core.spark import relation_exists
 
     def result(results: Iterable[ExpectationResult], skipped: Iterable[str] = ()) -> SuiteResult:
         return SuiteResult(spec.name, spec.layer, spec.stream, spec.table, tuple(results), tuple(skipped))

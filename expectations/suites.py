@@ -6,7 +6,7 @@ table, or a SQL query over tables for checks that compare or aggregate), and a l
 severity). :func:`project_suites` lists them all; :mod:`expectations.runner` turns them into
 GX objects and runs them.
 
-    bronze  one suite per stream of ingestion/pipeline.yml (so a new stream is checked
+    bronze  one suite per stream of lakehouse/contracts/pipeline.yml (so a new stream is checked
             without code): Kafka coordinates unique, required fields present, event times in
             range, CDC operations known; one dead-letter-rate suite per stream; the dead
             letters' reason codes.
@@ -41,14 +41,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ingestion.error_codes import ERROR_CODES
-from lakehouse.config import NAMESPACES
-from lakehouse.errors import LakehouseError
+from lakehouse.contracts.error_codes import ERROR_CODES
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import NAMESPACES
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
 
-    from ingestion.streams import StreamSpec
+    from lakehouse.contracts.streams import StreamSpec
 
 Severity = Literal["critical", "warning"]
 CRITICAL: Severity = "critical"
@@ -413,7 +413,7 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
 
 def project_suites() -> tuple[SuiteSpec, ...]:
     """Every suite of the project: bronze from the pipeline file, then silver, then gold."""
-    from ingestion.streams import load_pipeline
+    from lakehouse.contracts.streams import load_pipeline
 
     bronze = [suite for stream in load_pipeline().values() for suite in bronze_suites(stream)]
     return (*bronze, DEAD_LETTERS_SUITE, *SILVER_SUITES, *GOLD_SUITES)

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"

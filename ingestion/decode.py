@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ingestion.streams import JsonContract
+from lakehouse.contracts.streams import JsonContract
 
 CORRUPT_COLUMN = "_corrupt_record"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")

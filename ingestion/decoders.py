@@ -17,9 +17,9 @@ from pyspark.sql.types import StructField, StructType
 
 from ingestion import decode
 from ingestion.bronze import is_widening
-from ingestion.streams import StreamSpec, json_contract
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.contracts.streams import StreamSpec, json_contract
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
 KAFKA_SOURCE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                        "timestamp timestamp, timestampType int")
@@ -122,7 +122,7 @@ class AvroDecoder(Decoder):
 
     def __init__(self, spark, settings, spec):
         super().__init__(spark, settings, spec)
-        from producers.registry import registry_for
+        from lakehouse.contracts.registry import registry_for
 
         self.registry = registry_for(settings)
         self._types: dict[str, StructType] = {}
@@ -173,7 +173,7 @@ class ProtobufDecoder(Decoder):
     _columns: StructType | None = None
 
     def _descriptor_path(self):
-        from producers import protobuf
+        from lakehouse.contracts import protobuf
 
         protobuf.compile_all(schemas_dir=self.spec.schema_path.parent)  # a no-op when up to date
         return protobuf.GENERATED_DIR / f"{protobuf.module_name(self.spec.schema_path)}.desc"

@@ -1,6 +1,6 @@
 """The bronze ingestion job: one Structured Streaming query per stream, Kafka -> Iceberg.
 
-One generic runner for every stream of the pipeline configuration (ingestion/pipeline.yml):
+One generic runner for every stream of the pipeline configuration (lakehouse/contracts/pipeline.yml):
 each micro-batch is decoded once by the stream's decoder, then split: readable records
 append to the stream's bronze table, the rest to bronze.dead_letters (DESIGN §6-8).
 ``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
@@ -26,10 +26,10 @@ from pyspark.sql.streaming import DataStreamWriter
 from ingestion import bronze, checkpoint, dead_letters
 from ingestion.decode import to_bronze
 from ingestion.decoders import Decoder, decoder_for
-from ingestion.streams import StreamSpec, get_stream, resolve_streams, stream_names
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.kafka_admin import admin_client, end_offsets, topic_names
+from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import admin_client, end_offsets, topic_names
+from lakehouse.core.settings import Settings
 
 log = logging.getLogger("lakehouse.ingest")
 
@@ -348,7 +348,7 @@ def normalize_trigger(text: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    from lakehouse.spark import ensure_namespaces, get_spark
+    from lakehouse.core.spark import ensure_namespaces, get_spark
 
     # Everything the configuration can get wrong is checked before paying for a Spark start-up.
     names = stream_names() if args.streams == ["all"] else args.streams

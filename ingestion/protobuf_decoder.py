@@ -27,7 +27,7 @@ from pyspark.errors import IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 DECODER_CLASS = "io.github.lakehouse.protobuf.ProtobufDecoder"
 

@@ -1,4 +1,4 @@
-"""Avro records in the Confluent wire format: fastavro bodies behind producers.wire headers.
+"""Avro records in the Confluent wire format: fastavro bodies behind lakehouse.contracts.wire headers.
 
 Schemas are parsed once (`load_schema`, `parsed`): parsing costs far more than encoding one
 record, and a producer encodes millions with the same two or three schemas.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import fastavro
 
-from producers import wire
-from producers.registry import SchemaRegistry
+from lakehouse.contracts import wire
+from lakehouse.contracts.registry import SchemaRegistry
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def decode(data: bytes, registry: SchemaRegistry) -> tuple[int, dict]:
     """(schema id, record) of a framed message, with the writer's schema from the registry.
 
     Raises ValueError for a message that is not framed Avro, and
-    producers.registry.SchemaNotFound for a schema id the registry does not know.
+    lakehouse.contracts.registry.SchemaNotFound for a schema id the registry does not know.
     """
     schema_id, body = wire.unframe(data)
     return schema_id, decode_body(body, parsed(registry.get_schema(schema_id)))

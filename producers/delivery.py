@@ -7,9 +7,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.kafka_admin import admin_client, topic_names
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import admin_client, topic_names
+from lakehouse.core.settings import Settings
 from producers.faults import DEAD_LETTER_CODES, FaultRates
 from producers.message import Outgoing
 

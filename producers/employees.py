@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache, lru_cache
 
-from lakehouse.config import Settings
-from producers import protobuf
+from lakehouse.contracts import protobuf
+from lakehouse.core.settings import Settings
 from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 

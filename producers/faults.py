@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 from producers.message import Outgoing
 
 # Fault kind -> the dead-letter code ingestion must give it (DESIGN §7).

@@ -3,7 +3,7 @@
 v2 (schemas/purchases-v2.avsc) adds an optional ``payment_method``; a topic carries both
 versions at once, as it does while producers are upgraded one by one, and every message
 names its writer schema by id. Both versions are registered under the subject
-``purchases-value`` of the registry the settings choose (producers.registry).
+``purchases-value`` of the registry the settings choose (lakehouse.contracts.registry).
 
 Generation is pure (a seeded random source in, dicts out); producing is done by
 producers.delivery. The key is the transaction id.
@@ -15,17 +15,16 @@ import random
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
-from pathlib import Path
 
-from lakehouse.config import Settings
-from producers import avro, wire
+from lakehouse.contracts import SCHEMAS_DIR, wire
+from lakehouse.contracts.registry import SchemaRegistry, registry_for, value_subject
+from lakehouse.core.settings import Settings
+from producers import avro
 from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
-from producers.registry import SchemaRegistry, registry_for, value_subject
 
 TOPIC = "purchases"
 SUBJECT = value_subject(TOPIC)
-SCHEMAS_DIR = Path(__file__).parent / "schemas"
 VERSIONS = (1, 2)
 SCHEMAS = {version: avro.load_schema(SCHEMAS_DIR / f"purchases-v{version}.avsc") for version in VERSIONS}
 

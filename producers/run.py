@@ -5,13 +5,13 @@ from __future__ import annotations
 import multiprocessing
 from functools import partial, reduce
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.contracts.registry import registry_for
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 from producers import employees, purchases, user_events
 from producers.cdc import stream as cdc_stream
 from producers.delivery import DeliveryReport
 from producers.faults import FaultRates
-from producers.registry import registry_for
 
 # Stream name -> its produce function (settings, count, faults, seed, progress, duration, rate).
 PRODUCERS = {

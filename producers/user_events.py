@@ -13,15 +13,15 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from functools import partial
-from pathlib import Path
 
-from lakehouse.config import Settings
+from lakehouse.contracts import SCHEMAS_DIR
+from lakehouse.core.settings import Settings
 from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 TOPIC = "user_events"
 PARTITIONS = 3
-SCHEMA_FILE = Path(__file__).parent / "schemas" / "user_events.schema.json"
+SCHEMA_FILE = SCHEMAS_DIR / "user_events.schema.json"
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
 EVENT_TYPES = SCHEMA["properties"]["event_type"]["enum"]
 EVENT_TYPE_WEIGHTS = [50, 15, 15, 5, 10, 5]

@@ -669,7 +669,7 @@ def _lakehouse_service_errors(resolved: dict, settings) -> list[str]:
 
 def _capacity_errors(resolved: dict, settings) -> list[str]:
     """The worker(s) can run one executor of every Spark application at once."""
-    from lakehouse.config import Settings
+    from lakehouse.core.settings import Settings
 
     errors = []
     all_services = services(resolved)

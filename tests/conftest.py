@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import Settings, default_home
+from lakehouse.core.settings import Settings, default_home
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def settings(tmp_path_factory) -> Settings:
     if not (jars / "spark").is_dir():
         pytest.fail(f"jars not found in {jars}: run `make setup` first (or set LAKEHOUSE_TEST_JARS)")
     (home / "jars").symlink_to(jars.resolve())
-    from lakehouse.local_kafka import free_port
+    from lakehouse.core.local_kafka import free_port
 
     return Settings.from_env({
         "LAKEHOUSE_HOME": str(home),
@@ -38,7 +38,7 @@ def settings(tmp_path_factory) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(settings):
-    from lakehouse.spark import ensure_namespaces, get_spark
+    from lakehouse.core.spark import ensure_namespaces, get_spark
 
     session = get_spark(settings, app_name="lakehouse-tests")
     ensure_namespaces(session)
@@ -49,7 +49,7 @@ def spark(settings):
 @pytest.fixture(scope="session")
 def kafka(settings):
     """A real single-node KRaft broker on a free port, stopped at the end of the session."""
-    from lakehouse import local_kafka
+    from lakehouse.core import local_kafka
 
     local_kafka.start(settings)
     yield settings.kafka_bootstrap_servers

@@ -1,6 +1,6 @@
 """Change data capture: a simulated source database, its change streams, and their oracle.
 
-- ``source``: the SQLite source database (tables of ``schemas/cdc_source.sql``).
+- ``source``: the SQLite source database (tables of ``source_tables.sql``).
 - ``simulator``: ``CdcSimulator`` commits random transactions and returns their ``Change``s;
   its database is the authoritative state (DESIGN §9).
 - ``debezium`` (`customers`) and ``dms`` (`accounts`): wire formats, encode and decode.

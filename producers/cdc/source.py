@@ -1,4 +1,4 @@
-"""The source database of the CDC streams: a SQLite file holding the tables of schemas/cdc_source.sql.
+"""The source database of the CDC streams: a SQLite file holding the tables of source_tables.sql.
 
 Its committed state is the truth the silver mirrors are checked against (DESIGN §9), so it is
 read back exactly as stored: one dict per row, keyed by primary key, nothing converted.
@@ -7,9 +7,12 @@ read back exactly as stored: one dict per row, keyed by primary key, nothing con
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
-DDL_FILE = Path(__file__).resolve().parent.parent / "schemas" / "cdc_source.sql"
+DDL_FILE = Path(__file__).resolve().parent / "source_tables.sql"
 
 # Table -> primary key column. Also the allow-list of names that may reach an SQL string.
 TABLES: dict[str, str] = {"customers": "customer_id", "accounts": "account_id"}
@@ -60,3 +63,59 @@ def read_tables(db_path: str | Path) -> dict[str, dict[int, dict]]:
         return {table: read_table(conn, table) for table in TABLES}
     finally:
         conn.close()
+
+
+# How silver names and types the source's columns: silver column -> source column, for the
+# columns silver renames, and the source tables' columns in their order (source_tables.sql).
+SILVER_RENAMES = {
+    "customers": {"customer_name": "name", "country_code": "country"},
+    "accounts": {},
+}
+SOURCE_COLUMNS = {
+    "customers": ("customer_id", "name", "email", "country", "city", "tier", "created_at", "updated_at"),
+    "accounts": ("account_id", "customer_id", "account_type", "balance", "currency", "status", "updated_at"),
+}
+
+
+def as_stored(value):
+    """A silver value spelled the way this database stores it."""
+    if isinstance(value, datetime):  # an instant in UTC, as the source's check constraint spells it
+        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    if isinstance(value, Decimal):
+        return f"{value:.2f}"
+    return value
+
+
+def as_source_rows(table: str, rows: list[dict]) -> dict[int, dict]:
+    """Live mirror rows (silver names and types) as {primary key: row as the source holds it}.
+
+    Instants must be UTC wall-clock values: pyiceberg's and Arrow's are; PySpark's collect()
+    converts to the Python process's time zone, so read Spark rows through toArrow().
+    """
+    renamed = SILVER_RENAMES[table]
+    spelled = {}
+    for row in rows:
+        source_row = {renamed.get(name, name): as_stored(value) for name, value in row.items()}
+        spelled[source_row[key_column(table)]] = {column: source_row[column] for column in SOURCE_COLUMNS[table]}
+    return spelled
+
+
+class SimulatorSource:
+    """One table of a simulator database as the truth of its mirror (expectations.mirror.MirrorSource)."""
+
+    def __init__(self, db_path: str | Path, table: str):
+        key_column(table)  # an unknown table fails here, not in the middle of a check
+        self.path = Path(db_path)
+        self.table = table
+
+    def row_count(self) -> int:
+        # Read-only: the simulator may be committing to it right now.
+        with closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)) as connection:
+            [(rows,)] = connection.execute(f"select count(*) from {self.table}").fetchall()
+        return rows
+
+    def rows(self) -> dict[int, dict]:
+        return read_tables(self.path)[self.table]
+
+    def spelled(self, live_rows: list[dict]) -> dict[int, dict]:
+        return as_source_rows(self.table, live_rows)

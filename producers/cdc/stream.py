@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse.config import Settings
-from lakehouse.kafka_admin import admin_client, topic_names
+from lakehouse.core.kafka_admin import admin_client, topic_names
+from lakehouse.core.settings import Settings
 from producers.cdc import debezium, dms
 from producers.cdc.faults import duplicate, key_partition, reorder
 from producers.cdc.simulator import CdcSimulator
+from producers.cdc.source import SimulatorSource
 from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
 from producers.faults import FaultRates, fault_random
 
@@ -52,6 +53,17 @@ FORMATS = {
 
 def source_path(settings: Settings, stream: str) -> Path:
     return settings.home / "cdc" / f"{stream}.db"
+
+
+def simulator_source(settings: Settings, stream: str) -> SimulatorSource:
+    """The simulator's database of a CDC stream, as the truth its mirror is checked against."""
+    return SimulatorSource(source_path(settings, stream), FORMATS[stream].table)
+
+
+def simulator_sources(settings: Settings) -> dict[str, SimulatorSource]:
+    """{stream: source} for every CDC stream whose simulator database is on this machine."""
+    return {stream: simulator_source(settings, stream) for stream in FORMATS
+            if source_path(settings, stream).is_file()}
 
 
 def poison(kind: str, key: bytes | None, value: bytes | None, rng: random.Random) -> bytes:

@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestion import job
-from ingestion.streams import get_stream
-from lakehouse.config import Settings
-from lakehouse.kafka_admin import end_offsets
+from lakehouse.contracts.streams import get_stream
+from lakehouse.core.kafka_admin import end_offsets
+from lakehouse.core.settings import Settings
 from producers.delivery import DeliveryReport
 from producers.faults import FaultRates
 from producers.run import produce
@@ -186,8 +186,9 @@ def assert_offsets(lake: Lake) -> dict:
 
 def check_invariants(lake: Lake, scenario: str, facts: dict | None = None) -> dict:
     """Drain, then every invariant; the counts, recorded (see the module docstring)."""
+    from expectations.mirror import check_mirror
     from expectations.runner import format_summary, run_quality
-    from lakehouse.cdc_check import check_mirror
+    from producers.cdc.stream import simulator_source, simulator_sources
 
     lake.drain()
     counts = {"offsets": assert_offsets(lake)}
@@ -195,11 +196,11 @@ def check_invariants(lake: Lake, scenario: str, facts: dict | None = None) -> di
     mirrors = {}
     for stream in CDC_STREAMS:
         if stream in lake.ledger:
-            check = check_mirror(lake.session, lake.settings, stream)
+            check = check_mirror(lake.session, simulator_source(lake.settings, stream))
             assert check.equal, f"silver.{stream} differs from its source database: {check}"
             mirrors[stream] = check.mirror_rows
     counts["mirror_rows_equal_to_source"] = mirrors
-    report = run_quality(lake.session, lake.settings)
+    report = run_quality(lake.session, lake.settings, sources=simulator_sources(lake.settings))
     assert report.passed, format_summary(report)
     counts["quality"] = {"suites": len(report.suites), "critical_failures": report.critical_failures,
                          "warning_failures": report.warning_failures}

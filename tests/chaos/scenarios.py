@@ -19,14 +19,14 @@ from pathlib import Path
 
 import yaml
 
-from ingestion import maintenance
-from lakehouse import local_kafka
-from lakehouse.status import stream_status
+from lakehouse.contracts.registry import registry_for
+from lakehouse.core import local_kafka
+from lakehouse.operations import maintenance
+from lakehouse.operations.status import stream_status
 from producers import avro
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from producers.purchases import SCHEMAS, SUBJECT, TOPIC, key, make_purchase
-from producers.registry import registry_for
 from tests.chaos.harness import FAULTS, Lake, checkpoint_batches, kill_group, lakehouse_command, wait_for
 
 CDC_MODELS = ("customers_changelog customers_mirror customers customers_history "

@@ -23,8 +23,8 @@ import time
 import pytest
 import yaml
 
-from ingestion import maintenance
-from lakehouse import local_kafka
+from lakehouse.core import local_kafka
+from lakehouse.operations import maintenance
 from producers.faults import FaultRates
 from tests.chaos import scenarios
 from tests.chaos.harness import FAULTS, assert_offsets, check_invariants, checkpoint_batches, kill_group, wait_for

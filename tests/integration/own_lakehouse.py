@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from lakehouse import local_kafka
-from lakehouse.config import Settings
-from lakehouse.spark import ensure_namespaces, session_on
+from lakehouse.core import local_kafka
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import ensure_namespaces, session_on
 
 
 @contextmanager

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lakehouse.cluster import spark_home
-from lakehouse.local_kafka import free_port
+from lakehouse.commands.cluster import spark_home
+from lakehouse.core.local_kafka import free_port
 from tests.integration.processes import http_answers, running, wait_until
 
 SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse.local_kafka import free_port
+from lakehouse.core.local_kafka import free_port
 from tests.integration.processes import http_answers, running, wait_until
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"

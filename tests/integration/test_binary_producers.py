@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lakehouse.contracts.registry import LocalSchemaRegistry, registry_path
 from producers import employees, purchases
 from producers.delivery import Outgoing, ensure_topic, send_all
-from producers.registry import LocalSchemaRegistry, registry_path
 
 pytestmark = pytest.mark.integration
 

@@ -27,14 +27,15 @@ import pytest
 import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 
-from ingestion import job, maintenance
-from lakehouse.cdc_check import as_source_rows, check_mirror
-from lakehouse.config import Settings
-from lakehouse.dbt import run_dbt
-from lakehouse.status import stream_status
+from expectations.mirror import check_mirror
+from ingestion import job
+from lakehouse.core.settings import Settings
+from lakehouse.operations import maintenance
+from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.status import stream_status
 from producers.cdc import debezium, dms
-from producers.cdc.source import read_tables
-from producers.cdc.stream import FORMATS, PARTITIONS, messages, source_path
+from producers.cdc.source import as_source_rows, read_tables
+from producers.cdc.stream import FORMATS, PARTITIONS, messages, simulator_source, source_path
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from producers.message import Outgoing
@@ -127,7 +128,7 @@ def test_mirrors_equal_the_source_database_after_every_increment(lake):
             tombstones = {row[f"{stream[:-1]}_id"] for row in mirror if row["_is_deleted"]}
             assert tombstones.isdisjoint(source), stream
             # Spark reads the same through the live view users query
-            assert check_mirror(session, own, stream).equal, stream
+            assert check_mirror(session, simulator_source(own, stream)).equal, stream
 
     # the scenario the tombstones exist for really happened, more than a handful of times
     for stream, attempts in resurrection_attempts.items():
@@ -287,4 +288,4 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
     # Nothing lost: after one more run the mirrors equal the source databases.
     run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
     for stream in FORMATS:
-        assert check_mirror(session, own, stream).equal, stream
+        assert check_mirror(session, simulator_source(own, stream)).equal, stream

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import cluster
-from lakehouse.config import Settings
-from lakehouse.dbt import run_dbt
-from lakehouse.local_kafka import free_port
-from lakehouse.status import pyiceberg_catalog
+from lakehouse.commands import cluster
+from lakehouse.core.local_kafka import free_port
+from lakehouse.core.settings import Settings
+from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.status import pyiceberg_catalog
 from producers.run import produce
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 from tests.integration.processes import running, wait_until
@@ -66,8 +66,8 @@ def lakehouse(spark, settings, tmp_path_factory):
 
 def test_init_creates_every_topic_and_namespace_once(lakehouse):
     """`lakehouse cluster init`, the compose stack's one-shot setup, here against the REST catalog."""
-    from ingestion.streams import load_pipeline
-    from lakehouse.kafka_admin import admin_client
+    from lakehouse.contracts.streams import load_pipeline
+    from lakehouse.core.kafka_admin import admin_client
 
     own, _, _ = lakehouse
     topics = {spec.topic for spec in load_pipeline().values()}
@@ -178,7 +178,7 @@ def test_the_job_package_reaches_executor_python_workers(lakehouse, standalone, 
         "from pyspark.sql import SparkSession\n"
         "spark = SparkSession.builder.getOrCreate()\n"
         "def where(_):\n"
-        "    import os, ingestion.error_codes as codes\n"
+        "    import os, lakehouse.contracts.error_codes as codes\n"
         "    return f'{os.getcwd()} {codes.__file__}'\n"
         "print('PROBE', spark.sparkContext.parallelize([0], 1).map(where).collect()[0])\n"
         "spark.stop()\n")
@@ -238,7 +238,7 @@ def test_maintenance_on_the_object_store_removes_an_old_orphan(lakehouse, thrift
     data = own.home / "s3-store" / "data" / "lakehouse" / "warehouse" / "bronze" / "purchases" / "data"
     orphan = data / "00000-0-planted-orphan.parquet"
     orphan.write_bytes(b"not referenced by any snapshot")
-    from ingestion.maintenance import load_policies
+    from lakehouse.operations.maintenance import load_policies
 
     age_hours = load_policies().for_table("bronze.purchases").orphan_min_age_hours + 24
     old = time.time() - age_hours * 3600

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.local_kafka import free_port
-from lakehouse.preflight import port_is_free
+from lakehouse.core.local_kafka import free_port
+from lakehouse.core.preflight import port_is_free
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(demo):
     assert ": PASSED" in status.split("Quality")[1]
 
     # dbt docs: the catalog describes the new models' columns
-    from lakehouse.dbt import dbt_executable
+    from lakehouse.operations.dbt import dbt_executable
     docs = subprocess.run([dbt_executable(), "docs", "generate"], cwd=REPO_ROOT, env={**env, "PWD": str(REPO_ROOT)},
                           capture_output=True, text=True, timeout=600)
     assert docs.returncode == 0, docs.stdout[-3000:]
@@ -186,8 +186,8 @@ def history(settings, run_id: str) -> dict[tuple[str, str, str], dict]:
 
 def test_planted_bad_data_fails_the_right_checks_with_the_right_exit_status(demo, spark):
     """After the demo: a warning exits 0, critical failures exit 1, and both land in the history and the report."""
-    from lakehouse.config import Settings
-    from lakehouse.spark import session_on
+    from lakehouse.core.settings import Settings
+    from lakehouse.core.spark import session_on
     from tests.browser import ARTIFACTS_DIR, render_in_chromium
 
     home, env, _ = demo

@@ -23,15 +23,16 @@ from pathlib import Path
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from ingestion import dlq, job
-from lakehouse.cli import build_parser
-from lakehouse.config import Settings
-from lakehouse.dbt import run_dbt
-from lakehouse.errors import LakehouseError
-from lakehouse.status import pyiceberg_catalog
+from ingestion import job
+from lakehouse.commands.cli import build_parser
+from lakehouse.contracts.registry import registry_for
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
+from lakehouse.operations import dlq
+from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.status import pyiceberg_catalog
 from producers import avro, purchases
 from producers.delivery import ensure_topic, producer_config
-from producers.registry import registry_for
 from tests.conftest import REPO_ROOT
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 

@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from ingestion import job
-from lakehouse.dbt import run_dbt
+from lakehouse.operations.dbt import run_dbt
 from producers import user_events
 from producers.faults import FaultRates
 

@@ -10,10 +10,11 @@ import json
 import pytest
 from google.protobuf.message import DecodeError
 
-from producers import employees, wire
+from lakehouse.contracts import wire
+from lakehouse.contracts.registry import SchemaNotFound, registry_for
+from producers import employees
 from producers.avro import decode_body, parsed
 from producers.faults import FaultRates
-from producers.registry import SchemaNotFound, registry_for
 from producers.run import produce
 from producers.user_events import SCHEMA
 from tests.integration.kafka_read import read_topic

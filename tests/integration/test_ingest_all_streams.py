@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from ingestion import job
-from ingestion.streams import get_stream, stream_names
-from lakehouse.kafka_admin import end_offsets
+from lakehouse.contracts.streams import get_stream, stream_names
+from lakehouse.core.kafka_admin import end_offsets
 from producers.cdc import debezium, dms
 from producers.faults import FaultRates
 from producers.run import produce
@@ -114,7 +114,7 @@ def test_changelog_rows_carry_the_sequence_of_their_message(spark, kafka, ingest
 
 
 def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, settings, ingested):
-    from lakehouse.status import format_streams, stream_status
+    from lakehouse.operations.status import format_streams, stream_status
 
     statuses = {s.stream: s for s in stream_status(settings)}
     assert set(statuses) == set(COUNTS)
@@ -130,7 +130,7 @@ def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, setting
 
 
 def test_a_missing_topic_is_named(settings, kafka):
-    from lakehouse.errors import LakehouseError
+    from lakehouse.core.errors import LakehouseError
 
     with pytest.raises(LakehouseError, match="topic 'no_such_topic' does not exist"):
         job.check_topic(settings, "no_such_topic")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
-from producers.protobuf import SCHEMAS_DIR
 
 pytestmark = pytest.mark.integration
 

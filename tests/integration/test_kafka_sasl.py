@@ -13,10 +13,10 @@ import dataclasses
 import pytest
 
 from ingestion import job
-from lakehouse import local_kafka
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.kafka_admin import admin_client, topic_names
+from lakehouse.core import local_kafka
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import admin_client, topic_names
+from lakehouse.core.settings import Settings
 from producers.run import produce
 from tests.integration.own_lakehouse import own_lakehouse
 

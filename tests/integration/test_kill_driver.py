@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakehouse.kafka_admin import end_offsets
+from lakehouse.contracts.protobuf import SCHEMAS_DIR
+from lakehouse.core.kafka_admin import end_offsets
 from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
-from producers.protobuf import SCHEMAS_DIR
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from lakehouse import local_kafka
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core import local_kafka
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def test_start_without_java_is_one_line(settings, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env.update(PATH=os.path.dirname(sys.executable), LAKEHOUSE_HOME=str(tmp_path),
                LAKEHOUSE_KAFKA_PORT=str(local_kafka.free_port()))
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "kafka", "start"],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "kafka", "start"],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
@@ -89,7 +89,7 @@ def test_unreachable_broker_fails_fast_with_one_line(tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path),
            "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{local_kafka.free_port()}"}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "produce", "user_events", "--count", "10"],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "produce", "user_events", "--count", "10"],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
     assert time.monotonic() - started < 30
     assert result.returncode == 1

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from ingestion import bronze, job, maintenance
-from ingestion.streams import get_stream
+from ingestion import bronze, job
+from lakehouse.contracts.streams import get_stream
+from lakehouse.operations import maintenance
 from producers import user_events
 from producers.delivery import ensure_topic, producer_config
 

@@ -35,7 +35,7 @@ def test_duration_and_rate_cap(kafka, settings):
 def test_cli_writes_a_manifest_and_refuses_bad_input(kafka, settings, tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS": kafka}
     manifest_path = tmp_path / "manifest.json"
-    cli = [sys.executable, "-m", "lakehouse.cli", "produce"]
+    cli = [sys.executable, "-m", "lakehouse.commands.cli", "produce"]
     result = subprocess.run([*cli, "purchases", "--count", "2000", "--fault-unknown-schema-id", "0.02",
                              "--evolve-after", "0.5", "--seed", "4", "--manifest", str(manifest_path)],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
@@ -59,7 +59,7 @@ def test_cli_writes_a_manifest_and_refuses_bad_input(kafka, settings, tmp_path):
 
 
 def test_cdc_key_space_is_configurable(kafka, tmp_path):
-    from lakehouse.config import Settings
+    from lakehouse.core.settings import Settings
     from producers.cdc.source import read_tables
     from producers.cdc.stream import source_path
 

@@ -12,8 +12,9 @@ from pyspark.sql import functions as F
 
 from ingestion import protobuf_decoder
 from ingestion.protobuf_decoder import decoder_schema, register_decoder
-from lakehouse.errors import LakehouseError
-from producers import employees, protobuf
+from lakehouse.contracts import protobuf
+from lakehouse.core.errors import LakehouseError
+from producers import employees
 
 pytestmark = pytest.mark.integration
 

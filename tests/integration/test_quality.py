@@ -16,7 +16,7 @@ from expectations import run_quality
 from expectations.history import RESULTS_TABLE
 from expectations.runner import TABLE_EXISTS, format_summary
 from expectations.suites import SILVER_SUITES, SuiteSpec, expect, not_null, param, project_suites, select_suites
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 pytestmark = pytest.mark.integration
 

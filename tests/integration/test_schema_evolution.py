@@ -18,10 +18,10 @@ import yaml
 
 from ingestion import job
 from ingestion.decoders import decoder_for
-from ingestion.streams import get_stream
+from lakehouse.contracts.registry import registry_for
+from lakehouse.contracts.streams import get_stream
 from producers import avro, purchases, user_events
 from producers.delivery import ensure_topic, producer_config
-from producers.registry import registry_for
 
 pytestmark = pytest.mark.integration
 

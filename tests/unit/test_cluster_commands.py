@@ -3,9 +3,9 @@ master, worker, Thrift Server and the ingestion job's submission."""
 
 import zipfile
 
-from lakehouse import cluster
-from lakehouse.config import Settings
-from lakehouse.spark import cluster_conf, spark_conf
+from lakehouse.commands import cluster
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import cluster_conf, spark_conf
 
 
 def _conf(settings: Settings) -> dict[str, str]:
@@ -85,6 +85,6 @@ def test_the_package_holds_every_project_module(tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
     package = cluster.build_package(settings)
     names = set(zipfile.ZipFile(package).namelist())
-    assert {"lakehouse/cli.py", "ingestion/job.py", "ingestion/pipeline.yml", "producers/__init__.py",
-            "expectations/__init__.py"} <= names
+    assert {"lakehouse/commands/cli.py", "ingestion/job.py", "lakehouse/contracts/pipeline.yml",
+            "producers/__init__.py", "expectations/__init__.py"} <= names
     assert not any("__pycache__" in name for name in names)

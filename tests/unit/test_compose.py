@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from lakehouse.config import Settings
+from lakehouse.core.settings import Settings
 from tests import compose_checks as checks
 
 
@@ -107,7 +107,7 @@ def test_env_file_is_git_ignored_and_the_example_is_not():
 
 
 def test_lakehouse_commands_of_the_services_parse(compose):
-    from lakehouse.cli import build_parser
+    from lakehouse.commands.cli import build_parser
 
     commands = {name: cmd for name, service in checks.services(compose).items()
                 if (cmd := checks.lakehouse_command(checks.interpolate(service, checks.SAMPLE_ENV)))}

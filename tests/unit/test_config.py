@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import Settings, default_home
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings, default_home
 
 
 def test_defaults_describe_the_local_platform():

@@ -3,8 +3,8 @@
 import jinja2
 import yaml
 
-from lakehouse.config import Settings
-from lakehouse.spark import PACKAGE_DIR, render_dbt_profile, spark_conf
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import PACKAGE_DIR, render_dbt_profile, spark_conf
 from tests.conftest import REPO_ROOT
 
 

@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from ingestion import dead_letters
 from ingestion.decode import decode_json, to_bronze
-from ingestion.streams import get_stream, json_contract
+from lakehouse.contracts.streams import get_stream, json_contract
 
 SPEC = get_stream("user_events")
 CONTRACT = json_contract(SPEC)

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from ingestion import decode
-from ingestion.streams import get_stream, json_contract
-from producers import avro, purchases, wire
+from lakehouse.contracts import wire
+from lakehouse.contracts.streams import get_stream, json_contract
+from producers import avro, purchases
 from producers.cdc import debezium, dms, stream
 from producers.cdc.simulator import CdcSimulator
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ingestion import dlq
-from ingestion.dlq import Count, DeadLetter, Filters, ReplayReport, StreamReplay
-from ingestion.error_codes import ERROR_CODES
-from lakehouse.cli import build_parser
-from lakehouse.errors import LakehouseError
+from lakehouse.commands.cli import build_parser
+from lakehouse.contracts.error_codes import ERROR_CODES
+from lakehouse.core.errors import LakehouseError
+from lakehouse.operations import dlq
+from lakehouse.operations.dlq import Count, DeadLetter, Filters, ReplayReport, StreamReplay
 from tests.conftest import REPO_ROOT
 
 NOW = datetime(2024, 5, 10, 12, 0, 0, tzinfo=UTC)
@@ -332,13 +332,13 @@ def test_arguments_reach_main():
 
 
 def test_the_module_imports_no_pyspark():
-    code = "import sys, ingestion.dlq; sys.exit(any(m.startswith('pyspark') for m in sys.modules))"
+    code = "import sys, lakehouse.operations.dlq; sys.exit(any(m.startswith('pyspark') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, timeout=60).returncode == 0
 
 
 def test_the_cli_reports_mistakes_in_one_line_before_spark(tmp_path):
     # Caught before Spark starts: no jars are needed (an empty state folder), no Spark job ran.
-    code = ("import sys; from lakehouse.cli import main; rc = main(sys.argv[1:]); "
+    code = ("import sys; from lakehouse.commands.cli import main; rc = main(sys.argv[1:]); "
             "from pyspark.sql import SparkSession; assert SparkSession.getActiveSession() is None; sys.exit(rc)")
     env = {"LAKEHOUSE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     for argv, message in [

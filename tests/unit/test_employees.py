@@ -6,8 +6,9 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
-from lakehouse.errors import LakehouseError
-from producers import delivery, employees, protobuf
+from lakehouse.contracts import protobuf
+from lakehouse.core.errors import LakehouseError
+from producers import delivery, employees
 from producers.employees import Employee, Role, decode, encode, key, make_employee, payloads
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

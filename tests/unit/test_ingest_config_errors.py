@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from ingestion.job import normalize_trigger
-from ingestion.streams import load_pipeline
-from lakehouse.errors import LakehouseError
-from lakehouse.local_kafka import free_port
+from lakehouse.contracts.streams import load_pipeline
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.local_kafka import free_port
 
 STREAM = {"format": "json", "schema": "user_events.schema.json", "event_time": "event_timestamp",
           "identity": ["event_id"]}
-SCHEMAS = Path(__file__).resolve().parents[2] / "producers" / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "lakehouse" / "contracts" / "schemas"
 
 
 def ingest(tmp_path, streams: dict, *args: str) -> subprocess.CompletedProcess:

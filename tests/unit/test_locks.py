@@ -3,8 +3,8 @@
 import threading
 import time
 
-from lakehouse.config import Settings
-from lakehouse.locks import dbt_run_lock, dbt_tables_lock
+from lakehouse.core.locks import dbt_run_lock, dbt_tables_lock
+from lakehouse.core.settings import Settings
 
 
 def test_back_to_back_dbt_runs_do_not_starve_a_waiting_maintenance_pass(tmp_path):

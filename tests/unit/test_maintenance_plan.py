@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ingestion import maintenance as m
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.operations import maintenance as m
 
 
 def write(tmp_path, document) -> m.Policies:
@@ -97,7 +97,7 @@ def test_the_report_shows_before_after_expired_and_reclaimed():
 
 
 def test_markers_are_dropped_only_for_queries_whose_checkpoint_is_known_to_be_gone(tmp_path):
-    from lakehouse.config import Settings
+    from lakehouse.core.settings import Settings
 
     root = tmp_path / "checkpoints"
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_CHECKPOINT_ROOT": str(root)})
@@ -112,7 +112,7 @@ def test_markers_are_dropped_only_for_queries_whose_checkpoint_is_known_to_be_go
 
 
 def test_a_failed_step_is_reported_by_the_java_error_not_by_py4js_preamble():
-    from ingestion.maintenance import _first_line
+    from lakehouse.operations.maintenance import _first_line
 
     py4j = RuntimeError("An error occurred while calling o75.sql.\n"
                         ": org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme \"s3\"\n"
@@ -144,7 +144,7 @@ class _Manifests:
 
 
 def _rewriter(answers):
-    from ingestion.maintenance import TableMaintenance, TableResult
+    from lakehouse.operations.maintenance import TableMaintenance, TableResult
 
     step = TableMaintenance.__new__(TableMaintenance)
     step.spark, step.table, step.dry_run = _Manifests(answers), "bronze.dead_letters", False
@@ -164,7 +164,7 @@ def test_a_manifest_rewrite_that_lost_a_race_with_an_append_is_tried_again():
 
 
 def test_a_manifest_rewrite_gives_up_after_its_attempts_and_other_errors_are_not_retried():
-    from ingestion.maintenance import MANIFEST_REWRITE_ATTEMPTS
+    from lakehouse.operations.maintenance import MANIFEST_REWRITE_ATTEMPTS
 
     step = _rewriter([RACE] * MANIFEST_REWRITE_ATTEMPTS)
     with pytest.raises(RuntimeError, match="latest snapshot"):

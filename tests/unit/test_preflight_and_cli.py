@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.cli import build_parser
-from lakehouse.config import default_home
+from lakehouse.commands.cli import build_parser
+from lakehouse.core.settings import default_home
 from tests.conftest import REPO_ROOT
 
-PREFLIGHT = str(REPO_ROOT / "lakehouse" / "preflight.py")
+PREFLIGHT = str(REPO_ROOT / "lakehouse" / "core" / "preflight.py")
 
 
 def run_preflight(*args, env=None):
@@ -67,7 +67,7 @@ def test_every_subcommand_explains_itself(command, capsys):
 
 def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "ingest", "clicks"],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "ingest", "clicks"],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -87,7 +87,7 @@ def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
 ])
 def test_bad_quality_selection_or_threshold_is_one_line_before_spark_starts(tmp_path, args, env, message):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), **env}
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", *args],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", *args],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [message]
@@ -96,7 +96,7 @@ def test_bad_quality_selection_or_threshold_is_one_line_before_spark_starts(tmp_
 
 def test_lakehouse_dbt_without_a_command_says_what_to_give(tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", "dbt"],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "dbt"],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -115,7 +115,7 @@ def test_cluster_commands_refuse_what_cannot_work_in_one_line(tmp_path, command,
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "AWS_"))}
     env = {**base, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_JARS_DIR": str(jars),
            **{k: v.format(home=tmp_path) for k, v in env.items()}}
-    result = subprocess.run([sys.executable, "-m", "lakehouse.cli", *command],
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", *command],
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[0].startswith(message.format(home=tmp_path)), result.stderr

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 import fastavro
 import pytest
 
-from producers import avro, delivery, purchases, wire
+from lakehouse.contracts import wire
+from lakehouse.contracts.registry import LocalSchemaRegistry, SchemaNotFound
+from producers import avro, delivery, purchases
 from producers.purchases import SCHEMAS, decode, encode, key, make_purchase, payloads, register_schemas
-from producers.registry import LocalSchemaRegistry, SchemaNotFound
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -161,9 +162,9 @@ def test_fault_hooks_break_purchases_the_promised_way(registry):
     import random
     from datetime import UTC, datetime
 
-    from producers import wire
+    from lakehouse.contracts import wire
+    from lakehouse.contracts.registry import SchemaNotFound
     from producers.avro import decode_body
-    from producers.registry import SchemaNotFound
 
     ids = purchases.register_schemas(registry)
     hooks = purchases.fault_hooks(ids)

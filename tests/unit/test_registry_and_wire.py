@@ -3,10 +3,8 @@ import multiprocessing
 
 import pytest
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
-from producers import wire
-from producers.registry import (
+from lakehouse.contracts import wire
+from lakehouse.contracts.registry import (
     ConfluentSchemaRegistry,
     LocalSchemaRegistry,
     SchemaNotFound,
@@ -14,6 +12,8 @@ from producers.registry import (
     registry_for,
     registry_path,
 )
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
 
 def schema(name: str) -> str:

@@ -6,9 +6,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lakehouse import status as s
-from lakehouse.config import Settings
-from lakehouse.local_kafka import free_port
+from lakehouse.core.local_kafka import free_port
+from lakehouse.core.settings import Settings
+from lakehouse.operations import status as s
 
 
 def test_batch_records_and_rate():

@@ -1,8 +1,8 @@
 import pytest
 from pyspark.sql.types import LongType, StringType, TimestampType
 
-from ingestion.streams import get_stream, json_contract
-from lakehouse.errors import LakehouseError
+from lakehouse.contracts.streams import get_stream, json_contract
+from lakehouse.core.errors import LakehouseError
 
 
 def test_json_schema_becomes_the_bronze_payload_columns():

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import time
 
-from lakehouse import local_kafka
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core import local_kafka
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
-log = logging.getLogger("lakehouse.demo")
+log = logging.getLogger("lakehouse.commands.demo")
 
 MODEL_TABLES = (
     "silver.employees", "silver.purchases", "silver.user_events", "silver.customers", "silver.accounts",
@@ -38,7 +38,7 @@ def _step(number: int, text: str) -> float:
 
 def _count(spark, table: str, where: str = "true") -> int:
     """Rows of a table or view; 0 when it does not exist (yet)."""
-    from lakehouse.spark import relation_exists
+    from lakehouse.core.spark import relation_exists
 
     return spark.table(table).where(where).count() if relation_exists(spark, table) else 0
 
@@ -64,13 +64,14 @@ def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
 
 
 def main(settings: Settings, events: int = 20_000) -> int:
+    from expectations.mirror import check_mirror
     from expectations.runner import format_summary, run_quality
-    from ingestion import job, maintenance
-    from ingestion.streams import load_pipeline
-    from lakehouse import status
-    from lakehouse.cdc_check import check_mirror
-    from lakehouse.dbt import run_dbt
-    from lakehouse.spark import ensure_namespaces, get_spark
+    from ingestion import job
+    from lakehouse.contracts.streams import load_pipeline
+    from lakehouse.core.spark import ensure_namespaces, get_spark
+    from lakehouse.operations import maintenance, status
+    from lakehouse.operations.dbt import run_dbt
+    from producers.cdc.stream import simulator_source, simulator_sources
     from producers.faults import FaultRates
     from producers.run import PRODUCERS, produce
 
@@ -110,7 +111,7 @@ def main(settings: Settings, events: int = 20_000) -> int:
         run_dbt(settings, ["build"])
 
         _step(5, "quality checks (Great Expectations)")
-        report = run_quality(spark, settings)
+        report = run_quality(spark, settings, sources=simulator_sources(settings))
         print(format_summary(report))
 
         print("\n" + "=" * 64)
@@ -135,7 +136,7 @@ def main(settings: Settings, events: int = 20_000) -> int:
             print(f"  {table:<32} {_count(spark, table):>12,} rows")
         for name, spec in streams.items():
             if spec.is_cdc:
-                check = check_mirror(spark, settings, name)
+                check = check_mirror(spark, simulator_source(settings, name))
                 verdict = "equals the source database" if check.equal else (
                     f"DIFFERS from the source database: {check.missing} missing, {check.extra} extra, "
                     f"{check.different} different")

@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.preflight import PreflightError, check_java, port_is_free
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.preflight import PreflightError, check_java, port_is_free
+from lakehouse.core.settings import Settings
 
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30

@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 from collections import deque
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
 CONNECT_TIMEOUT_S = 5.0
 

@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lakehouse.config import NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
 
 DEAD_LETTER_TABLE = "bronze.dead_letters"  # ingestion.dead_letters.TABLE, without importing pyspark
 QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.RESULTS_TABLE
@@ -386,7 +386,7 @@ def pyiceberg_catalog(settings: Settings):
     """The catalog the Spark jobs use, opened by pyiceberg (same SQLite database, same name)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from lakehouse.config import CATALOG_NAME
+    from lakehouse.core.settings import CATALOG_NAME
 
     if settings.catalog_type == "rest":
         from pyiceberg.catalog.rest import RestCatalog
@@ -478,8 +478,8 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
     caller already found there is none."""
     from ingestion import checkpoint
     from ingestion.job import checkpoint_location
-    from ingestion.streams import resolve_streams
-    from lakehouse.kafka_admin import end_offsets
+    from lakehouse.contracts.streams import resolve_streams
+    from lakehouse.core.kafka_admin import end_offsets
 
     specs = resolve_streams(names or ["all"])
     if catalog is None:
@@ -650,7 +650,7 @@ def _guarded(problems: list[str] | dict[str, str], part: str, read: Callable[[],
 
 def collect_status(settings: Settings, names: list[str] | None = None) -> StatusReport:
     """Every part of the status; a part that cannot be read says why in ``problems``."""
-    from ingestion.streams import resolve_streams
+    from lakehouse.contracts.streams import resolve_streams
 
     resolve_streams(names or ["all"])  # an unknown stream name is the user's error: refuse it now
     problems: dict[str, str] = {}

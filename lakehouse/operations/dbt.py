@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lakehouse.config import PREFIX, PROJECT_ROOT, Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings
 
 
 def dbt_executable() -> str:
@@ -45,7 +45,7 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
     Holds the dbt-tables lock (lakehouse/locks.py) so maintenance never compacts a table
     under a running MERGE.
     """
-    from lakehouse.locks import dbt_run_lock
+    from lakehouse.core.locks import dbt_run_lock
 
     with dbt_run_lock(settings):
         result = subprocess.run(

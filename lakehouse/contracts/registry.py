@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
 FILE_FORMAT = 1
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")

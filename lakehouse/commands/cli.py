@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 
-from lakehouse.config import PREFIX, SETTINGS, Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.core.entry import run_command
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import PREFIX, SETTINGS, Settings
 
 QUALITY_FAILED = 1  # exit status of `lakehouse quality run` when a critical check failed
 EPILOG = (
@@ -23,7 +23,7 @@ EPILOG = (
 
 
 def _kafka(args, settings: Settings) -> int:
-    from lakehouse import local_kafka
+    from lakehouse.core import local_kafka
 
     if args.action == "start":
         local_kafka.start(settings)
@@ -87,25 +87,25 @@ def _ingest(args, settings: Settings) -> int:
 
 
 def _status(args, settings: Settings) -> int:
-    from lakehouse import status
+    from lakehouse.operations import status
 
     return status.main(args, settings)
 
 
 def _maintain(args, settings: Settings) -> int:
-    from ingestion import maintenance
+    from lakehouse.operations import maintenance
 
     return maintenance.main(args, settings)
 
 
 def _dlq(args, settings: Settings) -> int:
-    from ingestion import dlq
+    from lakehouse.operations import dlq
 
     return dlq.main(args, settings)
 
 
 def _dbt(args, settings: Settings) -> int:
-    from lakehouse.dbt import run_dbt
+    from lakehouse.operations.dbt import run_dbt
 
     if not args.dbt_args:
         raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
@@ -116,11 +116,13 @@ def _dbt(args, settings: Settings) -> int:
 def _quality(args, settings: Settings) -> int:
     from expectations.runner import format_summary, run_quality
     from expectations.suites import select_suites
-    from lakehouse.spark import get_spark
+    from lakehouse.core.spark import get_spark
+    from producers.cdc.stream import simulator_sources
 
     select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-quality")
-    report = run_quality(spark, settings, layer=args.layer, stream=args.stream)
+    report = run_quality(spark, settings, layer=args.layer, stream=args.stream,
+                         sources=simulator_sources(settings))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -130,7 +132,7 @@ def _quality(args, settings: Settings) -> int:
 
 
 def _dbt_profile(args, settings: Settings) -> int:
-    from lakehouse.spark import render_dbt_profile
+    from lakehouse.core.spark import render_dbt_profile
 
     sys.stdout.write(render_dbt_profile())
     return 0
@@ -158,7 +160,7 @@ def _exec(command: list[str], env: dict[str, str]) -> int:
 
 
 def _cluster(args, settings: Settings) -> int:
-    from lakehouse import cluster
+    from lakehouse.commands import cluster
 
     env = cluster.daemon_env(settings)
     if args.action == "master":
@@ -182,7 +184,7 @@ def _cluster(args, settings: Settings) -> int:
 
 
 def _submit(args, settings: Settings) -> int:
-    from lakehouse import cluster
+    from lakehouse.commands import cluster
 
     job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
     cluster.check_submission(settings)
@@ -195,7 +197,7 @@ def _submit(args, settings: Settings) -> int:
 
 
 def _demo(args, settings: Settings) -> int:
-    from lakehouse import demo
+    from lakehouse.commands import demo
 
     return demo.main(settings, events=args.events)
 
@@ -249,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest_arguments(ingest)
     ingest.set_defaults(func=_ingest)
 
-    from lakehouse.status import add_arguments as status_arguments
+    from lakehouse.operations.status import add_arguments as status_arguments
     status = sub.add_parser(
         "status", help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
         description="Per stream: the last committed micro-batch (when, how many records, how fast), the lag "
@@ -280,20 +282,20 @@ def build_parser() -> argparse.ArgumentParser:
     maintain = sub.add_parser(
         "maintain", help="compact, rewrite manifests, expire snapshots, remove orphan files",
         description="One maintenance pass over the lakehouse's Iceberg tables, by the policies of "
-                    "ingestion/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction (streaming tables: "
-                    "only partitions no longer being written), position-delete rewrite (merge-on-read "
-                    "mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's exactly-once check "
-                    "valid), orphan file removal (never files younger than 24 h). Safe while ingestion runs; "
+                    "lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction "
+                    "(streaming tables: only partitions no longer being written), position-delete rewrite "
+                    "(merge-on-read mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's "
+                    "exactly-once check valid), orphan file removal (never files younger than 24 h). Safe while ingestion runs; "
                     "silver and gold tables wait for a dbt run started with `lakehouse dbt` to finish. "
                     "Prints files before/after, snapshots expired and bytes reclaimed per table.")
-    from ingestion.maintenance import add_arguments as maintain_arguments
+    from lakehouse.operations.maintenance import add_arguments as maintain_arguments
     maintain_arguments(maintain)
     maintain.set_defaults(func=_maintain)
 
     dlq = sub.add_parser(
         "dlq", help="dead letters: stats, list, show, replay",
         description="Inspect bronze.dead_letters and replay fixed records into bronze.")
-    from ingestion.dlq import add_arguments as dlq_arguments
+    from lakehouse.operations.dlq import add_arguments as dlq_arguments
     dlq_arguments(dlq)
     dlq.set_defaults(func=_dlq)
 
@@ -322,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
                     "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
                     "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
-                    "every address comes from lakehouse/profiles/cluster.env (the docker-compose services).")
+                    "every address comes from lakehouse/core/profiles/cluster.env (the docker-compose services).")
     cluster.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
     cluster.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
     cluster.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
@@ -357,25 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    # py4j logs every callback-server connection at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    # GX logs its config handling at INFO, dozens of lines per suite.
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    debug = os.environ.get(PREFIX + "DEBUG") == "1"
-    try:
-        settings = Settings.from_env()
-        return args.func(args, settings)
-    except LakehouseError as exc:
-        if debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

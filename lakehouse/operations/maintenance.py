@@ -12,7 +12,7 @@ leave position-delete files behind on the merge-on-read mirrors. Each pass, per 
    table property, so the exactly-once check (DESIGN §8) outlives the snapshots it read;
 4. `remove_orphan_files`, older than the policy's minimum age (never under 24 hours).
 
-Policies come from ingestion/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's
+Policies come from lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's
 optimistic commits keep ingestion safe during a pass (appends never conflict with a
 rewrite); dbt tables are rewritten only while holding the dbt-tables lock
 (lakehouse/locks.py). What each pass did is printed and appended to
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import yaml
 
-from lakehouse.config import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.status import human_bytes
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
+from lakehouse.operations.status import human_bytes
 
 log = logging.getLogger("lakehouse.maintain")
 
@@ -596,7 +596,7 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
              all_partitions: bool = False, policies: Policies | None = None, lock_wait_seconds: float = 600,
              now: datetime | None = None) -> list[TableResult]:
     """One maintenance pass over the chosen tables (default: every table of the lakehouse)."""
-    from lakehouse.locks import dbt_tables_lock
+    from lakehouse.core.locks import dbt_tables_lock
 
     policies = policies or load_policies()
     existing = table_names(spark, (*NAMESPACES, QUALITY_NAMESPACE))
@@ -669,7 +669,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    from lakehouse.spark import get_spark
+    from lakehouse.core.spark import get_spark
 
     policies = load_policies()  # a bad policy file fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-maintain")

@@ -3,11 +3,11 @@
 Standard library only: `make demo` runs this with the system Python before creating the
 virtual environment, so a missing Java or a taken port is reported in seconds, in one line.
 
-    python3 lakehouse/preflight.py java            # exit 1 with one line if Java 17+ is missing
-    python3 lakehouse/preflight.py port 9092 [PIDFILE]  # exit 1 if the port is taken
+    python3 lakehouse/core/preflight.py java            # exit 1 with one line if Java 17+ is missing
+    python3 lakehouse/core/preflight.py port 9092 [PIDFILE]  # exit 1 if the port is taken
                                                       # (unless PIDFILE names a live process:
                                                       # the project's own broker, reused)
-    python3 lakehouse/preflight.py mvn             # exit 1 if Maven is missing
+    python3 lakehouse/core/preflight.py mvn             # exit 1 if Maven is missing
 """
 
 from __future__ import annotations

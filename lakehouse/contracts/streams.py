@@ -1,8 +1,8 @@
 """The pipeline configuration: which streams exist and how each one lands in bronze.
 
-A stream is data, not code: an entry in the pipeline file (ingestion/pipeline.yml, or the
+A stream is data, not code: an entry in the pipeline file (lakehouse/contracts/pipeline.yml, or the
 file LAKEHOUSE_PIPELINE_FILE names) plus a schema file. The schema file is the contract
-with the producer (producers/schemas/). Everything is checked when the file is loaded, so
+with the producer (lakehouse/contracts/schemas/). Everything is checked when the file is loaded, so
 a bad entry stops the job with one line naming the problem, before Spark starts.
 """
 
@@ -26,7 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
 PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"

@@ -38,9 +38,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from ingestion.error_codes import ERROR_CODES
-from lakehouse.config import Settings
-from lakehouse.errors import LakehouseError
+from lakehouse.contracts.error_codes import ERROR_CODES
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 
 log = logging.getLogger("lakehouse.dlq")
 
@@ -149,7 +149,7 @@ def parse_filters(
     ``known_streams`` defaults to the streams of the pipeline file.
     """
     if streams and known_streams is None:
-        from ingestion.streams import stream_names
+        from lakehouse.contracts.streams import stream_names
 
         known_streams = stream_names()
     known = sorted(known_streams or ())
@@ -182,7 +182,7 @@ def parse_record(parts: Sequence[str], known_streams: Iterable[str] | None = Non
     if not (partition.isdigit() and offset.isdigit()):
         raise LakehouseError(f"partition and offset must be whole numbers >= 0: {usage}")
     if known_streams is None:
-        from ingestion.streams import stream_names
+        from lakehouse.contracts.streams import stream_names
 
         known_streams = stream_names()
     known = sorted(known_streams)
@@ -505,7 +505,7 @@ def _dead_letters(spark):
     table created before replay existed), and whether the table has those columns; None if
     there is no table yet."""
     from ingestion import bronze, dead_letters
-    from lakehouse.spark import relation_exists
+    from lakehouse.core.spark import relation_exists
 
     if not relation_exists(spark, TABLE):
         return None, False
@@ -619,8 +619,8 @@ def _replay(spark, settings: Settings, report: ReplayReport) -> ReplayReport:
     from ingestion import bronze, dead_letters, job
     from ingestion.decode import to_bronze
     from ingestion.decoders import KAFKA_SOURCE_SCHEMA, decoder_for
-    from ingestion.streams import get_stream
-    from lakehouse.spark import relation_exists
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.spark import relation_exists
 
     if not relation_exists(spark, TABLE):
         log.info("%s does not exist yet: nothing to replay", TABLE)
@@ -868,7 +868,7 @@ def checked_arguments(args: argparse.Namespace) -> tuple[Filters, tuple[str, int
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     checked_arguments(args)  # everything the user can get wrong, before paying for a Spark start-up
-    from lakehouse.spark import get_spark
+    from lakehouse.core.spark import get_spark
 
     return run(args, settings, get_spark(settings, app_name="lakehouse-dlq"))
 

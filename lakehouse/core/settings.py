@@ -6,7 +6,7 @@ The defaults describe the embedded local platform: a Kafka broker on this machin
 Iceberg JDBC catalog on SQLite, everything under one state folder (``.lakehouse/``).
 
 A *profile* names a file of defaults for a whole platform: ``LAKEHOUSE_PROFILE=cluster``
-reads ``lakehouse/profiles/cluster.env``, which points every part at the services of
+reads ``lakehouse/core/profiles/cluster.env``, which points every part at the services of
 docker-compose.yml (REST catalog, S3 object store, schema registry, Spark master). Order of
 precedence: environment, then ``LAKEHOUSE_CONFIG_FILE``, then the profile, then the defaults.
 
@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 PREFIX = "LAKEHOUSE_"
 KAFKA_OPTION_PREFIX = PREFIX + "KAFKA_OPT_"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 LOCAL_PROFILE = "local"  # the built-in defaults; every other profile is a file in PROFILES_DIR
 CATALOG_NAME = "lake"
@@ -286,7 +286,7 @@ class Settings:
         return needed
 
     def spark_inputs(self) -> dict[str, str]:
-        """The values the Spark session is built from (see lakehouse.spark.spark_conf)."""
+        """The values the Spark session is built from (see lakehouse.core.spark.spark_conf)."""
         return {
             "home": str(self.home),
             "jars_dir": str(self.jars_dir),

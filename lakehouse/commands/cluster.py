@@ -15,9 +15,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from lakehouse.config import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
-from lakehouse.errors import LakehouseError
-from lakehouse.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, spark_conf, spark_jars
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
+from lakehouse.core.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, spark_conf, spark_jars
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -77,7 +77,7 @@ def _conf_arguments(conf: dict[str, str]) -> list[str]:
 
 
 def submit_conf(settings: Settings) -> dict[str, str]:
-    """The session configuration of lakehouse.spark, for a JVM that spark-submit starts."""
+    """The session configuration of lakehouse.core.spark, for a JVM that spark-submit starts."""
     conf = {**spark_conf(settings.spark_inputs(), str(PACKAGE_DIR)), **cluster_conf(settings)}
     conf.pop("spark.master")  # given as --master
     conf.pop("spark.driver.memory")  # given as --driver-memory, before the JVM starts
@@ -164,7 +164,7 @@ SESSION_NAMESPACE = "default"
 
 def ensure_session_namespace(settings: Settings) -> None:
     """Create `lake.default` before the Thrift Server starts (pyiceberg: no Spark needed)."""
-    from lakehouse.status import existing_catalog
+    from lakehouse.operations.status import existing_catalog
 
     catalog = existing_catalog(settings)
     if catalog is None:
@@ -183,7 +183,7 @@ def wait_for_services(settings: Settings, timeout_s: float = 300.0) -> None:
     import urllib.error
     import urllib.request
 
-    from lakehouse.kafka_admin import admin_client, topic_names
+    from lakehouse.core.kafka_admin import admin_client, topic_names
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -208,8 +208,8 @@ def wait_for_services(settings: Settings, timeout_s: float = 300.0) -> None:
 
 def init_platform(settings: Settings, partitions: int = 3) -> dict[str, list[str]]:
     """Create every stream's topic and the catalog's namespaces; idempotent."""
-    from ingestion.streams import load_pipeline
-    from lakehouse.spark import get_spark
+    from lakehouse.contracts.streams import load_pipeline
+    from lakehouse.core.spark import get_spark
     from producers.delivery import ensure_topic
 
     check_submission(settings)

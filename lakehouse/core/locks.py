@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from lakehouse.config import Settings
+from lakehouse.core.settings import Settings
 
 POLL_SECONDS = 0.2
 

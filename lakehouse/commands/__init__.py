@@ -1,0 +1,2 @@
+"""The top floor: the `lakehouse` command line, the demo and the cluster launchers. Nothing in
+the project imports it."""
