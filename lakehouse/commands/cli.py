@@ -285,9 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction "
                     "(streaming tables: only partitions no longer being written), position-delete rewrite "
                     "(merge-on-read mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's "
-                    "exactly-once check valid), orphan file removal (never files younger than 24 h). Safe while ingestion runs; "
-                    "silver and gold tables wait for a dbt run started with `lakehouse dbt` to finish. "
-                    "Prints files before/after, snapshots expired and bytes reclaimed per table.")
+                    "exactly-once check valid), orphan file removal (never files younger than 24 h). Safe "
+                    "while ingestion runs; silver and gold tables wait for a dbt run started with "
+                    "`lakehouse dbt` to finish. Prints files before/after, snapshots expired and bytes "
+                    "reclaimed per table.")
     from lakehouse.operations.maintenance import add_arguments as maintain_arguments
     maintain_arguments(maintain)
     maintain.set_defaults(func=_maintain)
