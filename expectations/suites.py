@@ -1,4 +1,4 @@
-"""Data quality suites of the lakehouse, as plain data (DESIGN §10).
+"""Data quality suites of the lakehouse, as plain data (ARCHITECTURE §10).
 
 A suite is a :class:`SuiteSpec`: which layer and stream it belongs to, what it validates (a
 table, or a SQL query over tables for checks that compare or aggregate), and a list of
@@ -61,7 +61,7 @@ SEVERITY_META_KEY = "severity"
 PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
 
 DEAD_LETTERS_TABLE = "bronze.dead_letters"
-REASON_CODES = tuple(ERROR_CODES)  # the closed set of DESIGN §7
+REASON_CODES = tuple(ERROR_CODES)  # the closed set of ARCHITECTURE §7
 CDC_OPERATIONS = ("I", "U", "D", "R")
 KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 
@@ -176,7 +176,7 @@ def between(column: str, minimum: Any, maximum: Any, severity: Severity = CRITIC
 def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
     """The bronze suites of one stream: its table, and its dead-letter rate."""
     time_column = stream.event_time_column
-    # Kafka tombstone rows of a CDC stream carry only the key, by design (DESIGN §6).
+    # Kafka tombstone rows of a CDC stream carry only the key, by design (ARCHITECTURE §6).
     data_rows = {"row_condition": "not _is_tombstone", "condition_parser": "spark"} if stream.is_cdc else {}
     checks = [
         # Exactly once: a Kafka record lands at most once. Re-sent duplicates have offsets of

@@ -1,6 +1,6 @@
 """Bronze Iceberg tables: creation, schema evolution, and appends that name their batch.
 
-Exactly once (DESIGN §8): each append carries the streaming query's id and the batch id as
+Exactly once (ARCHITECTURE §8): each append carries the streaming query's id and the batch id as
 snapshot properties. Batches of one query commit in order, so a batch is already in a table
 when that table's latest snapshot from the same query has a batch id at least as high
 (`last_committed_batch`; ingestion/job.py skips such a batch).

@@ -1,6 +1,6 @@
 """The dead-letter table: every record that could not be read, with its bytes and a reason.
 
-Error codes are a closed set (DESIGN §7); each record is in bronze or here, never both.
+Error codes are a closed set (ARCHITECTURE §7); each record is in bronze or here, never both.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Input: the Kafka source's columns (key, value, topic, partition, offset, timesta
 Output of every ``decode_*``: the stream's bronze payload columns (and format extras such
 as ``_rescued``, ``_schema_id`` or the CDC changelog columns), the Kafka columns, and
 ``_error_code`` / ``_error_detail``, null for a good record and naming the reason
-(DESIGN §7) for one that must go to dead letters. A decode that "succeeds" into garbage
+(ARCHITECTURE §7) for one that must go to dead letters. A decode that "succeeds" into garbage
 (an all-null Avro struct, a Protobuf message without its identity) is caught here too.
 """
 
@@ -176,7 +176,7 @@ def decode_protobuf(raw: DataFrame, decoder: str, columns: StructType, required:
     ])
 
 
-# --- CDC: Debezium and DMS into one changelog shape (DESIGN §6) ----------------------------
+# --- CDC: Debezium and DMS into one changelog shape (ARCHITECTURE §6) ----------------------------
 
 DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R"}
 DMS_OPS = {"insert": "I", "update": "U", "delete": "D", "load": "R"}
@@ -343,7 +343,7 @@ def bronze_columns(decoded: DataFrame) -> list[str]:
 
 
 def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
-    """Bronze rows of a decoded batch: good records with their Kafka metadata (DESIGN §6)."""
+    """Bronze rows of a decoded batch: good records with their Kafka metadata (ARCHITECTURE §6)."""
     return decoded.where(F.col("_error_code").isNull()).select(
         *bronze_columns(decoded),
         F.col("topic").alias("_kafka_topic"),

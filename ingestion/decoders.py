@@ -80,7 +80,7 @@ def _field_changes(before: StructType | None, after: StructType) -> list[str]:
 class JsonSchemaDecoder(Decoder):
     """Formats whose schema file is a JSON Schema: JSON events (undeclared fields kept in
     ``_rescued``), and Debezium or DMS change records (the schema of the row image) into the
-    normalized changelog (DESIGN §6)."""
+    normalized changelog (ARCHITECTURE §6)."""
 
     _columns: StructType | None = None
 

@@ -2,7 +2,7 @@
 
 One generic runner for every stream of the pipeline configuration (lakehouse/contracts/pipeline.yml):
 each micro-batch is decoded once by the stream's decoder, then split: readable records
-append to the stream's bronze table, the rest to bronze.dead_letters (DESIGN §6-8).
+append to the stream's bronze table, the rest to bronze.dead_letters (ARCHITECTURE §6-8).
 ``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
 """
 
@@ -102,7 +102,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
 
 
 class _Commits:
-    """The last batch of this query committed to each table (DESIGN §8).
+    """The last batch of this query committed to each table (ARCHITECTURE §8).
 
     Read from the table's snapshots once, at the first batch after a start; from then on this
     process is the query's only writer and its batches commit in order, so it keeps count
@@ -125,7 +125,7 @@ class _Commits:
 
 
 def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits: _Commits) -> bool:
-    """Dead letters, then bronze, each skipped if this batch is already in it (DESIGN §8);
+    """Dead letters, then bronze, each skipped if this batch is already in it (ARCHITECTURE §8);
     whether anything was written.
 
     Two tables cannot commit atomically, so a crash can fall between the two commits. The

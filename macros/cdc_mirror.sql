@@ -1,5 +1,5 @@
 {#-
-    The CDC mirror (DESIGN §9): one row per key, the state after the change with the highest
+    The CDC mirror (ARCHITECTURE §9): one row per key, the state after the change with the highest
     sequence, deletes kept as tombstones. dbt-spark's built-in `merge` strategy has no delete
     branch and no ordering, so the project owns the apply:
 

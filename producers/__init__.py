@@ -1,1 +1,1 @@
-"""Kafka producers of the demo streams (DESIGN §5), with switchable fault injection."""
+"""Kafka producers of the demo streams (ARCHITECTURE §5), with switchable fault injection."""

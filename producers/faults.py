@@ -19,7 +19,7 @@ from typing import Any
 from lakehouse.core.errors import LakehouseError
 from producers.message import Outgoing
 
-# Fault kind -> the dead-letter code ingestion must give it (DESIGN §7).
+# Fault kind -> the dead-letter code ingestion must give it (ARCHITECTURE §7).
 DEAD_LETTER_CODES = {
     "truncated": "CORRUPT_PAYLOAD",
     "garbled": "CORRUPT_PAYLOAD",

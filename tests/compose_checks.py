@@ -739,7 +739,7 @@ def image_errors(dockerfile_text: str, dockerignore_text: str, makefile_text: st
         return ["docker/Dockerfile has no FROM"]
     final = instructions[stages[-1]:]
     if not final[0][1].startswith("python:3.11"):
-        errors.append(f"the final stage is FROM {final[0][1]}, not Python 3.11 (DESIGN.md §3)")
+        errors.append(f"the final stage is FROM {final[0][1]}, not Python 3.11 (docs/ARCHITECTURE.md §3)")
     env = {}
     for keyword, arguments in final:
         if keyword == "ENV":

@@ -1,4 +1,4 @@
-"""The closed set of dead-letter reason codes (DESIGN §7), without importing pyspark.
+"""The closed set of dead-letter reason codes (ARCHITECTURE §7), without importing pyspark.
 
 The one source of truth: ingestion.dead_letters re-exports it for the ingestion job, and the
 command line (`lakehouse dlq`) and the quality suites read it from here, so validating a

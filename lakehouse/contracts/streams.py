@@ -61,7 +61,7 @@ class StreamSpec:
 
     @property
     def partitioning(self) -> tuple[str, ...]:
-        # CDC: by ingestion day, so a MERGE's increment reads few partitions (DESIGN §6).
+        # CDC: by ingestion day, so a MERGE's increment reads few partitions (ARCHITECTURE §6).
         return ("days(_ingested_at)",) if self.is_cdc else (f"days({self.event_time_column})",)
 
 

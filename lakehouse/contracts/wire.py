@@ -1,6 +1,6 @@
 """The Confluent wire format: magic byte 0, a 4-byte big-endian schema id, then the body.
 
-Every message of a registry-backed topic (DESIGN §5, `purchases`) starts with these five
+Every message of a registry-backed topic (ARCHITECTURE §5, `purchases`) starts with these five
 bytes, so a reader finds the writer's schema in the registry before decoding the body.
 Confluent's serializers, Spark's from_avro readers and Kafka Connect all agree on it.
 """

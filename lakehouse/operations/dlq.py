@@ -1,4 +1,4 @@
-"""`lakehouse dlq`: inspect bronze.dead_letters and replay fixed records into bronze (DESIGN §7).
+"""`lakehouse dlq`: inspect bronze.dead_letters and replay fixed records into bronze (ARCHITECTURE §7).
 
     stats    dead letters counted by stream and reason, pending and replayed, oldest/newest
     list     one line per dead letter: where it came from, why it failed, its replay state

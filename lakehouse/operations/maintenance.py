@@ -9,7 +9,7 @@ leave position-delete files behind on the merge-on-read mirrors. Each pass, per 
    table, then `rewrite_position_delete_files` where delete files exist;
 2. `rewrite_manifests`, when there is more than one manifest;
 3. `expire_snapshots`, after copying each ingestion query's last committed batch into a
-   table property, so the exactly-once check (DESIGN §8) outlives the snapshots it read;
+   table property, so the exactly-once check (ARCHITECTURE §8) outlives the snapshots it read;
 4. `remove_orphan_files`, older than the policy's minimum age (never under 24 hours).
 
 Policies come from lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's

@@ -1,9 +1,9 @@
 """Debezium (PostgreSQL connector, JSON converter without schemas) messages of the source tables.
 
-The `customers` stream (DESIGN §5). Key: ``{"customer_id": N}``; value: the change event
+The `customers` stream (ARCHITECTURE §5). Key: ``{"customer_id": N}``; value: the change event
 envelope (``before``, ``after``, ``source``, ``op``, ``ts_ms``). A delete is followed by a
 tombstone, the same key with a null value, so that log compaction can drop the key; the
-ingestion must recognise tombstones rather than dead-letter them (DESIGN §6).
+ingestion must recognise tombstones rather than dead-letter them (ARCHITECTURE §6).
 
 Encoding is generic over the source tables, but only `customers` is streamed this way.
 """

@@ -1,6 +1,6 @@
 """AWS DMS JSON messages (Kafka target endpoint) of the source tables.
 
-The `accounts` stream (DESIGN §5). Key: the primary key as text (DMS's "primary-key"
+The `accounts` stream (ARCHITECTURE §5). Key: the primary key as text (DMS's "primary-key"
 partition key type); value: ``{"data": row, "metadata": {...}}``. For a delete, ``data`` is
 the before-image, the only image DMS sends for it. DMS has no log position, so the order of
 changes rests on the commit timestamp (microseconds), the transaction id and the record's

@@ -2,7 +2,7 @@
 
 At-least-once delivery re-sends messages (a connector restarting from its last committed
 offset), and a topic with several partitions, or a producer that does not key its messages,
-loses the order between changes of one key. The mirror must converge anyway (DESIGN §9);
+loses the order between changes of one key. The mirror must converge anyway (ARCHITECTURE §9);
 these functions make such streams on purpose so the producer can send them and tests can
 check convergence without Kafka. Randomness comes in as a ``random.Random``: same seed,
 same faults.

@@ -1,4 +1,4 @@
-"""The normalized changelog (DESIGN §6) and the reference semantics of a CDC mirror (DESIGN §9).
+"""The normalized changelog (ARCHITECTURE §6) and the reference semantics of a CDC mirror (ARCHITECTURE §9).
 
 Whatever the wire format (Debezium, DMS), a change decodes to a ``NormalizedChange``; ``apply``
 turns any bag of them into the live state of a table. The Spark normalizer and the dbt mirror
@@ -17,7 +17,7 @@ OPS = ("I", "U", "D", "R")  # insert, update, delete, read (snapshot / full load
 class InvalidChange(ValueError):
     """A message that claims to be a change but lacks what its format requires.
 
-    The ingestion routes such a record to dead letters as INVALID_CDC_ENVELOPE (DESIGN §7).
+    The ingestion routes such a record to dead letters as INVALID_CDC_ENVELOPE (ARCHITECTURE §7).
     """
 
 

@@ -1,7 +1,7 @@
 """A source database that changes: random transactions over `customers` and `accounts`.
 
 The simulator owns a SQLite database (producers.cdc.source) and is the oracle of the CDC
-streams (DESIGN §9): every change it returns was committed to that database, so the database
+streams (ARCHITECTURE §9): every change it returns was committed to that database, so the database
 is, at any time, exactly what a correct mirror of the changes must hold.
 
 Row generation is pure (a seeded ``random.Random`` and a commit instant in, a dict out); the

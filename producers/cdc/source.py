@@ -1,6 +1,6 @@
 """The source database of the CDC streams: a SQLite file holding the tables of source_tables.sql.
 
-Its committed state is the truth the silver mirrors are checked against (DESIGN §9), so it is
+Its committed state is the truth the silver mirrors are checked against (ARCHITECTURE §9), so it is
 read back exactly as stored: one dict per row, keyed by primary key, nothing converted.
 """
 

@@ -1,5 +1,5 @@
--- The source database of the CDC streams (DESIGN §5): the tables the simulator changes and
--- whose committed state is the oracle for the silver mirrors (DESIGN §9).
+-- The source database of the CDC streams (ARCHITECTURE §5): the tables the simulator changes and
+-- whose committed state is the oracle for the silver mirrors (ARCHITECTURE §9).
 --
 -- STRICT so that a value of the wrong type is refused rather than stored as whatever SQLite's
 -- type affinity makes of it: a change image must hold exactly what the row holds. Money and

@@ -1,4 +1,4 @@
-"""`lakehouse maintain` against the streaming writer's exactly-once check (DESIGN §8).
+"""`lakehouse maintain` against the streaming writer's exactly-once check (ARCHITECTURE §8).
 
 The check reads the query id and batch id that every bronze append leaves in its snapshot's
 summary. Expiring snapshots erases those summaries, so maintenance first copies each query's

@@ -1,4 +1,4 @@
-"""The oracle (DESIGN §9): any delivery of the change streams converges to the source database.
+"""The oracle (ARCHITECTURE §9): any delivery of the change streams converges to the source database.
 
 Simulate, encode, break the delivery (duplicates, reordering, partitions), decode, apply:
 the result must equal the simulator's SQLite tables exactly, for Debezium and for DMS.

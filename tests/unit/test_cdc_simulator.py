@@ -1,4 +1,4 @@
-"""The CDC simulator: a SQLite source database and the changes it commits (DESIGN §9 oracle)."""
+"""The CDC simulator: a SQLite source database and the changes it commits (ARCHITECTURE §9 oracle)."""
 
 import re
 import sqlite3
