@@ -139,8 +139,7 @@ def _dbt_profile(args, settings: Settings) -> int:
 
 
 def _config(args, settings: Settings) -> int:
-    shown = {name: str(getattr(settings, name)) for name in SETTINGS}
-    shown["kafka_options"] = ", ".join(f"{k}=***" for k in settings.kafka_options) or "(none)"
+    shown = settings.shown()
     if args.json:
         print(json.dumps(shown, indent=2))
         return 0

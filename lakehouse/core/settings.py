@@ -19,9 +19,11 @@ Secrets are read only from the environment; nothing here is ever written to disk
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from lakehouse.core.errors import LakehouseError
 
@@ -125,6 +127,40 @@ def _read_config_file(path: str) -> dict[str, str]:
     return values
 
 
+# Variables that hold a secret: Kafka passwords, JAAS configurations (which embed one), tokens.
+_SECRET_OPTION = re.compile(r"PASSWORD|SECRET|JAAS|TOKEN|CREDENTIAL", re.IGNORECASE)
+
+
+def _url_has_password(url: str) -> bool:
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:
+        return False
+
+
+def secrets_in(values: Mapping[str, str]) -> list[str]:
+    """The variables of `values` that carry a secret (a Kafka password, a URL with a password)."""
+    found = [key for key in values if key.startswith(KAFKA_OPTION_PREFIX) and _SECRET_OPTION.search(key)]
+    return found + [key for key, value in values.items()
+                    if key == PREFIX + "SCHEMA_REGISTRY_URL" and _url_has_password(value)]
+
+
+def _refuse_secrets(values: Mapping[str, str], where: str) -> None:
+    """Secrets come from the environment only: a file can be committed, copied or printed."""
+    if found := secrets_in(values):
+        raise LakehouseError(f"{where} sets {found[0]}, a secret: secrets are read only from the environment; "
+                             f"remove it from the file and set the environment variable {found[0]} instead")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ***, for printing."""
+    if not _url_has_password(url):
+        return url
+    parts = urlsplit(url)
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def profile_names() -> list[str]:
     return sorted([LOCAL_PROFILE, *(p.stem for p in PROFILES_DIR.glob("*.env"))])
 
@@ -182,9 +218,13 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         if env.get(PREFIX + "CONFIG_FILE"):
-            env = {**_read_config_file(env[PREFIX + "CONFIG_FILE"]), **env}
+            from_file = _read_config_file(env[PREFIX + "CONFIG_FILE"])
+            _refuse_secrets(from_file, f"{PREFIX}CONFIG_FILE {env[PREFIX + 'CONFIG_FILE']}")
+            env = {**from_file, **env}
         profile = env.get(PREFIX + "PROFILE") or LOCAL_PROFILE
-        env = {**_read_profile(profile), **env}
+        from_profile = _read_profile(profile)
+        _refuse_secrets(from_profile, f"the profile {profile!r} ({PROFILES_DIR / (profile + '.env')})")
+        env = {**from_profile, **env}
         home = str(Path(env.get(PREFIX + "HOME") or default_home()).expanduser().resolve())
         raw = {name: env.get(PREFIX + s.env) or s.default(home) for name, s in SETTINGS.items()}
         raw["home"] = home
@@ -284,6 +324,13 @@ class Settings:
         if "SASL" in self.kafka_options.get("security.protocol", "").upper():
             needed += [KAFKA_OPTION_PREFIX + "SASL_USERNAME", KAFKA_OPTION_PREFIX + "SASL_PASSWORD"]
         return needed
+
+    def shown(self) -> dict[str, str]:
+        """Every setting as text for printing (`lakehouse config`): secrets never appear."""
+        shown = {name: str(getattr(self, name)) for name in SETTINGS}
+        shown["schema_registry_url"] = redact_url(self.schema_registry_url)
+        shown["kafka_options"] = ", ".join(f"{k}=***" for k in self.kafka_options) or "(none)"
+        return shown
 
     def spark_inputs(self) -> dict[str, str]:
         """The values the Spark session is built from (see lakehouse.core.spark.spark_conf)."""

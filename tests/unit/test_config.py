@@ -116,3 +116,54 @@ def test_kafka_sasl_and_ca_options_are_translated_for_the_java_client():
     assert plain.java_kafka_options()["sasl.jaas.config"].startswith(
         "org.apache.kafka.common.security.plain.PlainLoginModule required")
     assert Settings.from_env({}).java_kafka_options() == {} and Settings.from_env({}).required_credentials() == []
+
+
+@pytest.mark.parametrize("line", [
+    "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD=hunter2",
+    "LAKEHOUSE_KAFKA_OPT_SASL_JAAS_CONFIG=org.apache.kafka.common.security.plain.PlainLoginModule required;",
+    "LAKEHOUSE_KAFKA_OPT_SSL_KEY_PASSWORD=hunter2",
+    "LAKEHOUSE_SCHEMA_REGISTRY_URL=https://user:hunter2@registry.example:8081",
+])
+def test_a_secret_in_the_config_file_is_refused_naming_the_variable(tmp_path, line):
+    config = tmp_path / "lakehouse.env"
+    config.write_text(f"LAKEHOUSE_KAFKA_PORT=4321\n{line}\n")
+    variable = line.split("=", 1)[0]
+    with pytest.raises(LakehouseError) as refused:
+        Settings.from_env({"LAKEHOUSE_CONFIG_FILE": str(config)})
+    message = str(refused.value)
+    assert "\n" not in message and "hunter2" not in message
+    assert f"set the environment variable {variable} instead" in message and str(config) in message
+
+
+def test_a_secret_in_a_profile_is_refused(tmp_path, monkeypatch):
+    import lakehouse.core.settings as settings_module
+
+    (tmp_path / "leaky.env").write_text("LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD=hunter2\n")
+    monkeypatch.setattr(settings_module, "PROFILES_DIR", tmp_path)
+    with pytest.raises(LakehouseError, match="the profile 'leaky'.*LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD"):
+        Settings.from_env({"LAKEHOUSE_PROFILE": "leaky"})
+
+
+def test_secrets_from_the_environment_are_accepted_and_never_shown():
+    settings = Settings.from_env({
+        "LAKEHOUSE_KAFKA_OPT_SASL_USERNAME": "lake", "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD": "hunter2",
+        "LAKEHOUSE_SCHEMA_REGISTRY_URL": "https://user:hunter2@registry.example:8081/path"})
+    assert settings.kafka_options["sasl.password"] == "hunter2"
+    shown = settings.shown()
+    assert "hunter2" not in repr(shown)
+    assert shown["schema_registry_url"] == "https://user:***@registry.example:8081/path"
+    plain = Settings.from_env({"LAKEHOUSE_SCHEMA_REGISTRY_URL": "http://registry:8081"})
+    assert plain.shown()["schema_registry_url"] == "http://registry:8081"
+
+
+def test_lakehouse_config_prints_no_secret():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LAKEHOUSE_SCHEMA_REGISTRY_URL": "https://user:hunter2@registry.example:8081",
+           "LAKEHOUSE_KAFKA_OPT_SASL_PASSWORD": "hunter2"}
+    for extra in ([], ["--json"]):
+        result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "config", *extra], env=env,
+                                capture_output=True, text=True, check=True)
+        assert "hunter2" not in result.stdout and "user:***@registry.example" in result.stdout
