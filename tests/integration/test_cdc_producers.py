@@ -1,11 +1,16 @@
-"""CDC streams on a real broker: what a plain consumer reads back equals the source database."""
+"""CDC streams on a real broker: what a plain consumer reads back equals the source database.
+
+The consumer here decodes with json alone, by the formats' public envelopes (Debezium: `op`,
+`before`/`after`, `source.lsn`; DMS: `metadata.operation`, `commit-timestamp`, `transaction-id`,
+`transaction-record-id`, `data`), and the simulator's database is the truth: nothing of the
+producers' own codecs or reference semantics decides whether the producers are right.
+"""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from producers.cdc import debezium, dms
-from producers.cdc.oracle import InvalidChange, apply
 from producers.cdc.source import read_tables
 from producers.cdc.stream import source_path
 from producers.faults import FaultRates
@@ -15,10 +20,66 @@ from tests.integration.kafka_read import read_topic
 pytestmark = pytest.mark.integration
 
 FAULTS = FaultRates(duplicate=0.1, out_of_order=0.2, corrupt=0.01, invalid=0.01)
+KEYS = {"customers": "customer_id", "accounts": "account_id"}
+DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R"}
+DMS_OPS = {"insert": "I", "update": "U", "delete": "D", "load": "R"}
 
 
-@pytest.mark.parametrize("stream, decoder", [("customers", debezium.decode), ("accounts", dms.decode)])
-def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, decoder):
+class Unreadable(Exception):
+    """Not a change record of the stream's format."""
+
+
+def read_debezium(table: str, key: bytes | None, value: bytes | None):
+    """(op, key, image, seq) of a Debezium message; None for a tombstone."""
+    if value is None:
+        return None
+    event = json.loads(value)
+    try:
+        op = DEBEZIUM_OPS[event["op"]]
+        image = event["before"] if op == "D" else event["after"]
+        seq = (int(event["source"]["lsn"]),)
+        if event["source"]["table"] != table or not isinstance(image, dict):
+            raise Unreadable
+        row_key = image[KEYS[table]]
+        if key is not None and json.loads(key)[KEYS[table]] != row_key:
+            raise Unreadable
+    except (KeyError, TypeError, ValueError):
+        raise Unreadable from None
+    return op, row_key, image, seq
+
+
+def read_dms(table: str, key: bytes | None, value: bytes | None):
+    """(op, key, image, seq) of a DMS data record."""
+    if value is None:
+        raise Unreadable
+    record = json.loads(value)
+    try:
+        metadata, image = record["metadata"], record["data"]
+        if metadata["record-type"] != "data" or metadata["table-name"] != table or not isinstance(image, dict):
+            raise Unreadable
+        committed = datetime.fromisoformat(metadata["commit-timestamp"]).astimezone(UTC)
+        commit_us = (committed - datetime(1970, 1, 1, tzinfo=UTC)) // datetime.resolution
+        seq = (commit_us, int(metadata["transaction-id"]), int(metadata["transaction-record-id"]))
+        op = DMS_OPS[metadata["operation"]]
+        row_key = image[KEYS[table]]
+        if key is not None and int(key.decode()) != row_key:
+            raise Unreadable
+    except (KeyError, TypeError, ValueError):
+        raise Unreadable from None
+    return op, row_key, image, seq
+
+
+def live_state(changes) -> dict:
+    """{key: image} after the change with the highest seq of each key; deleted keys gone."""
+    latest = {}
+    for op, key, image, seq in changes:
+        if key not in latest or seq > latest[key][0]:
+            latest[key] = (seq, op, image)
+    return {key: image for key, (_, op, image) in latest.items() if op != "D"}
+
+
+@pytest.mark.parametrize("stream, reader", [("customers", read_debezium), ("accounts", read_dms)])
+def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, reader):
     # Other tests of the session may have written to the topic (from other source databases).
     before = {(m.partition(), m.offset()) for m in read_topic(kafka, stream, missing_ok=True)}
     first = produce(settings, stream, count=1500, faults=FAULTS, seed=3, progress=False)
@@ -35,15 +96,12 @@ def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, 
     changes, unreadable, tombstones = [], {}, 0
     for message in messages:
         try:
-            change = decoder(message.key(), message.value())
-        except (InvalidChange, ValueError, UnicodeDecodeError) as exc:
-            try:
-                json.loads(message.value())
-                code = "INVALID_CDC_ENVELOPE"
-            except (ValueError, UnicodeDecodeError):
-                code = "CORRUPT_PAYLOAD"
-            unreadable[(message.partition(), message.offset())] = code
-            assert isinstance(exc, InvalidChange) or code == "CORRUPT_PAYLOAD"
+            change = reader(stream, message.key(), message.value())
+        except (ValueError, UnicodeDecodeError):  # not JSON at all
+            unreadable[(message.partition(), message.offset())] = "CORRUPT_PAYLOAD"
+            continue
+        except Unreadable:  # JSON, but no change record of this format
+            unreadable[(message.partition(), message.offset())] = "INVALID_CDC_ENVELOPE"
             continue
         if change is None:
             tombstones += 1
@@ -51,9 +109,8 @@ def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, 
             changes.append(change)
 
     assert unreadable == expected_dead  # the manifest names exactly the poison messages
-    ops = {change.op for change in changes}
-    assert ops == {"R", "I", "U", "D"}
+    assert {op for op, *_ in changes} == {"R", "I", "U", "D"}
     if stream == "customers":
-        assert tombstones >= len({c.seq for c in changes if c.op == "D"}) > 0  # one per delete, + re-sends
+        assert tombstones >= len({seq for op, _, _, seq in changes if op == "D"}) > 0  # one per delete, + re-sends
     source = read_tables(source_path(settings, stream))[stream]
-    assert apply(changes) == source  # the oracle: duplicates and reordering converge
+    assert live_state(changes) == source  # duplicates and reordering converge to the source database
