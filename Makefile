@@ -12,7 +12,7 @@ KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
 PYTEST_DEFAULT := -m "not slow and not chaos and not cluster"
 
-.PHONY: help setup install protos jars demo test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium
+.PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,7 +61,10 @@ chromium: ## Install headless Chromium (Debian package) for the report's browser
 demo: preflight setup ## Set up, then run the whole chain once on the local platform and print a summary
 	$(BIN)/lakehouse demo
 
-test: setup chromium ## Set up, then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
+docs: install ## Build the documentation site (MkDocs, --strict) into .lakehouse/site/
+	$(BIN)/mkdocs build --strict --site-dir $(STATE)/site
+
+test: setup chromium docs ## Set up, build the docs (a broken link fails), then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
 	$(BIN)/pytest $(PYTEST_DEFAULT)
 
 test-unit: setup ## Unit tests only
