@@ -9,7 +9,7 @@ The invariants, checked after each scenario (`check_invariants`):
 - the quality gates (every Great Expectations suite of the project) pass: no critical failure.
 
 Each check returns counts; `record` prints them and, when LAKEHOUSE_CHAOS_RESULTS names a
-file, appends them to it as one JSON line (docs/RELIABILITY.md quotes those figures).
+file, appends them to it as one JSON line (docs/reliability.md quotes those figures).
 """
 
 from __future__ import annotations
