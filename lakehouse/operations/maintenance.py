@@ -33,6 +33,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
@@ -490,18 +491,17 @@ class TableMaintenance:
         if self.dry_run:
             self.result.actions.append(f"would rewrite {manifests:,} manifests")
             return
-        for attempt in range(1, MANIFEST_REWRITE_ATTEMPTS + 1):
-            try:
-                [row] = self._call("rewrite_manifests")
-                break
-            except Exception as exc:
-                # A streaming append that commits meanwhile may merge the very manifests this
-                # rewrite replaces (Iceberg merges small manifests on append); Iceberg then
-                # refuses the commit instead of retrying it. The rewrite is planned afresh from
-                # the latest snapshot on each call, so trying again is safe.
-                if attempt == MANIFEST_REWRITE_ATTEMPTS or "could not be found in the latest snapshot" not in str(exc):
-                    raise
-                log.info("%s: manifests changed by a concurrent commit, rewriting again (%d)", self.table, attempt)
+        # A streaming append that commits meanwhile may merge the very manifests this rewrite
+        # replaces (Iceberg merges small manifests on append); Iceberg then refuses the commit
+        # instead of retrying it. The rewrite is planned afresh from the latest snapshot on each
+        # call, so trying again is safe.
+        rewrite = Retrying(
+            stop=stop_after_attempt(MANIFEST_REWRITE_ATTEMPTS), reraise=True,
+            retry=retry_if_exception(lambda exc: "could not be found in the latest snapshot" in str(exc)),
+            before_sleep=lambda state: log.info("%s: manifests changed by a concurrent commit, rewriting again (%d)",
+                                                self.table, state.attempt_number),
+        )
+        [row] = rewrite(self._call, "rewrite_manifests")
         self.result.manifests_rewritten = row.rewritten_manifests_count
         self.result.actions.append(f"manifests: {row.rewritten_manifests_count:,} -> {row.added_manifests_count:,}")
 
