@@ -45,6 +45,7 @@ from expectations.suites import (
     column_label,
     select_suites,
 )
+from lakehouse.core.console import progress
 from lakehouse.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -200,12 +201,15 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     context = _gx_context(settings)
     datasource = _spark_datasource(context)
     suite_results, validation_ids = [], []
-    for number, spec in enumerate(specs, 1):
-        # Progress: a full run is a few dozen suites and takes a minute or more.
-        log.info("quality %d/%d: %s", number, len(specs), spec.name)
-        suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, run_id, run_at)
-        suite_results.append(suite_result)
-        validation_ids += ids
+    # Progress: a full run is a few dozen suites and takes a minute or more.
+    with progress("quality", len(specs)) as advance:
+        for number, spec in enumerate(specs, 1):
+            log.info("quality %d/%d: %s", number, len(specs), spec.name)
+            advance(0, description=f"quality {spec.name}")
+            suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, run_id, run_at)
+            suite_results.append(suite_result)
+            validation_ids += ids
+            advance()
     if validation_ids:
         context.build_data_docs(site_names=[DOCS_SITE_NAME], resource_identifiers=validation_ids)
     report = QualityReport(run_id, run_at, tuple(suite_results), _docs_index(context),

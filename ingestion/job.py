@@ -9,6 +9,7 @@ append to the stream's bronze table, the rest to bronze.dead_letters (ARCHITECTU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from ingestion import bronze, checkpoint, dead_letters
 from ingestion.decode import to_bronze
 from ingestion.decoders import Decoder, decoder_for
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
+from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, end_offsets, topic_names
 from lakehouse.core.settings import Settings
@@ -225,6 +227,9 @@ def run(
     log.info("ingesting %s (%s)", ", ".join(spec.name for spec in specs),
              "available now" if available_now else f"every {trigger or settings.trigger_interval}")
     stop = _StopOnSignal()
+    catch_up = contextlib.ExitStack()  # a bar of records read, on a terminal, for --available-now
+    advance = catch_up.enter_context(progress("catch-up: records read", show=available_now))
+    counted: dict[str, int] = {}
     try:
         # Wait in short slices so a stop request is seen within a second. One failed query
         # stops them all; its error is reported below.
@@ -237,6 +242,8 @@ def run(
                 break
             finally:
                 spark.streams.resetTerminated()
+            if available_now:
+                advance(_records_of_new_batches(queries, counted))
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
             for query in queries:
@@ -245,6 +252,7 @@ def run(
             # A batch interrupted by a forced stop is not lost: it is replayed, exactly once, on restart.
             log.info("stopping %d queries", len(queries))
     finally:
+        catch_up.close()
         stop.restore()
         for query in queries:
             query.stop()
@@ -255,6 +263,17 @@ def run(
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_first_line(query.exception())}")
+
+
+def _records_of_new_batches(queries, counted: dict[str, int]) -> int:
+    """Records read by the batches finished since the last call (``counted``: last batch id per query)."""
+    records = 0
+    for query in queries:
+        for batch in query.recentProgress:  # the latest batches only, at most 100: a call per second keeps up
+            if batch["batchId"] > counted.get(query.id, -1):
+                counted[query.id] = batch["batchId"]
+                records += batch["numInputRows"]
+    return records
 
 
 def checkpoint_problem(location: str) -> str | None:

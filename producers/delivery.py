@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from lakehouse.core.console import progress as progress_bar
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, topic_names
 from lakehouse.core.settings import Settings
@@ -98,28 +98,6 @@ class DeliveryReport:
         }
 
 
-class Progress:
-    """One self-overwriting line on stderr: messages and rate, at most once a second."""
-
-    def __init__(self, label: str, total: int | None, enabled: bool = True):
-        self.label, self.total, self.enabled = label, total, enabled and sys.stderr.isatty()
-        self.started = self.last = time.monotonic()
-
-    def update(self, done: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 1.0 and not force):
-            return
-        self.last = now
-        rate = done / max(now - self.started, 1e-9)
-        of_total = f"/{self.total:,}" if self.total else ""
-        sys.stderr.write(f"\r{self.label}: {done:,}{of_total} messages, {rate:,.0f} msg/s ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
 def send_all(
     settings: Settings,
     topic: str,
@@ -142,7 +120,6 @@ def send_all(
 
     report = DeliveryReport(topic=topic)
     producer = Producer(producer_config(settings, **({} if track_faults else {"delivery.report.only.error": True})))
-    bar = Progress(f"produce {topic}", total, progress)
 
     def acknowledged(err, msg):
         if err is not None:
@@ -157,40 +134,42 @@ def send_all(
         if err is None:
             report.faults.append(FaultRecord(kind, msg.partition(), msg.offset()))
 
+    def delivered_so_far() -> int:  # also when only failures are reported: not failed, no longer queued
+        return report.sent - len(producer) - report.failed
+
     started = time.monotonic()
     # Serve callbacks and check the rate often enough for a low rate to be smooth.
     every = 1000 if not rate else max(1, min(1000, int(rate // 20)))
-    try:
-        for key, value, partition, fault in messages:
-            callback = acknowledged if fault is None else (
-                lambda err, msg, kind=fault: acknowledged_fault(err, msg, kind))
-            while True:
-                try:
-                    if partition is None:
-                        producer.produce(topic, value, key, on_delivery=callback)
-                    else:
-                        producer.produce(topic, value, key, partition=partition, on_delivery=callback)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            report.sent += 1
-            report.bytes += len(value or b"")
-            if report.sent % every == 0:
-                producer.poll(0)
-                bar.update(report.sent)
-                if rate:
-                    # poll() returns as soon as it served an event: wait until on schedule.
-                    while (ahead := report.sent / rate - (time.monotonic() - started)) > 0:
-                        producer.poll(min(ahead, 0.05))
-    finally:
-        # Deliver (or fail) everything handed to the client, also on Ctrl-C.
-        remaining = producer.flush(60)
-        report.failed += remaining
-        if not track_faults:  # only failures were reported
-            report.delivered = report.sent - report.failed
-        report.seconds = time.monotonic() - started
-        bar.update(report.sent, force=True)
-        bar.close()
+    with progress_bar(f"produce {topic}: delivered", total, show=progress) as advance:
+        try:
+            for key, value, partition, fault in messages:
+                callback = acknowledged if fault is None else (
+                    lambda err, msg, kind=fault: acknowledged_fault(err, msg, kind))
+                while True:
+                    try:
+                        if partition is None:
+                            producer.produce(topic, value, key, on_delivery=callback)
+                        else:
+                            producer.produce(topic, value, key, partition=partition, on_delivery=callback)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                report.sent += 1
+                report.bytes += len(value or b"")
+                if report.sent % every == 0:
+                    producer.poll(0)
+                    advance(completed=delivered_so_far())
+                    if rate:
+                        # poll() returns as soon as it served an event: wait until on schedule.
+                        while (ahead := report.sent / rate - (time.monotonic() - started)) > 0:
+                            producer.poll(min(ahead, 0.05))
+        finally:
+            # Deliver (or fail) everything handed to the client, also on Ctrl-C.
+            remaining = producer.flush(60)
+            report.failed += remaining
+            if not track_faults:  # only failures were reported
+                report.delivered = report.sent - report.failed
+            report.seconds = time.monotonic() - started
     return report
 
 

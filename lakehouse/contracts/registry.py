@@ -22,7 +22,6 @@ so readers never see a half-written file and two producers never hand out one id
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.locks import file_lock
 from lakehouse.core.settings import Settings
 
 FILE_FORMAT = 1
@@ -129,12 +129,10 @@ class LocalSchemaRegistry:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self._lock_path, "a")
+            held = file_lock(self._lock_path).acquire()
         except OSError as exc:
             raise LakehouseError(f"cannot write the schema registry at {self.path.parent}: {exc.strerror}") from None
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        with held:  # released on leaving
             yield
 
     def _read(self) -> dict:

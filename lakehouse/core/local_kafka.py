@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import socket
 import subprocess
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.preflight import PreflightError, check_java, port_is_free
@@ -24,6 +25,8 @@ from lakehouse.core.settings import Settings
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 BROKER_HEAP = "-Xmx768m"
+# psutil derives a start time from the boot time, which Linux gives in whole seconds.
+CLOCK_SLACK_S = 2.0
 
 
 def free_port() -> int:
@@ -107,28 +110,34 @@ def log4j_properties(logs_dir: Path) -> str:
     ])
 
 
-def _pid_alive(pid: int) -> bool:
+def broker_process(settings: Settings) -> psutil.Process | None:
+    """The broker of this state folder, or None when it is not running.
+
+    The pid file alone proves nothing: after a crash or a reboot its pid may belong to any
+    other process, which must never be signalled or reported as the broker. So the process
+    must name this folder's broker configuration on its command line, and must not have
+    started after the pid file was written (a pid handed out again).
+    """
+    paths = BrokerPaths(settings.kafka_dir)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process still "exists"; reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
+        written = paths.pid.stat().st_mtime
+        process = psutil.Process(int(paths.pid.read_text().strip()))
+        ours = str(paths.config) in process.cmdline() and process.create_time() <= written + CLOCK_SLACK_S
+    except (OSError, ValueError, psutil.Error):  # no file, garbage, gone, a zombie, or another user's
+        return None
+    return process if ours else None
 
 
 def running_pid(settings: Settings) -> int | None:
-    paths = BrokerPaths(settings.kafka_dir)
-    try:
-        pid = int(paths.pid.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _pid_alive(pid) else None
+    process = broker_process(settings)
+    return None if process is None else process.pid
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers see the old content or the new, never an empty or half-written file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _tcp_open(bootstrap: str, timeout_s: float) -> bool:
@@ -213,7 +222,7 @@ def start(settings: Settings, log=print) -> int:
             stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI; stopped by `lakehouse kafka stop`
         )
-    paths.pid.write_text(str(proc.pid))
+    _write_atomically(paths.pid, str(proc.pid))
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -233,22 +242,21 @@ def start(settings: Settings, log=print) -> int:
 def stop(settings: Settings, log=print) -> bool:
     """Stop the broker: SIGTERM (controlled shutdown), SIGKILL if it does not exit in time."""
     paths = BrokerPaths(settings.kafka_dir)
-    pid = running_pid(settings)
-    if pid is None:
+    broker = broker_process(settings)
+    if broker is None:
         paths.pid.unlink(missing_ok=True)
         log("Kafka is not running")
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.2)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        while _pid_alive(pid):
-            time.sleep(0.1)
-        log(f"Kafka (pid {pid}) did not stop in {STOP_TIMEOUT_S}s and was killed")
-    else:
-        log(f"Kafka stopped (pid {pid})")
+    try:
+        broker.terminate()
+        broker.wait(STOP_TIMEOUT_S)  # also reaps it when this process started it
+        log(f"Kafka stopped (pid {broker.pid})")
+    except psutil.TimeoutExpired:
+        broker.kill()
+        broker.wait()
+        log(f"Kafka (pid {broker.pid}) did not stop in {STOP_TIMEOUT_S}s and was killed")
+    except psutil.NoSuchProcess:
+        log(f"Kafka stopped (pid {broker.pid})")
     paths.pid.unlink(missing_ok=True)
     return True
 

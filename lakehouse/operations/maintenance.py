@@ -33,6 +33,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
@@ -490,18 +491,17 @@ class TableMaintenance:
         if self.dry_run:
             self.result.actions.append(f"would rewrite {manifests:,} manifests")
             return
-        for attempt in range(1, MANIFEST_REWRITE_ATTEMPTS + 1):
-            try:
-                [row] = self._call("rewrite_manifests")
-                break
-            except Exception as exc:
-                # A streaming append that commits meanwhile may merge the very manifests this
-                # rewrite replaces (Iceberg merges small manifests on append); Iceberg then
-                # refuses the commit instead of retrying it. The rewrite is planned afresh from
-                # the latest snapshot on each call, so trying again is safe.
-                if attempt == MANIFEST_REWRITE_ATTEMPTS or "could not be found in the latest snapshot" not in str(exc):
-                    raise
-                log.info("%s: manifests changed by a concurrent commit, rewriting again (%d)", self.table, attempt)
+        # A streaming append that commits meanwhile may merge the very manifests this rewrite
+        # replaces (Iceberg merges small manifests on append); Iceberg then refuses the commit
+        # instead of retrying it. The rewrite is planned afresh from the latest snapshot on each
+        # call, so trying again is safe.
+        rewrite = Retrying(
+            stop=stop_after_attempt(MANIFEST_REWRITE_ATTEMPTS), reraise=True,
+            retry=retry_if_exception(lambda exc: "could not be found in the latest snapshot" in str(exc)),
+            before_sleep=lambda state: log.info("%s: manifests changed by a concurrent commit, rewriting again (%d)",
+                                                self.table, state.attempt_number),
+        )
+        [row] = rewrite(self._call, "rewrite_manifests")
         self.result.manifests_rewritten = row.rewritten_manifests_count
         self.result.actions.append(f"manifests: {row.rewritten_manifests_count:,} -> {row.added_manifests_count:,}")
 
@@ -596,6 +596,7 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
              all_partitions: bool = False, policies: Policies | None = None, lock_wait_seconds: float = 600,
              now: datetime | None = None) -> list[TableResult]:
     """One maintenance pass over the chosen tables (default: every table of the lakehouse)."""
+    from lakehouse.core.console import progress
     from lakehouse.core.locks import dbt_tables_lock
 
     policies = policies or load_policies()
@@ -610,27 +611,34 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
     # lock, so a pass waits for a running dbt at most once instead of once per table.
     streaming = [t for t in chosen if table_kind(t) == "streaming"]
     dbt_tables = [t for t in chosen if table_kind(t) == "dbt"]
-    results = []
+    results: list[TableResult] = []
 
-    def run(table: str) -> TableResult:
+    def run(table: str) -> None:
         log.info("maintaining %s (%d of %d)%s", table, len(results) + 1, len(chosen), " [dry run]" if dry_run else "")
-        return TableMaintenance(spark, settings, table, policies.for_table(table), dry_run=dry_run,
-                                all_partitions=all_partitions, now=now).run()
+        advance(0, description=f"maintain {table}")
+        results.append(TableMaintenance(spark, settings, table, policies.for_table(table), dry_run=dry_run,
+                                        all_partitions=all_partitions, now=now).run())
+        advance()
 
-    results += [run(table) for table in streaming]
-    if dbt_tables and dry_run:
-        results += [run(table) for table in dbt_tables]
-    elif dbt_tables:
-        log.info("waiting for the dbt-tables lock (a running `lakehouse dbt` holds it)")
-        with dbt_tables_lock(settings, lock_wait_seconds) as locked:
+    with progress("maintain", len(chosen)) as advance:
+        for table in streaming:
+            run(table)
+        if dbt_tables and dry_run:
             for table in dbt_tables:
-                if locked:
-                    results.append(run(table))
-                    continue
-                skipped = TableResult(table, "dbt", dry_run, table_stats(spark, table, policies.for_table(table)))
-                skipped.problems.append(f"skipped: a dbt run held the dbt-tables lock for {lock_wait_seconds:g}s")
-                skipped.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
-                results.append(skipped)
+                run(table)
+        elif dbt_tables:
+            log.info("waiting for the dbt-tables lock (a running `lakehouse dbt` holds it)")
+            advance(0, description="maintain: waiting for the dbt-tables lock")
+            with dbt_tables_lock(settings, lock_wait_seconds) as locked:
+                for table in dbt_tables:
+                    if locked:
+                        run(table)
+                        continue
+                    skipped = TableResult(table, "dbt", dry_run, table_stats(spark, table, policies.for_table(table)))
+                    skipped.problems.append(f"skipped: a dbt run held the dbt-tables lock for {lock_wait_seconds:g}s")
+                    skipped.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+                    results.append(skipped)
+                    advance()
     if not dry_run:
         append_log(settings, results)
     return results

@@ -279,7 +279,12 @@ def human_time(iso: str | None) -> str:
 
 
 def aligned(rows: list[list[str]], right: Iterable[int] = (), indent: str = "  ") -> list[str]:
-    """Rows of cells as lines of aligned columns; columns in ``right`` are right-aligned (numbers)."""
+    """Rows of cells as lines of aligned columns; columns in ``right`` are right-aligned (numbers).
+
+    Not rich's Table: this output is read by scripts and pinned by tests, so it must not depend
+    on the terminal's width (rich wraps or crops columns to it), and the notes under a row
+    would need a cell spanning every column, which rich tables do not have.
+    """
     right = set(right)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(cell.rjust(w) if i in right else cell.ljust(w)

@@ -1,9 +1,14 @@
-"""`lakehouse produce` as users run it: several processes, a duration, a rate cap, a manifest."""
+"""`lakehouse produce` as users run it: several processes, a duration, a rate cap, a manifest, a progress
+bar on a terminal only."""
 
+import fcntl
 import json
 import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
 
 import pytest
 
@@ -70,3 +75,40 @@ def test_cdc_key_space_is_configurable(kafka, tmp_path):
     assert keys and max(keys) <= 40
     with pytest.raises(Exception, match="applies to the CDC streams"):
         produce(own, "employees", count=1, key_space=40)
+
+
+def _stderr_of_produce(env: dict, on_terminal: bool) -> str:
+    """What `lakehouse produce` wrote to its standard error: a pseudo-terminal, or a pipe."""
+    cli = [sys.executable, "-m", "lakehouse.commands.cli", "produce", "user_events", "--count", "20000", "--seed", "6"]
+    if not on_terminal:
+        result = subprocess.run(cli, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+    terminal, device = pty.openpty()
+    fcntl.ioctl(device, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))  # rows, columns
+    process = subprocess.Popen(cli, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=device, env=env,
+                               cwd=REPO_ROOT)
+    os.close(device)
+    shown = b""
+    try:
+        while chunk := os.read(terminal, 65536):
+            shown += chunk
+    except OSError:  # EIO: the command exited and closed the terminal
+        pass
+    finally:
+        os.close(terminal)
+    assert process.wait(timeout=120) == 0, shown.decode(errors="replace")
+    assert b"20,000 delivered" in process.stdout.read()
+    process.stdout.close()
+    return shown.decode(errors="replace")
+
+
+def test_produce_draws_a_progress_bar_on_a_terminal_only(kafka, settings):
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("CI", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
+    env.update(LAKEHOUSE_HOME=str(settings.home), LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS=kafka, TERM="xterm-256color")
+    bar = "produce user_events: delivered"
+    drawn = _stderr_of_produce(env, on_terminal=True)
+    assert bar in drawn and "\x1b[?25l" in drawn, drawn  # the description, and rich hiding the cursor
+    for stderr in (_stderr_of_produce(env, on_terminal=False), _stderr_of_produce({**env, "CI": "1"}, True)):
+        assert bar not in stderr and "\x1b[" not in stderr, stderr

@@ -1,9 +1,13 @@
-"""The dbt-tables lock between dbt runs and maintenance (lakehouse/locks.py)."""
+"""The file locks (lakehouse/core/locks.py): the dbt-tables lock between dbt runs and maintenance,
+and a lock that refuses a second run of a command."""
 
 import threading
 import time
 
-from lakehouse.core.locks import dbt_run_lock, dbt_tables_lock
+import pytest
+
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.locks import dbt_run_lock, dbt_tables_lock, lock_or_refuse
 from lakehouse.core.settings import Settings
 
 
@@ -39,3 +43,13 @@ def test_maintenance_gives_up_after_its_wait_while_a_dbt_run_holds_the_lock(tmp_
             assert not held
     with dbt_tables_lock(settings, wait_seconds=0.5) as held:  # free again once the run ended
         assert held
+
+
+def test_a_command_that_must_run_alone_is_refused_while_another_holds_its_lock(tmp_path):
+    path = tmp_path / "locks" / "alone.lock"
+    with lock_or_refuse(path, "another one is running"):
+        with pytest.raises(LakehouseError, match="^another one is running$"):
+            with lock_or_refuse(path, "another one is running"):
+                pass
+    with lock_or_refuse(path, "another one is running"):  # free again once the first one ended
+        pass
