@@ -32,7 +32,7 @@ from typing import Protocol
 
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import file_lock
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, redact_url
 
 FILE_FORMAT = 1
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
@@ -187,7 +187,7 @@ class ConfluentSchemaRegistry:
             # max.retries 1: an unreachable registry fails in seconds, not after minutes of backoff.
             self.client = SchemaRegistryClient.new_client({"url": url, "max.retries": 1})
         except (ValueError, TypeError) as exc:
-            raise LakehouseError(f"invalid LAKEHOUSE_SCHEMA_REGISTRY_URL {_redacted(url)!r}: {exc}") from None
+            raise LakehouseError(f"invalid LAKEHOUSE_SCHEMA_REGISTRY_URL {redact_url(url)!r}: {exc}") from None
 
     def register(self, subject: str, schema_str: str, schema_type: str = "AVRO") -> int:
         from confluent_kafka.schema_registry import Schema, SchemaRegistryError
@@ -207,7 +207,8 @@ class ConfluentSchemaRegistry:
             return self.client.get_schema(schema_id).schema_str
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
-                raise SchemaNotFound(f"schema id {schema_id} is not in the registry at {_redacted(self.url)}") from None
+                where = redact_url(self.url)
+                raise SchemaNotFound(f"schema id {schema_id} is not in the registry at {where}") from None
             raise LakehouseError(f"schema registry error for schema id {schema_id}: {exc}") from None
         except _transport_errors() as exc:
             raise self._unreachable(exc) from None
@@ -228,7 +229,7 @@ class ConfluentSchemaRegistry:
 
     def _unreachable(self, exc: Exception) -> LakehouseError:
         return LakehouseError(
-            f"cannot reach the schema registry at {_redacted(self.url)}: {exc} "
+            f"cannot reach the schema registry at {redact_url(self.url)}: {exc} "
             "(unset LAKEHOUSE_SCHEMA_REGISTRY_URL to use the local file registry)"
         )
 
@@ -241,12 +242,3 @@ def _transport_errors() -> tuple[type[Exception], ...]:
         return (httpx.TransportError, OSError)
     except ImportError:
         return (OSError,)
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password: it ends up in error messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"

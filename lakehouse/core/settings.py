@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from lakehouse.core.errors import LakehouseError
 
@@ -153,12 +153,16 @@ def _refuse_secrets(values: Mapping[str, str], where: str) -> None:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ***, for printing."""
-    if not _url_has_password(url):
+    """The URL with any password replaced by ***, for printing and error messages.
+
+    Text-based rather than urlsplit: it must also work on the malformed URL an error is about.
+    """
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
         return url
-    parts = urlsplit(url)
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
 
 
 def profile_names() -> list[str]:

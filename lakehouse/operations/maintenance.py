@@ -15,7 +15,7 @@ leave position-delete files behind on the merge-on-read mirrors. Each pass, per 
 Policies come from lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's
 optimistic commits keep ingestion safe during a pass (appends never conflict with a
 rewrite); dbt tables are rewritten only while holding the dbt-tables lock
-(lakehouse/locks.py). What each pass did is printed and appended to
+(lakehouse/core/locks.py). What each pass did is printed and appended to
 <home>/maintenance/log.jsonl, where `lakehouse status` finds the last maintenance.
 """
 

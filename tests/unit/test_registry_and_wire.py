@@ -8,12 +8,11 @@ from lakehouse.contracts.registry import (
     ConfluentSchemaRegistry,
     LocalSchemaRegistry,
     SchemaNotFound,
-    _redacted,
     registry_for,
     registry_path,
 )
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, redact_url
 
 
 def schema(name: str) -> str:
@@ -199,5 +198,5 @@ def test_confluent_registry_rejects_a_bad_url_in_one_line():
 
 
 def test_passwords_stay_out_of_messages():
-    assert _redacted("https://user:s3cret@registry:8081") == "https://user:***@registry:8081"
-    assert _redacted("http://registry:8081") == "http://registry:8081"
+    assert redact_url("https://user:s3cret@registry:8081") == "https://user:***@registry:8081"
+    assert redact_url("http://registry:8081") == "http://registry:8081"
