@@ -108,16 +108,21 @@ def _count_outcomes(result: StreamReplay, rows: Iterable[Row]) -> None:
 def replay_lock(settings: Settings) -> Iterator[None]:
     """One replay at a time per lakehouse: two at once could both find a record missing from bronze.
 
-    An flock (filelock on Unix), so a replay that dies never leaves it held; not waited for.
+    A second replay is refused at once, not queued. The lock is an flock (filelock on Unix),
+    which the kernel releases when its holder dies: a killed replay never leaves it held.
     """
     path = settings.home / "locks" / "dlq-replay.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path, timeout=0)
     try:
-        with FileLock(path, timeout=0):
-            yield
+        lock.acquire()
     except Timeout:
         raise LakehouseError(f"another `lakehouse dlq replay` is running on this lakehouse (lock {path}): "
                              "wait for it to finish") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def replay(spark: SparkSession, settings: Settings, filters: Filters, dry_run: bool = False) -> ReplayReport:
