@@ -11,20 +11,46 @@ import json
 import os
 import sys
 
+from ingestion import job
+from lakehouse.core import local_kafka
 from lakehouse.core.entry import run_command
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import PREFIX, SETTINGS, Settings
+from lakehouse.core.spark import get_spark, render_dbt_profile
+from lakehouse.operations import dlq, maintenance, status
+from lakehouse.operations.dbt import run_dbt
+
+# The producers, the quality suites, the demo and the cluster commands are imported by their
+# handlers, when they run: `lakehouse --help` and `lakehouse kafka status` do not pay for them.
 
 QUALITY_FAILED = 1  # exit status of `lakehouse quality run` when a critical check failed
 EPILOG = (
     "Configuration comes from LAKEHOUSE_* environment variables (see `lakehouse config`). "
     "Defaults run everything on this machine, state in .lakehouse/."
 )
+FAULTS = [
+    ("duplicate", "re-send a message later"),
+    ("late", "event time days in the past (kept in bronze)"),
+    ("out-of-order", "hold a message back and send it after newer ones"),
+    ("corrupt", "truncated or garbled bytes (-> CORRUPT_PAYLOAD)"),
+    ("invalid", "missing required field or wrong type (-> MISSING_REQUIRED_FIELD / SCHEMA_MISMATCH)"),
+    ("unknown-schema-id", "registry-framed formats: unknown schema id (-> UNKNOWN_SCHEMA_ID)"),
+]
+
+
+# --- kafka ---------------------------------------------------------------------------------------
+
+def _add_kafka(sub) -> None:
+    parser = sub.add_parser("kafka", help="start, stop or inspect the local Kafka broker",
+                            description="The embedded Kafka broker (KRaft, single node) under the state folder.")
+    parser.add_argument("action", choices=["start", "stop", "status"],
+                        help="start: format once, start, wait until it answers; stop: controlled shutdown; "
+                             "status: exit 0 only if it answers")
+    parser.add_argument("--json", action="store_true", help="status as JSON")
+    parser.set_defaults(func=_kafka)
 
 
 def _kafka(args, settings: Settings) -> int:
-    from lakehouse.core import local_kafka
-
     if args.action == "start":
         local_kafka.start(settings)
     elif args.action == "stop":
@@ -40,6 +66,34 @@ def _kafka(args, settings: Settings) -> int:
             print(f"Kafka {word}{pid} on {state['bootstrap_servers']}, data in {state['data_dir']}")
         return 0 if state["answering"] else 3
     return 0
+
+
+# --- produce -------------------------------------------------------------------------------------
+
+def _add_produce(sub) -> None:
+    parser = sub.add_parser(
+        "produce", help="produce demo messages to Kafka",
+        description="Produce generated messages (acks=all, idempotent) to a stream's topic, with optional "
+                    "fault injection. Every injected fault is recorded in the manifest with its Kafka "
+                    "coordinates, so dead letters can be checked record for record.")
+    parser.add_argument("stream", help="stream to produce (user_events, employees, purchases, customers, "
+                                       "accounts), or 'all': every stream with the demo's faults")
+    amount = parser.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--count", type=int, help="number of messages (faults add re-sends on top)")
+    amount.add_argument("--duration", type=float, metavar="SECONDS", help="produce for this long")
+    parser.add_argument("--rate", type=float, metavar="MSG_PER_S", help="cap on messages per second (all processes)")
+    parser.add_argument("--processes", type=int, default=1, help="producer processes (default 1)")
+    parser.add_argument("--seed", type=int, help="random seed: the same seed sends the same events")
+    parser.add_argument("--manifest", metavar="PATH", help="write the fault manifest (JSON) here")
+    parser.add_argument("--key-space", type=int, metavar="N",
+                        help="CDC streams: primary keys 1..N of the simulated source tables (default 1000)")
+    faults = parser.add_argument_group("fault injection (rates 0..1, all off by default)")
+    faults.add_argument("--demo-faults", action="store_true", help="the demo's mix of every fault below")
+    for name, text in FAULTS:
+        faults.add_argument(f"--fault-{name}", type=float, default=0.0, metavar="RATE", help=text)
+    faults.add_argument("--evolve-after", type=float, metavar="SHARE",
+                        help="switch to the evolved schema after this share of the run (e.g. 0.5)")
+    parser.set_defaults(func=_produce)
 
 
 def _produce(args, settings: Settings) -> int:
@@ -80,43 +134,49 @@ def _produce(args, settings: Settings) -> int:
     return 0
 
 
-def _ingest(args, settings: Settings) -> int:
-    from ingestion import job
+# --- ingest, status, quality, maintain, dlq ------------------------------------------------------
 
-    return job.main(args, settings)
-
-
-def _status(args, settings: Settings) -> int:
-    from lakehouse.operations import status
-
-    return status.main(args, settings)
+def _add_ingest(sub) -> None:
+    parser = sub.add_parser("ingest", help="stream Kafka topics into bronze Iceberg tables",
+                            description="Kafka -> bronze.<stream> and bronze.dead_letters, exactly once.")
+    job.add_arguments(parser)
+    parser.set_defaults(func=job.main)
 
 
-def _maintain(args, settings: Settings) -> int:
-    from lakehouse.operations import maintenance
+def _add_status(sub) -> None:
+    parser = sub.add_parser(
+        "status", help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
+        description="Per stream: the last committed micro-batch (when, how many records, how fast), the lag "
+                    "behind the topic's end offsets, bronze rows, pending dead letters by reason. Per table: "
+                    "rows, data and delete files, average file size, snapshots, last `lakehouse maintain`. "
+                    "Then the last dbt run (target/run_results.json) and the last quality verdict. "
+                    "Reads checkpoints, the catalog and files only: it does not start Spark.")
+    status.add_arguments(parser)
+    parser.set_defaults(func=status.main)
 
-    return maintenance.main(args, settings)
 
-
-def _dlq(args, settings: Settings) -> int:
-    from lakehouse.operations import dlq
-
-    return dlq.main(args, settings)
-
-
-def _dbt(args, settings: Settings) -> int:
-    from lakehouse.operations.dbt import run_dbt
-
-    if not args.dbt_args:
-        raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
-    run_dbt(settings, args.dbt_args)
-    return 0
+def _add_quality(sub) -> None:
+    parser = sub.add_parser(
+        "quality", help="run the data quality suites (Great Expectations) and write the report",
+        description="Validate the lakehouse tables with the Great Expectations suites of expectations/ "
+                    "(bronze: offsets, required fields, event times, dead-letter rate; silver: keys, accepted "
+                    "values, CDC mirrors against their source; gold: reconciled with silver, no negative "
+                    "amounts, no missing regions). Appends every result to the Iceberg table "
+                    "quality.results, writes Data Docs and the landing page <home>/reports/quality/index.html, "
+                    "prints a summary. Exit status: 0 when every critical check passed (warnings allowed), "
+                    "1 when a critical check failed or the run could not start.",
+        epilog="Thresholds: LAKEHOUSE_QUALITY_* settings (see `lakehouse config`).")
+    parser.add_argument("action", choices=["run"], help="run the suites")
+    parser.add_argument("--layer", choices=["bronze", "silver", "gold"], help="only this layer's suites")
+    parser.add_argument("--stream", help="only this stream's suites (employees, purchases, user_events, customers, "
+                                         "accounts, dead_letters, reference)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
+    parser.set_defaults(func=_quality)
 
 
 def _quality(args, settings: Settings) -> int:
     from expectations.runner import format_summary, run_quality
     from expectations.suites import select_suites
-    from lakehouse.core.spark import get_spark
     from producers.cdc.stream import simulator_sources
 
     select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
@@ -131,11 +191,64 @@ def _quality(args, settings: Settings) -> int:
     return 0 if report.passed else QUALITY_FAILED
 
 
-def _dbt_profile(args, settings: Settings) -> int:
-    from lakehouse.core.spark import render_dbt_profile
+def _add_maintain(sub) -> None:
+    parser = sub.add_parser(
+        "maintain", help="compact, rewrite manifests, expire snapshots, remove orphan files",
+        description="One maintenance pass over the lakehouse's Iceberg tables, by the policies of "
+                    "lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction "
+                    "(streaming tables: only partitions no longer being written), position-delete rewrite "
+                    "(merge-on-read mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's "
+                    "exactly-once check valid), orphan file removal (never files younger than 24 h). Safe "
+                    "while ingestion runs; silver and gold tables wait for a dbt run started with "
+                    "`lakehouse dbt` to finish. Prints files before/after, snapshots expired and bytes "
+                    "reclaimed per table.")
+    maintenance.add_arguments(parser)
+    parser.set_defaults(func=maintenance.main)
 
+
+def _add_dlq(sub) -> None:
+    parser = sub.add_parser(
+        "dlq", help="dead letters: stats, list, show, replay",
+        description="Inspect bronze.dead_letters and replay fixed records into bronze.")
+    dlq.add_arguments(parser)
+    parser.set_defaults(func=dlq.main)
+
+
+# --- dbt, dbt-profile, config --------------------------------------------------------------------
+
+def _add_dbt(sub) -> None:
+    parser = sub.add_parser(
+        "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
+        description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
+                    "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
+                    "running MERGE. Every argument is passed to dbt.")
+    parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
+    parser.set_defaults(func=_dbt)
+
+
+def _dbt(args, settings: Settings) -> int:
+    if not args.dbt_args:
+        raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
+    run_dbt(settings, args.dbt_args)
+    return 0
+
+
+def _add_dbt_profile(sub) -> None:
+    parser = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
+                            description="Regenerate profiles.yml: lakehouse dbt-profile > profiles.yml")
+    parser.set_defaults(func=_dbt_profile)
+
+
+def _dbt_profile(args, settings: Settings) -> int:
     sys.stdout.write(render_dbt_profile())
     return 0
+
+
+def _add_config(sub) -> None:
+    parser = sub.add_parser("config", help="show the effective configuration",
+                            description="Every LAKEHOUSE_* setting with its current value.")
+    parser.add_argument("--json", action="store_true", help="as JSON")
+    parser.set_defaults(func=_config)
 
 
 def _config(args, settings: Settings) -> int:
@@ -151,11 +264,35 @@ def _config(args, settings: Settings) -> int:
     return 0
 
 
+# --- cluster, submit -----------------------------------------------------------------------------
+
 def _exec(command: list[str], env: dict[str, str]) -> int:
     """Run a JVM command in the foreground as this process, so Ctrl-C and `docker stop` reach it."""
     print("$ " + " ".join(command), flush=True)
     os.execve(command[0], command, env)
     return 0  # not reached
+
+
+def _add_cluster(sub) -> None:
+    parser = sub.add_parser(
+        "cluster", help="run a Spark standalone master/worker or the Thrift Server; set up a fresh platform",
+        description="The processes of a Spark cluster, from PySpark's own launcher (bin/spark-class, "
+                    "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
+                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
+                    "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
+                    "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
+                    "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
+                    "every address comes from lakehouse/core/profiles/cluster.env (the docker-compose services).")
+    parser.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
+    parser.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
+    parser.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
+                                       "thrift-server: bind address (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, help="master: port (default 7077); thrift-server: port "
+                                                 "(default LAKEHOUSE_THRIFT_PORT)")
+    parser.add_argument("--webui-port", type=int, help="web UI port (master 8080, worker 8081)")
+    parser.add_argument("--cores", type=int, default=2, help="worker: cores to offer (default 2)")
+    parser.add_argument("--memory", default="2g", help="worker: memory to offer (default 2g)")
+    parser.set_defaults(func=_cluster)
 
 
 def _cluster(args, settings: Settings) -> int:
@@ -182,6 +319,21 @@ def _cluster(args, settings: Settings) -> int:
     return 0
 
 
+def _add_submit(sub) -> None:
+    parser = sub.add_parser(
+        "submit", help="spark-submit the ingestion job to the configured Spark master",
+        description="Package the project (a zip of its Python packages for executors, the jars of `make "
+                    "setup` for the driver and executors) and spark-submit the ingestion job in client "
+                    "mode to LAKEHOUSE_SPARK_MASTER with LAKEHOUSE_SPARK_DRIVER_MEMORY, "
+                    "LAKEHOUSE_SPARK_EXECUTOR_MEMORY/_CORES and LAKEHOUSE_SPARK_CORES_MAX. Arguments after "
+                    "`ingest` are those of `lakehouse ingest`.",
+        epilog="Example: LAKEHOUSE_SPARK_MASTER=spark://host:7077 lakehouse submit ingest all --trigger 30s")
+    parser.add_argument("job", choices=["ingest"], help="the job to submit")
+    parser.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
+    parser.add_argument("job_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the job's arguments")
+    parser.set_defaults(func=_submit)
+
+
 def _submit(args, settings: Settings) -> int:
     from lakehouse.commands import cluster
 
@@ -195,166 +347,33 @@ def _submit(args, settings: Settings) -> int:
     return _exec(command, cluster.daemon_env(settings))
 
 
+# --- demo ----------------------------------------------------------------------------------------
+
+def _add_demo(sub) -> None:
+    parser = sub.add_parser("demo", help="run the whole chain once on the local platform",
+                            description="Start Kafka, produce (with corrupt messages), ingest, dbt build, "
+                                        "quality checks, print a summary, run a maintenance pass, show the "
+                                        "status view, stop what was started.")
+    parser.add_argument("--events", type=int, default=20_000, help="user events to produce (default 20000)")
+    parser.set_defaults(func=_demo)
+
+
 def _demo(args, settings: Settings) -> int:
     from lakehouse.commands import demo
 
     return demo.main(settings, events=args.events)
 
 
+# In the order `lakehouse --help` lists them.
+SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_quality, _add_maintain, _add_dlq,
+               _add_dbt, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    kafka = sub.add_parser("kafka", help="start, stop or inspect the local Kafka broker",
-                           description="The embedded Kafka broker (KRaft, single node) under the state folder.")
-    kafka.add_argument("action", choices=["start", "stop", "status"],
-                       help="start: format once, start, wait until it answers; stop: controlled shutdown; "
-                            "status: exit 0 only if it answers")
-    kafka.add_argument("--json", action="store_true", help="status as JSON")
-    kafka.set_defaults(func=_kafka)
-
-    produce = sub.add_parser(
-        "produce", help="produce demo messages to Kafka",
-        description="Produce generated messages (acks=all, idempotent) to a stream's topic, with optional "
-                    "fault injection. Every injected fault is recorded in the manifest with its Kafka "
-                    "coordinates, so dead letters can be checked record for record.")
-    produce.add_argument("stream", help="stream to produce (user_events, employees, purchases, customers, "
-                                        "accounts), or 'all': every stream with the demo's faults")
-    amount = produce.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--count", type=int, help="number of messages (faults add re-sends on top)")
-    amount.add_argument("--duration", type=float, metavar="SECONDS", help="produce for this long")
-    produce.add_argument("--rate", type=float, metavar="MSG_PER_S", help="cap on messages per second (all processes)")
-    produce.add_argument("--processes", type=int, default=1, help="producer processes (default 1)")
-    produce.add_argument("--seed", type=int, help="random seed: the same seed sends the same events")
-    produce.add_argument("--manifest", metavar="PATH", help="write the fault manifest (JSON) here")
-    produce.add_argument("--key-space", type=int, metavar="N",
-                         help="CDC streams: primary keys 1..N of the simulated source tables (default 1000)")
-    faults = produce.add_argument_group("fault injection (rates 0..1, all off by default)")
-    faults.add_argument("--demo-faults", action="store_true", help="the demo's mix of every fault below")
-    for name, text in [
-        ("duplicate", "re-send a message later"),
-        ("late", "event time days in the past (kept in bronze)"),
-        ("out-of-order", "hold a message back and send it after newer ones"),
-        ("corrupt", "truncated or garbled bytes (-> CORRUPT_PAYLOAD)"),
-        ("invalid", "missing required field or wrong type (-> MISSING_REQUIRED_FIELD / SCHEMA_MISMATCH)"),
-        ("unknown-schema-id", "registry-framed formats: unknown schema id (-> UNKNOWN_SCHEMA_ID)"),
-    ]:
-        faults.add_argument(f"--fault-{name}", type=float, default=0.0, metavar="RATE", help=text)
-    faults.add_argument("--evolve-after", type=float, metavar="SHARE",
-                        help="switch to the evolved schema after this share of the run (e.g. 0.5)")
-    produce.set_defaults(func=_produce)
-
-    from ingestion.job import add_arguments as ingest_arguments
-    ingest = sub.add_parser("ingest", help="stream Kafka topics into bronze Iceberg tables",
-                            description="Kafka -> bronze.<stream> and bronze.dead_letters, exactly once.")
-    ingest_arguments(ingest)
-    ingest.set_defaults(func=_ingest)
-
-    from lakehouse.operations.status import add_arguments as status_arguments
-    status = sub.add_parser(
-        "status", help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
-        description="Per stream: the last committed micro-batch (when, how many records, how fast), the lag "
-                    "behind the topic's end offsets, bronze rows, pending dead letters by reason. Per table: "
-                    "rows, data and delete files, average file size, snapshots, last `lakehouse maintain`. "
-                    "Then the last dbt run (target/run_results.json) and the last quality verdict. "
-                    "Reads checkpoints, the catalog and files only: it does not start Spark.")
-    status_arguments(status)
-    status.set_defaults(func=_status)
-
-    quality = sub.add_parser(
-        "quality", help="run the data quality suites (Great Expectations) and write the report",
-        description="Validate the lakehouse tables with the Great Expectations suites of expectations/ "
-                    "(bronze: offsets, required fields, event times, dead-letter rate; silver: keys, accepted "
-                    "values, CDC mirrors against their source; gold: reconciled with silver, no negative "
-                    "amounts, no missing regions). Appends every result to the Iceberg table "
-                    "quality.results, writes Data Docs and the landing page <home>/reports/quality/index.html, "
-                    "prints a summary. Exit status: 0 when every critical check passed (warnings allowed), "
-                    "1 when a critical check failed or the run could not start.",
-        epilog="Thresholds: LAKEHOUSE_QUALITY_* settings (see `lakehouse config`).")
-    quality.add_argument("action", choices=["run"], help="run the suites")
-    quality.add_argument("--layer", choices=["bronze", "silver", "gold"], help="only this layer's suites")
-    quality.add_argument("--stream", help="only this stream's suites (employees, purchases, user_events, customers, "
-                                          "accounts, dead_letters, reference)")
-    quality.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
-    quality.set_defaults(func=_quality)
-
-    maintain = sub.add_parser(
-        "maintain", help="compact, rewrite manifests, expire snapshots, remove orphan files",
-        description="One maintenance pass over the lakehouse's Iceberg tables, by the policies of "
-                    "lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction "
-                    "(streaming tables: only partitions no longer being written), position-delete rewrite "
-                    "(merge-on-read mirrors), manifest rewrite, snapshot expiry (keeping the ingestion's "
-                    "exactly-once check valid), orphan file removal (never files younger than 24 h). Safe "
-                    "while ingestion runs; silver and gold tables wait for a dbt run started with "
-                    "`lakehouse dbt` to finish. Prints files before/after, snapshots expired and bytes "
-                    "reclaimed per table.")
-    from lakehouse.operations.maintenance import add_arguments as maintain_arguments
-    maintain_arguments(maintain)
-    maintain.set_defaults(func=_maintain)
-
-    dlq = sub.add_parser(
-        "dlq", help="dead letters: stats, list, show, replay",
-        description="Inspect bronze.dead_letters and replay fixed records into bronze.")
-    from lakehouse.operations.dlq import add_arguments as dlq_arguments
-    dlq_arguments(dlq)
-    dlq.set_defaults(func=_dlq)
-
-    dbt = sub.add_parser(
-        "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
-        description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
-                    "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
-                    "running MERGE. Every argument is passed to dbt.")
-    dbt.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
-    dbt.set_defaults(func=_dbt)
-
-    profile = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
-                             description="Regenerate profiles.yml: lakehouse dbt-profile > profiles.yml")
-    profile.set_defaults(func=_dbt_profile)
-
-    config = sub.add_parser("config", help="show the effective configuration",
-                            description="Every LAKEHOUSE_* setting with its current value.")
-    config.add_argument("--json", action="store_true", help="as JSON")
-    config.set_defaults(func=_config)
-
-    cluster = sub.add_parser(
-        "cluster", help="run a Spark standalone master/worker or the Thrift Server; set up a fresh platform",
-        description="The processes of a Spark cluster, from PySpark's own launcher (bin/spark-class, "
-                    "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
-                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
-                    "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
-                    "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
-                    "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
-                    "every address comes from lakehouse/core/profiles/cluster.env (the docker-compose services).")
-    cluster.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
-    cluster.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
-    cluster.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
-                                        "thrift-server: bind address (default 0.0.0.0)")
-    cluster.add_argument("--port", type=int, help="master: port (default 7077); thrift-server: port "
-                                                  "(default LAKEHOUSE_THRIFT_PORT)")
-    cluster.add_argument("--webui-port", type=int, help="web UI port (master 8080, worker 8081)")
-    cluster.add_argument("--cores", type=int, default=2, help="worker: cores to offer (default 2)")
-    cluster.add_argument("--memory", default="2g", help="worker: memory to offer (default 2g)")
-    cluster.set_defaults(func=_cluster)
-
-    submit = sub.add_parser(
-        "submit", help="spark-submit the ingestion job to the configured Spark master",
-        description="Package the project (a zip of its Python packages for executors, the jars of `make "
-                    "setup` for the driver and executors) and spark-submit the ingestion job in client "
-                    "mode to LAKEHOUSE_SPARK_MASTER with LAKEHOUSE_SPARK_DRIVER_MEMORY, "
-                    "LAKEHOUSE_SPARK_EXECUTOR_MEMORY/_CORES and LAKEHOUSE_SPARK_CORES_MAX. Arguments after "
-                    "`ingest` are those of `lakehouse ingest`.",
-        epilog="Example: LAKEHOUSE_SPARK_MASTER=spark://host:7077 lakehouse submit ingest all --trigger 30s")
-    submit.add_argument("job", choices=["ingest"], help="the job to submit")
-    submit.add_argument("--dry-run", action="store_true", help="print the spark-submit command, run nothing")
-    submit.add_argument("job_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the job's arguments")
-    submit.set_defaults(func=_submit)
-
-    demo = sub.add_parser("demo", help="run the whole chain once on the local platform",
-                          description="Start Kafka, produce (with corrupt messages), ingest, dbt build, "
-                                      "quality checks, print a summary, run a maintenance pass, show the "
-                                      "status view, stop what was started.")
-    demo.add_argument("--events", type=int, default=20_000, help="user events to produce (default 20000)")
-    demo.set_defaults(func=_demo)
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
 
 

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 
+import pyspark
+
+from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import admin_client, topic_names
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
-from lakehouse.core.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, spark_conf, spark_jars
+from lakehouse.core.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, get_spark, spark_conf, spark_jars
+from lakehouse.operations.status import existing_catalog
+from producers.delivery import ensure_topic
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -28,8 +37,6 @@ PACKAGE_NAME = "lakehouse-jobs.zip"
 
 
 def spark_home() -> Path:
-    import pyspark
-
     return Path(pyspark.__file__).resolve().parent
 
 
@@ -164,8 +171,6 @@ SESSION_NAMESPACE = "default"
 
 def ensure_session_namespace(settings: Settings) -> None:
     """Create `lake.default` before the Thrift Server starts (pyiceberg: no Spark needed)."""
-    from lakehouse.operations.status import existing_catalog
-
     catalog = existing_catalog(settings)
     if catalog is None:
         raise LakehouseError(f"no catalog at {settings.catalog_uri} yet: run `lakehouse cluster init` "
@@ -179,12 +184,6 @@ def ensure_session_namespace(settings: Settings) -> None:
 
 def wait_for_services(settings: Settings, timeout_s: float = 300.0) -> None:
     """Wait until Kafka (and the REST catalog, when used) answer: compose starts them together."""
-    import time
-    import urllib.error
-    import urllib.request
-
-    from lakehouse.core.kafka_admin import admin_client, topic_names
-
     deadline = time.monotonic() + timeout_s
     while True:
         problems = []
@@ -208,10 +207,6 @@ def wait_for_services(settings: Settings, timeout_s: float = 300.0) -> None:
 
 def init_platform(settings: Settings, partitions: int = 3) -> dict[str, list[str]]:
     """Create every stream's topic and the catalog's namespaces; idempotent."""
-    from lakehouse.contracts.streams import load_pipeline
-    from lakehouse.core.spark import get_spark
-    from producers.delivery import ensure_topic
-
     check_submission(settings)
     wait_for_services(settings)
     topics = sorted({spec.topic for spec in load_pipeline().values()})

@@ -13,9 +13,19 @@ from __future__ import annotations
 import logging
 import time
 
+from expectations.mirror import check_mirror
+from expectations.runner import QualityReport, format_summary, run_quality
+from ingestion import job
+from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
+from lakehouse.core.spark import ensure_namespaces, get_spark, relation_exists
+from lakehouse.operations import maintenance, status
+from lakehouse.operations.dbt import run_dbt
+from producers.cdc.stream import simulator_source, simulator_sources
+from producers.faults import FaultRates
+from producers.run import PRODUCERS, produce
 
 log = logging.getLogger("lakehouse.commands.demo")
 
@@ -38,8 +48,6 @@ def _step(number: int, text: str) -> float:
 
 def _count(spark, table: str, where: str = "true") -> int:
     """Rows of a table or view; 0 when it does not exist (yet)."""
-    from lakehouse.core.spark import relation_exists
-
     return spark.table(table).where(where).count() if relation_exists(spark, table) else 0
 
 
@@ -64,48 +72,21 @@ def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
 
 
 def main(settings: Settings, events: int = 20_000) -> int:
-    from expectations.mirror import check_mirror
-    from expectations.runner import format_summary, run_quality
-    from ingestion import job
-    from lakehouse.contracts.streams import load_pipeline
-    from lakehouse.core.spark import ensure_namespaces, get_spark
-    from lakehouse.operations import maintenance, status
-    from lakehouse.operations.dbt import run_dbt
-    from producers.cdc.stream import simulator_source, simulator_sources
-    from producers.faults import FaultRates
-    from producers.run import PRODUCERS, produce
-
     started_kafka = False
     spark = None
     began = time.monotonic()
     streams = {name: spec for name, spec in load_pipeline().items() if name in PRODUCERS}
     try:
         _step(1, f"Kafka on {settings.kafka_bootstrap_servers}")
-        if local_kafka.running_pid(settings) is None:
-            local_kafka.start(settings)
-            started_kafka = True
-        else:
-            print("reusing the Kafka broker that is already running (it stays running)")
+        started_kafka = _start_kafka(settings)
 
-        faults = FaultRates.demo()
         _step(2, f"produce {', '.join(streams)} with the demo's faults (duplicates, late, out of order, "
                  "corrupt, invalid, unknown schema ids, schema evolution)")
-        produced = {}
-        for name, spec in streams.items():
-            count = events // CDC_SHARE if spec.is_cdc else events
-            report = produce(settings, name, count, faults=faults)
-            if report.failed:
-                raise LakehouseError(f"{name}: {report.failed} messages were not delivered")
-            produced[name] = report.manifest(faults.as_dict())
-            print(f"  {name}: delivered {report.delivered:,}; injected: "
-                  + (", ".join(f"{kind} {n:,}" for kind, n in produced[name]["faults"].items()) or "none"))
+        produced = _produce(settings, streams, events)
 
         _step(3, "ingest Kafka -> bronze, every stream in one Spark application (available-now)")
         spark = get_spark(settings, app_name="lakehouse-demo")
-        ensure_namespaces(spark)
-        before = {name: (_count(spark, spec.bronze_table), _count(spark, "bronze.dead_letters", f"stream = '{name}'"))
-                  for name, spec in streams.items()}
-        job.run(spark, settings, list(streams), available_now=True)
+        before = _ingest(spark, settings, streams)
 
         _step(4, "dbt build (seed, silver and gold models, their data and unit tests)")
         run_dbt(settings, ["build"])
@@ -113,39 +94,7 @@ def main(settings: Settings, events: int = 20_000) -> int:
         _step(5, "quality checks (Great Expectations)")
         report = run_quality(spark, settings, sources=simulator_sources(settings))
         print(format_summary(report))
-
-        print("\n" + "=" * 64)
-        print("lakehouse demo summary")
-        print("=" * 64)
-        print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
-        mismatched = []
-        for name, spec in streams.items():
-            manifest = produced[name]
-            bronze = _count(spark, spec.bronze_table) - before[name][0]
-            dead = _count(spark, "bronze.dead_letters", f"stream = '{name}'") - before[name][1]
-            expected = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
-            ok = bronze + dead == manifest["produced"] and dead == len(expected) \
-                and dead_letters_at(spark, name, expected) == expected
-            mismatched += [] if ok else [name]
-            verdict = "every message in bronze or dead letters, reasons match" if ok else "MISMATCH"
-            print(f"  {name:<12} {manifest['produced']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
-        for name in streams:
-            reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
-            print(f"  dead letters of {name}: {reasons or 'none'}")
-        for table in MODEL_TABLES:
-            print(f"  {table:<32} {_count(spark, table):>12,} rows")
-        for name, spec in streams.items():
-            if spec.is_cdc:
-                check = check_mirror(spark, simulator_source(settings, name))
-                verdict = "equals the source database" if check.equal else (
-                    f"DIFFERS from the source database: {check.missing} missing, {check.extra} extra, "
-                    f"{check.different} different")
-                mismatched += [] if check.equal else [f"silver.{name}"]
-                print(f"  silver.{name} (CDC mirror, {check.mirror_rows:,} live rows) {verdict}")
-        verdict = "PASSED" if report.passed else "FAILED"
-        print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
-        print(f"  quality report: {report.report_path}")
-        print(f"  Data Docs: {report.docs_index}")
+        mismatched = _print_summary(spark, settings, streams, produced, before, report)
 
         _step(6, "maintenance: compaction, manifest rewrite, snapshot expiry, orphan files (lakehouse maintain)")
         # The demo's ingestion has finished, so no partition is still being written.
@@ -154,16 +103,107 @@ def main(settings: Settings, events: int = 20_000) -> int:
         _step(7, "status (lakehouse status)")
         print(status.format_report(status.collect_status(settings)))
         print(f"\n  demo took {time.monotonic() - began:.0f}s")
-        empty = [table for table in MODEL_TABLES if _count(spark, table) == 0]
-        if empty:
-            raise LakehouseError(f"empty after the demo: {', '.join(empty)}")
-        if mismatched:
-            raise LakehouseError(f"not what the sources hold: {', '.join(mismatched)}")
-        if not report.passed:
-            raise LakehouseError("critical quality checks failed; see the report")
+        _check_outcome(spark, mismatched, report)
         return 0
     finally:
         if spark is not None:
             spark.stop()
         if started_kafka:
             local_kafka.stop(settings)
+
+
+def _start_kafka(settings: Settings) -> bool:
+    """Start the local broker unless one runs; True when the demo started it (and stops it)."""
+    if local_kafka.running_pid(settings) is not None:
+        print("reusing the Kafka broker that is already running (it stays running)")
+        return False
+    local_kafka.start(settings)
+    return True
+
+
+def _produce(settings: Settings, streams: dict[str, StreamSpec], events: int) -> dict[str, dict]:
+    """Every stream's messages with the demo's faults; each stream's fault manifest."""
+    faults = FaultRates.demo()
+    produced = {}
+    for name, spec in streams.items():
+        count = events // CDC_SHARE if spec.is_cdc else events
+        report = produce(settings, name, count, faults=faults)
+        if report.failed:
+            raise LakehouseError(f"{name}: {report.failed} messages were not delivered")
+        produced[name] = report.manifest(faults.as_dict())
+        print(f"  {name}: delivered {report.delivered:,}; injected: "
+              + (", ".join(f"{kind} {n:,}" for kind, n in produced[name]["faults"].items()) or "none"))
+    return produced
+
+
+def _ingest(spark, settings: Settings, streams: dict[str, StreamSpec]) -> dict[str, tuple[int, int]]:
+    """Ingest every stream (available-now); the bronze and dead-letter rows each had before."""
+    ensure_namespaces(spark)
+    before = {name: (_count(spark, spec.bronze_table), _count(spark, "bronze.dead_letters", f"stream = '{name}'"))
+              for name, spec in streams.items()}
+    job.run(spark, settings, list(streams), available_now=True)
+    return before
+
+
+def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], produced: dict[str, dict],
+                   before: dict[str, tuple[int, int]], report: QualityReport) -> list[str]:
+    """The demo's summary; the streams and mirrors that do not hold what their sources sent."""
+    print("\n" + "=" * 64)
+    print("lakehouse demo summary")
+    print("=" * 64)
+    mismatched = _print_stream_counts(spark, streams, produced, before)
+    for name in streams:
+        reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
+        print(f"  dead letters of {name}: {reasons or 'none'}")
+    for table in MODEL_TABLES:
+        print(f"  {table:<32} {_count(spark, table):>12,} rows")
+    mismatched += _print_mirror_checks(spark, settings, streams)
+    verdict = "PASSED" if report.passed else "FAILED"
+    print(f"  quality: {verdict} ({report.critical_failures} critical, {report.warning_failures} warning failures)")
+    print(f"  quality report: {report.report_path}")
+    print(f"  Data Docs: {report.docs_index}")
+    return mismatched
+
+
+def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[str, dict],
+                         before: dict[str, tuple[int, int]]) -> list[str]:
+    """Per stream: every message produced is in bronze or in dead letters, with the manifest's
+    reason at its coordinates; the streams where it is not."""
+    print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
+    mismatched = []
+    for name, spec in streams.items():
+        manifest = produced[name]
+        bronze = _count(spark, spec.bronze_table) - before[name][0]
+        dead = _count(spark, "bronze.dead_letters", f"stream = '{name}'") - before[name][1]
+        expected = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
+        ok = bronze + dead == manifest["produced"] and dead == len(expected) \
+            and dead_letters_at(spark, name, expected) == expected
+        mismatched += [] if ok else [name]
+        verdict = "every message in bronze or dead letters, reasons match" if ok else "MISMATCH"
+        print(f"  {name:<12} {manifest['produced']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
+    return mismatched
+
+
+def _print_mirror_checks(spark, settings: Settings, streams: dict[str, StreamSpec]) -> list[str]:
+    """Each CDC mirror in silver against its source database; the mirrors that differ."""
+    mismatched = []
+    for name, spec in streams.items():
+        if spec.is_cdc:
+            check = check_mirror(spark, simulator_source(settings, name))
+            verdict = "equals the source database" if check.equal else (
+                f"DIFFERS from the source database: {check.missing} missing, {check.extra} extra, "
+                f"{check.different} different")
+            mismatched += [] if check.equal else [f"silver.{name}"]
+            print(f"  silver.{name} (CDC mirror, {check.mirror_rows:,} live rows) {verdict}")
+    return mismatched
+
+
+def _check_outcome(spark, mismatched: list[str], report: QualityReport) -> None:
+    """A failed demo is one error line: empty models, sources not mirrored, critical checks failed."""
+    empty = [table for table in MODEL_TABLES if _count(spark, table) == 0]
+    if empty:
+        raise LakehouseError(f"empty after the demo: {', '.join(empty)}")
+    if mismatched:
+        raise LakehouseError(f"not what the sources hold: {', '.join(mismatched)}")
+    if not report.passed:
+        raise LakehouseError("critical quality checks failed; see the report")

@@ -304,22 +304,23 @@ def table_kind(table: str) -> str:
     return "dbt" if table.split(".")[0] in DBT_NAMESPACES else "streaming"
 
 
-def _one(spark, sql: str):
+def _single_row(spark, sql: str):
+    """The one row of an aggregate query."""
     return spark.sql(sql).collect()[0]
 
 
 def table_stats(spark, table: str, policy: Policy) -> TableStats:
     small = int(policy.target_file_size_bytes * SMALL_FILE_RATIO)
-    files = _one(spark, f"select count(*) as n, coalesce(sum(if(file_size_in_bytes < {small}, 1, 0)), 0) as small, "
-                        f"coalesce(sum(record_count), 0) as rows from {table}.data_files")
-    stored = _one(spark, "select coalesce(sum(size), 0) as bytes from ("
-                         f"select distinct file_path, file_size_in_bytes as size from {table}.all_files "
-                         f"union all select distinct path, length from {table}.all_manifests)")
+    files = _single_row(spark, f"select count(*) as n, coalesce(sum(if(file_size_in_bytes < {small}, 1, 0)), 0) "
+                               f"as small, coalesce(sum(record_count), 0) as rows from {table}.data_files")
+    stored = _single_row(spark, "select coalesce(sum(size), 0) as bytes from ("
+                                f"select distinct file_path, file_size_in_bytes as size from {table}.all_files "
+                                f"union all select distinct path, length from {table}.all_manifests)")
     return TableStats(
         data_files=files.n, small_files=files.small,
-        delete_files=_one(spark, f"select count(*) as n from {table}.delete_files").n,
-        manifests=_one(spark, f"select count(*) as n from {table}.manifests").n,
-        snapshots=_one(spark, f"select count(*) as n from {table}.snapshots").n,
+        delete_files=_single_row(spark, f"select count(*) as n from {table}.delete_files").n,
+        manifests=_single_row(spark, f"select count(*) as n from {table}.manifests").n,
+        snapshots=_single_row(spark, f"select count(*) as n from {table}.snapshots").n,
         rows=files.rows, stored_bytes=int(stored.bytes),
     )
 
@@ -473,7 +474,7 @@ class TableMaintenance:
                                         "they are retried next pass")
 
     def rewrite_position_deletes(self) -> None:
-        deletes = _one(self.spark, f"select count(*) as n from {self.table}.delete_files").n
+        deletes = _single_row(self.spark, f"select count(*) as n from {self.table}.delete_files").n
         if not deletes:
             return
         if self.dry_run:
@@ -485,7 +486,7 @@ class TableMaintenance:
                                    f"{row.added_delete_files_count:,}")
 
     def rewrite_manifests(self) -> None:
-        manifests = _one(self.spark, f"select count(*) as n from {self.table}.manifests").n
+        manifests = _single_row(self.spark, f"select count(*) as n from {self.table}.manifests").n
         if manifests < 2:
             return
         if self.dry_run:
@@ -528,7 +529,7 @@ class TableMaintenance:
         before = len(committed)
         [row] = self._call("expire_snapshots", f"older_than => {_timestamp_literal(older_than)}",
                            f"retain_last => {self.policy.snapshots_to_keep}")
-        after = _one(self.spark, f"select count(*) as n from {self.table}.snapshots").n
+        after = _single_row(self.spark, f"select count(*) as n from {self.table}.snapshots").n
         self.result.snapshots_expired = max(0, before - after)
         self.result.actions.append(
             f"snapshots: {self.result.snapshots_expired:,} expired (older than {older_than:%Y-%m-%d %H:%M:%S} UTC), "

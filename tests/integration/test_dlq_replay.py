@@ -30,6 +30,10 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.operations import dlq
 from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.dead_letters import queries
+from lakehouse.operations.dead_letters.filters import parse_filters
+from lakehouse.operations.dead_letters.replay import REPLAY_ID_PROPERTY, replay
+from lakehouse.operations.dead_letters.text import format_replay
 from lakehouse.operations.status import pyiceberg_catalog
 from producers import avro, purchases
 from producers.delivery import ensure_topic, producer_config
@@ -131,7 +135,7 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
 
     # --- a replay before the fix: nothing reaches bronze, the attempt is recorded
     bronze_before = snapshots(session, "bronze.purchases")
-    report = dlq.replay(session, own, dlq.parse_filters(["purchases"]))
+    report = replay(session, own, parse_filters(["purchases"]))
     assert (report.selected, report.replayed) == (PENDING + 1, 0)
     assert report.streams[0].still_failing == {"UNKNOWN_SCHEMA_ID": PENDING, "CORRUPT_PAYLOAD": 1}
     assert snapshots(session, "bronze.purchases") == bronze_before
@@ -146,7 +150,7 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     assert "coupon_code" not in session.table("bronze.purchases").columns
     assert registry_for(own).register(purchases.SUBJECT, v3_schema()) == v3_id
     dead_before = snapshots(session, "bronze.dead_letters")
-    dry = dlq.replay(session, own, dlq.parse_filters(["purchases"]), dry_run=True)
+    dry = replay(session, own, parse_filters(["purchases"]), dry_run=True)
     assert (dry.selected, dry.replayed, dry.streams[0].still_failing) == (PENDING + 1, PENDING, {"CORRUPT_PAYLOAD": 1})
     assert snapshots(session, "bronze.purchases") == bronze_before  # a dry run writes nothing
     assert snapshots(session, "bronze.dead_letters") == dead_before
@@ -176,7 +180,7 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
         assert row._ingested_at > letter["ingested_at"]  # the replay time: new to incremental models
     assert bronze.groupBy("_kafka_topic", "_kafka_partition", "_kafka_offset").count().where("count > 1").count() == 0
     marked = session.sql("select summary from bronze.purchases.snapshots order by committed_at desc limit 1").first()
-    assert dlq.REPLAY_ID_PROPERTY in marked.summary and "lakehouse.query-id" not in marked.summary
+    assert REPLAY_ID_PROPERTY in marked.summary and "lakehouse.query-id" not in marked.summary
 
     # dead letters: kept, the replayed ones marked, the corrupt one still pending
     dead = dead_letters(session)
@@ -223,18 +227,18 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     # --- a second replay: nothing it selects is pending any more, nothing is committed
     counts = {t: session.table(t).count() for t in ("bronze.purchases", "bronze.dead_letters")}
     before = {t: snapshots(session, t) for t in counts}
-    again = dlq.replay(session, own, dlq.parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
+    again = replay(session, own, parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
     assert (again.selected, again.replayed, again.streams) == (0, 0, [])
-    assert "nothing to replay" in dlq.format_replay(again)
+    assert "nothing to replay" in format_replay(again)
     assert {t: snapshots(session, t) for t in counts} == before
     assert {t: session.table(t).count() for t in counts} == counts
-    stats = dlq.stats(session, dlq.parse_filters(["purchases"], include_replayed=True))
+    stats = queries.stats(session, parse_filters(["purchases"], include_replayed=True))
     reasons = stats["streams"]["purchases"]["reasons"]
     assert {code: (r["pending"], r["replayed"]) for code, r in reasons.items()} == {
         "CORRUPT_PAYLOAD": (1, 0), "UNKNOWN_SCHEMA_ID": (0, PENDING)}
 
     # every pending purchase dead letter again (only the corrupt one is): tried, nothing lands twice
-    everything = dlq.replay(session, own, dlq.parse_filters(["purchases"]))
+    everything = replay(session, own, parse_filters(["purchases"]))
     assert (everything.selected, everything.replayed) == (1, 0)
     assert everything.streams[0].still_failing == {"CORRUPT_PAYLOAD": 1}
     assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
@@ -247,7 +251,7 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     # bronze whose dead letter is still pending: the next replay only marks it
     crashed = sorted(keys)[0]
     session.sql(f"update bronze.dead_letters set replayed_at = null where key = X'{crashed.hex()}'")
-    recovered = dlq.replay(session, own, dlq.parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
+    recovered = replay(session, own, parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
     assert (recovered.selected, recovered.replayed) == (1, 1)
     assert (recovered.streams[0].already_in_bronze, recovered.streams[0].appended) == (1, 0)
     assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]

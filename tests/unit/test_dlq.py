@@ -10,8 +10,21 @@ import pytest
 from lakehouse.commands.cli import build_parser
 from lakehouse.contracts.error_codes import ERROR_CODES
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
 from lakehouse.operations import dlq
-from lakehouse.operations.dlq import Count, DeadLetter, Filters, ReplayReport, StreamReplay
+from lakehouse.operations.dead_letters.filters import Filters, parse_filters, parse_record, parse_time
+from lakehouse.operations.dead_letters.queries import Count, DeadLetter, summarize
+from lakehouse.operations.dead_letters.replay import ReplayReport, StreamReplay, replay_lock
+from lakehouse.operations.dead_letters.text import (
+    escape_bytes,
+    escape_text,
+    format_list,
+    format_replay,
+    format_show,
+    format_stats,
+    hex_dump,
+    truncate,
+)
 from tests.conftest import REPO_ROOT
 
 NOW = datetime(2024, 5, 10, 12, 0, 0, tzinfo=UTC)
@@ -34,7 +47,7 @@ STREAMS = ("purchases", "user_events")
     ("2024-05-01T14:30:00+02:00", datetime(2024, 5, 1, 12, 30, tzinfo=UTC)),
 ])
 def test_times_are_iso_dates_or_ago_and_always_utc(text, expected):
-    parsed = dlq.parse_time(text, now=NOW)
+    parsed = parse_time(text, now=NOW)
     assert parsed == expected
     assert parsed.tzinfo is not None and parsed.utcoffset() == timedelta(0)
 
@@ -42,14 +55,14 @@ def test_times_are_iso_dates_or_ago_and_always_utc(text, expected):
 @pytest.mark.parametrize("text", ["yesterday", "2h ago", "-2h", "2024-13-01", "12:00", "", "7 days"])
 def test_an_unreadable_time_names_the_option_and_the_forms(text):
     with pytest.raises(LakehouseError) as error:
-        dlq.parse_time(text, "--until", now=NOW)
+        parse_time(text, "--until", now=NOW)
     message = str(error.value)
     assert message.startswith(f"invalid --until {text!r}: use ")
     assert "30m" in message and "2024-05-01" in message and "\n" not in message
 
 
 def test_filters_become_one_sql_predicate():
-    filters = dlq.parse_filters(["purchases", "purchases"], ["unknown_schema_id", "CORRUPT_PAYLOAD"], "2h",
+    filters = parse_filters(["purchases", "purchases"], ["unknown_schema_id", "CORRUPT_PAYLOAD"], "2h",
                                 "2024-05-10T11:30:00", known_streams=STREAMS, now=NOW)
     assert filters.streams == ("purchases",)  # repeats collapse
     assert filters.reasons == ("UNKNOWN_SCHEMA_ID", "CORRUPT_PAYLOAD")  # codes are case-insensitive
@@ -60,8 +73,8 @@ def test_filters_become_one_sql_predicate():
 
 
 def test_the_default_is_every_pending_dead_letter():
-    assert dlq.parse_filters(known_streams=STREAMS).where_sql() == "replayed_at is null"
-    assert dlq.parse_filters(include_replayed=True, known_streams=STREAMS).where_sql() == "true"
+    assert parse_filters(known_streams=STREAMS).where_sql() == "replayed_at is null"
+    assert parse_filters(include_replayed=True, known_streams=STREAMS).where_sql() == "true"
     # a table created before replay existed has no replayed_at: all its dead letters are pending
     assert Filters().where_sql(has_replay_columns=False) == "true"
 
@@ -72,23 +85,23 @@ def test_sql_literals_are_quoted():
 
 def test_an_unknown_stream_or_reason_is_one_line_naming_the_choices():
     with pytest.raises(LakehouseError) as error:
-        dlq.parse_filters(["purchase"], known_streams=STREAMS)
+        parse_filters(["purchase"], known_streams=STREAMS)
     assert str(error.value) == "unknown stream 'purchase' for --stream; configured streams: purchases, user_events"
     with pytest.raises(LakehouseError) as error:
-        dlq.parse_filters(reasons=["CORRUPT"], known_streams=STREAMS)
+        parse_filters(reasons=["CORRUPT"], known_streams=STREAMS)
     assert str(error.value).startswith("unknown reason 'CORRUPT' for --reason; reasons: CORRUPT_PAYLOAD, ")
     assert all(code in str(error.value) for code in ERROR_CODES)
 
 
 def test_streams_default_to_the_pipeline_file():
-    assert dlq.parse_filters(["purchases", "customers"]).streams == ("purchases", "customers")
+    assert parse_filters(["purchases", "customers"]).streams == ("purchases", "customers")
     with pytest.raises(LakehouseError, match="unknown stream 'nope'.*purchases"):
-        dlq.parse_filters(["nope"])
+        parse_filters(["nope"])
 
 
 def test_since_must_be_before_until():
     with pytest.raises(LakehouseError, match=r"^--since \(2024-05-10 11:00:00\) is not before --until"):
-        dlq.parse_filters(since="1h", until="2h", known_streams=STREAMS, now=NOW)
+        parse_filters(since="1h", until="2h", known_streams=STREAMS, now=NOW)
 
 
 @pytest.mark.parametrize(("parts", "expected"), [
@@ -96,7 +109,7 @@ def test_since_must_be_before_until():
     (["purchases:2:7"], ("purchases", 2, 7)),
 ])
 def test_a_record_is_named_by_its_coordinates(parts, expected):
-    assert dlq.parse_record(parts, STREAMS) == expected
+    assert parse_record(parts, STREAMS) == expected
 
 
 @pytest.mark.parametrize(("parts", "message"), [
@@ -108,7 +121,7 @@ def test_a_record_is_named_by_its_coordinates(parts, expected):
 ])
 def test_a_bad_record_is_a_clear_error(parts, message):
     with pytest.raises(LakehouseError, match=message):
-        dlq.parse_record(parts, STREAMS)
+        parse_record(parts, STREAMS)
 
 
 # --- safe display --------------------------------------------------------------------------------
@@ -116,28 +129,28 @@ def test_a_bad_record_is_a_clear_error(parts, message):
 def test_hex_dump_looks_like_hexdump_c():
     data = b"Hello\n\x1b[31m\x00\xff0123456789abcdefXYZ"
     # `printf 'Hello\n\x1b[31m\x00\xff0123456789abcdefXYZ' | hexdump -C`
-    assert dlq.hex_dump(data) == [
+    assert hex_dump(data) == [
         "00000000  48 65 6c 6c 6f 0a 1b 5b  33 31 6d 00 ff 30 31 32  |Hello..[31m..012|",
         "00000010  33 34 35 36 37 38 39 61  62 63 64 65 66 58 59 5a  |3456789abcdefXYZ|",
         "00000020",
     ]
-    short = dlq.hex_dump(b"\x00\x01abc")
+    short = hex_dump(b"\x00\x01abc")
     # `printf '\x00\x01abc' | hexdump -C`
     assert short == ["00000000  00 01 61 62 63                                    |..abc|", "00000005"]
-    assert short[0].index("|") == dlq.hex_dump(data)[0].index("|")  # the ASCII column lines up
+    assert short[0].index("|") == hex_dump(data)[0].index("|")  # the ASCII column lines up
 
 
 def test_hex_dump_of_nothing_and_of_too_much():
-    assert dlq.hex_dump(None) == ["(null)"]
-    assert dlq.hex_dump(b"") == ["(empty)"]
-    lines = dlq.hex_dump(bytes(range(256)) * 4, max_bytes=32)
+    assert hex_dump(None) == ["(null)"]
+    assert hex_dump(b"") == ["(empty)"]
+    lines = hex_dump(bytes(range(256)) * 4, max_bytes=32)
     assert len(lines) == 4 and lines[2] == "00000020"
     assert lines[3] == "... 992 more bytes (--max-bytes 0 shows all)"
 
 
 def test_no_dump_line_holds_a_control_character():
     every_byte = bytes(range(256))
-    for line in dlq.hex_dump(every_byte) + [dlq.escape_bytes(every_byte)]:
+    for line in hex_dump(every_byte) + [escape_bytes(every_byte)]:
         assert line.isprintable(), line
 
 
@@ -156,17 +169,17 @@ def test_no_dump_line_holds_a_control_character():
     (None, "(null)"),
 ])
 def test_escaped_text_never_carries_a_control_byte(data, shown):
-    assert dlq.escape_bytes(data) == shown
+    assert escape_bytes(data) == shown
     assert shown.isprintable()
 
 
 def test_escaped_text_can_be_cut_short():
-    assert dlq.escape_bytes(b"abcdef", max_bytes=2) == '"ab" ... 4 more bytes'
+    assert escape_bytes(b"abcdef", max_bytes=2) == '"ab" ... 4 more bytes'
 
 
 def test_escape_text_for_details():
-    assert dlq.escape_text("line one\nline two\x1b") == "line one\\nline two\\x1b"
-    assert dlq.truncate("x" * 10, 8) == "xxxxx..." and dlq.truncate("short", 8) == "short"
+    assert escape_text("line one\nline two\x1b") == "line one\\nline two\\x1b"
+    assert truncate("x" * 10, 8) == "xxxxx..." and truncate("short", 8) == "short"
 
 
 # --- stats, list, show, replay report ------------------------------------------------------------
@@ -184,7 +197,7 @@ COUNTS = [
 
 
 def test_summary_counts_by_stream_and_reason_pending_and_replayed():
-    summary = dlq.summarize(COUNTS, Filters(include_replayed=True))
+    summary = summarize(COUNTS, Filters(include_replayed=True))
     assert summary["total"] == {"pending": 1207, "replayed": 3, "oldest_ingested_at": at(-5).isoformat(),
                                 "newest_ingested_at": at(40).isoformat()}
     purchases = summary["streams"]["purchases"]
@@ -197,7 +210,7 @@ def test_summary_counts_by_stream_and_reason_pending_and_replayed():
 
 
 def test_stats_table_is_aligned_with_subtotals_and_a_total():
-    text = dlq.format_stats(dlq.summarize(COUNTS))
+    text = format_stats(summarize(COUNTS))
     lines = text.splitlines()
     assert lines[0].split() == ["STREAM", "REASON", "PENDING", "REPLAYED", "OLDEST", "INGESTED", "(UTC)", "NEWEST",
                                 "INGESTED", "(UTC)"]
@@ -214,9 +227,9 @@ def test_stats_table_is_aligned_with_subtotals_and_a_total():
 
 
 def test_stats_of_nothing_says_so_and_how_to_see_more():
-    assert dlq.format_stats(dlq.summarize([])) == (
+    assert format_stats(summarize([])) == (
         "no dead letters match (pending only; --include-replayed counts replayed ones too)")
-    assert dlq.format_stats(dlq.summarize([], Filters(include_replayed=True))) == "no dead letters match"
+    assert format_stats(summarize([], Filters(include_replayed=True))) == "no dead letters match"
 
 
 def letter(**changes) -> DeadLetter:
@@ -237,7 +250,7 @@ def test_replay_state_of_a_dead_letter():
 def test_list_lines_are_aligned_and_say_how_many_more_exist():
     letters = [letter(), letter(partition=0, offset=7, error_code="CORRUPT_PAYLOAD", error_detail="x\x1b" * 80,
                                 replay_attempts=1, last_replay_at=at(3))]
-    text = dlq.format_list(letters, total=120, limit=2)
+    text = format_list(letters, total=120, limit=2)
     lines = text.splitlines()
     assert lines[0].split()[:2] == ["STREAM", "PARTITION:OFFSET"]
     assert lines[1].split()[:7] == ["purchases", "1:42", "2024-05-10", "12:00:00", "2024-05-10", "12:01:00",
@@ -248,12 +261,12 @@ def test_list_lines_are_aligned_and_say_how_many_more_exist():
     assert len(lines[2].split("  ")) < 20  # not the whole 80-fold detail
     assert lines[1].index("UNKNOWN") == lines[2].index("CORRUPT")  # columns line up
     assert lines[3] == "showing 2 of 120: 118 more (--limit 0 shows all, or narrow the filters)"
-    assert dlq.format_list(letters, total=2, limit=50).splitlines()[-1] == "2 dead letters"
-    assert dlq.format_list([], total=0, limit=50) == "no dead letters match"
+    assert format_list(letters, total=2, limit=50).splitlines()[-1] == "2 dead letters"
+    assert format_list([], total=0, limit=50) == "no dead letters match"
 
 
 def test_show_prints_metadata_and_the_bytes_safely():
-    text = dlq.format_show(letter(key=None, schema_id=7))
+    text = format_show(letter(key=None, schema_id=7))
     assert "\x1b" not in text and "\x00" not in text
     lines = text.splitlines()
     assert lines[0] == "dead letter purchases:1:42"
@@ -268,7 +281,7 @@ def test_show_prints_metadata_and_the_bytes_safely():
 
 
 def test_show_of_an_empty_value_and_json_form():
-    text = dlq.format_show(letter(value=b""))
+    text = format_show(letter(value=b""))
     assert "value (0 bytes):\n  (empty)\n  escaped: \"\"" in text
     data = letter().to_dict(with_bytes=True)
     assert data["value_hex"] == "0000000007021b5b33316d" and data["value_text"].startswith('"\\x00')
@@ -282,7 +295,7 @@ def test_replay_report_per_stream():
         StreamReplay("purchases", "bronze.purchases", selected=12, replayed=10, appended=8, already_in_bronze=2,
                      still_failing={"UNKNOWN_SCHEMA_ID": 2}, schema_changes=["bronze.purchases: add column x"]),
     ], marked=12)
-    assert dlq.format_replay(report).splitlines() == [
+    assert format_replay(report).splitlines() == [
         "replay r-1",
         "purchases: 12 selected, 10 replayed into bronze.purchases (2 already there: only marked), "
         "2 still failing: UNKNOWN_SCHEMA_ID 2",
@@ -300,15 +313,28 @@ def test_replay_report_of_a_dry_run_and_of_nothing():
         StreamReplay("purchases", "bronze.purchases", selected=3, replayed=3, appended=3),
         StreamReplay("user_events", "bronze.user_events", selected=1, still_failing={"SCHEMA_MISMATCH": 1}),
     ])
-    assert dlq.format_replay(dry).splitlines() == [
+    assert format_replay(dry).splitlines() == [
         "replay r-2 (dry run: decoded only, nothing written)",
         "purchases: 3 selected, 3 would be replayed into bronze.purchases, 0 still failing",
         "user_events: 1 selected, 0 would be replayed into bronze.user_events, 1 still failing: SCHEMA_MISMATCH 1",
         "total: 4 selected, 3 would be replayed, 1 still failing",
     ]
     nothing = ReplayReport("r-3", False, NOW, Filters(streams=("purchases",)))
-    assert dlq.format_replay(nothing).splitlines()[1] == (
+    assert format_replay(nothing).splitlines()[1] == (
         "nothing to replay: no dead letters match (pending; stream purchases)")
+
+
+def test_one_replay_at_a_time_and_the_second_says_so_at_once(tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    with replay_lock(settings):
+        with pytest.raises(LakehouseError) as refused:
+            with replay_lock(settings):
+                pass
+    assert str(refused.value) == (
+        f"another `lakehouse dlq replay` is running on this lakehouse (lock {tmp_path}/locks/dlq-replay.lock): "
+        "wait for it to finish")
+    with replay_lock(settings):  # released by the first
+        pass
 
 
 # --- command line --------------------------------------------------------------------------------
