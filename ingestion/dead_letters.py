@@ -36,7 +36,7 @@ SCHEMA = StructType([
     StructField("schema_id", IntegerType(), True),
     StructField("ingested_at", TimestampType(), False),
     StructField("batch_id", LongType(), False),
-    # Replay (`lakehouse dlq replay`, lakehouse/operations/dlq.py): set on the dead letter, which stays
+    # Replay (`lakehouse dlq replay`, lakehouse/operations/dead_letters/replay.py): set on the dead letter, which stays
     # as the record of what happened. replayed_at is set once its record is in bronze; a
     # record that still fails keeps replayed_at null and gets the new error_code/detail.
     StructField("replayed_at", TimestampType(), True),
