@@ -68,22 +68,23 @@ debezium-databases:
 	{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb >/dev/null \
 		|| missing="$$missing mariadb-server-core mariadb-client-core"; \
 	test -z "$$missing" && exit 0; \
+	missing="$${missing# }"; \
 	sudo=""; if [ "$$(id -u)" != 0 ]; then \
 		command -v sudo >/dev/null || { echo "error: installing $$missing needs root (no sudo): apt-get install $$missing"; exit 1; }; \
 		sudo=sudo; fi; \
 	command -v apt-get >/dev/null || { echo "error: there is no apt-get: install PostgreSQL and MariaDB servers by hand ($$missing)"; exit 1; }; \
-	echo "installing$${missing:+ }$$missing (Debian packages)"; \
+	echo "installing $$missing (Debian packages)"; \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
 		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
 		|| { echo "error: could not install $$missing with apt-get (see above); the Debezium tests need them"; exit 1; }
 
-# Debezium 3.6 (embedded engine, PostgreSQL and MySQL connectors) and its runner: Java 17+,
+# Debezium 3.5 (embedded engine; PostgreSQL, MySQL and MariaDB connectors) and its runner: Java 17+,
 # the same Java as the broker (jvm/debezium/pom.xml says why not Debezium Server).
 $(DEBEZIUM_STAMP): jvm/pom.xml jvm/debezium/pom.xml jvm/settings.xml $(shell find jvm/debezium/src -name '*.java')
 	@$(PYTHON) lakehouse/core/preflight.py java
 	@$(PYTHON) lakehouse/core/preflight.py mvn
-	@echo "fetching Debezium into $(STATE)/jars/debezium (first time: about a minute)"
+	@echo "fetching Debezium into $(STATE)/jars/debezium (first time: under a minute)"
 	rm -rf $(STATE)/jars/debezium $(STATE)/jars/build/debezium
 	mvn -q -B -gs jvm/settings.xml -f jvm/debezium/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
 	@touch $@

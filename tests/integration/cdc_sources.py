@@ -131,7 +131,6 @@ class Postgres:
     bin_dir: Path
     folder: Path
     port: int
-    process_user: pwd.struct_passwd | None
     superuser: str = "postgres"
 
     @property
@@ -207,7 +206,7 @@ def postgres_cluster() -> Iterator[Postgres]:
         settings = {**POSTGRES_SETTINGS, "port": str(port), "unix_socket_directories": f"'{folder}'"}
         with open(data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
-        server = Postgres(bin_dir, folder, port, user)
+        server = Postgres(bin_dir, folder, port)
         pg_ctl = [str(bin_dir / "pg_ctl"), "-D", str(data)]
         _run([*pg_ctl, "-l", str(server.log), "-w", "-t", str(START_TIMEOUT_S), "start"], "pg_ctl start",
              timeout_s=START_TIMEOUT_S + 10, **_as_user(user))
@@ -234,9 +233,9 @@ def spelled(value) -> object:
 class PostgresSource:
     """A PostgreSQL table as the truth of its live mirror (expectations.mirror.MirrorSource).
 
-    ``columns`` maps silver's column names to the table's where silver renames one; the key
-    is one column. Instants must be timestamptz (Debezium sends them as ISO-8601 text, which
-    the contracts declare as strings), read back in UTC.
+    ``renames`` maps silver's column names to the table's where silver renames one; the key is
+    one column. Instants must be timestamptz (Debezium sends them as ISO-8601 text, which the
+    contracts declare as strings), read back in UTC.
     """
 
     def __init__(self, server: Postgres, database: str, table: str, key: str, renames: dict[str, str] | None = None):
@@ -247,10 +246,12 @@ class PostgresSource:
         return int(self.server.sql(f"select count(*) from {self.table}", self.database))
 
     def rows(self) -> dict[Hashable, dict]:
-        # to_json keeps numbers and booleans typed; instants come out as PGTZ=UTC ISO text
+        # JSON keeps numbers and booleans typed (numerics exact, as Decimal); instants come out as
+        # PGTZ=UTC ISO-8601 text
         text = self.server.sql(f"select coalesce(json_agg(t order by {self.key}), '[]') from {self.table} t",
                                self.database)
-        return {row[self.key]: {name: _instant(value) for name, value in row.items()} for row in json.loads(text)}
+        return {row[self.key]: {name: spelled(_instant(value)) for name, value in row.items()}
+                for row in json.loads(text, parse_float=Decimal)}
 
     def column_names(self) -> list[str]:
         return self.server.sql(
@@ -268,11 +269,11 @@ class PostgresSource:
 
 
 def _instant(value):
-    """PostgreSQL's JSON spelling of a timestamptz in UTC ('2024-05-01T10:00:00.123456+00:00') in
-    the spelling of :func:`spelled`; anything else as it is."""
+    """PostgreSQL's JSON spelling of a timestamptz in UTC ('2024-05-01T10:00:00.123456+00:00') as
+    a datetime; anything else as it is."""
     if isinstance(value, str) and len(value) >= 19 and value[10:11] == "T" and value.endswith("+00:00"):
         try:
-            return spelled(datetime.fromisoformat(value).replace(tzinfo=None))
+            return datetime.fromisoformat(value)
         except ValueError:
             return value
     return value
@@ -380,8 +381,11 @@ def topic_size(bootstrap: str, topic: str) -> int:
 
 def wait_for_messages(bootstrap: str, topic: str, count: int, debezium: Debezium, timeout_s: float = 180) -> int:
     """Waits until the topic holds at least ``count`` messages; fails with Debezium's log tail."""
-    return wait_until(lambda: (size := topic_size(bootstrap, topic)) >= count and size, f"{count} messages in {topic}",
-                 debezium.log, timeout_s, debezium.process)
+    def enough() -> int | None:
+        size = topic_size(bootstrap, topic)
+        return size if size >= count else None
+
+    return wait_until(enough, f"{count} messages in {topic}", debezium.log, timeout_s, debezium.process)
 
 
 # --- Debezium ---------------------------------------------------------------------------------
