@@ -10,9 +10,11 @@ BIN := $(VENV)/bin
 STATE := $(or $(LAKEHOUSE_HOME),$(CURDIR)/.lakehouse)
 KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
-PYTEST_DEFAULT := -m "not slow and not chaos and not cluster"
+DEBEZIUM_STAMP := $(STATE)/jars/debezium/.complete
+PYTEST_DEFAULT := -m "not slow and not chaos and not cluster and not debezium"
 
-.PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium
+.PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium \
+	debezium debezium-databases test-debezium
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,6 +60,35 @@ chromium: ## Install headless Chromium (Debian package) for the report's browser
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
 		|| { echo "error: could not install chromium with apt-get (see above); the report's browser test needs it"; exit 1; }
 
+debezium: debezium-databases $(DEBEZIUM_STAMP) ## PostgreSQL and MariaDB (Debian packages, if missing) and Debezium (Maven Central) for `make test-debezium`
+
+debezium-databases:
+	@missing=""; \
+	{ ls /usr/lib/postgresql/*/bin/pg_ctl || command -v pg_ctl; } >/dev/null 2>&1 || missing="postgresql"; \
+	{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb >/dev/null \
+		|| missing="$$missing mariadb-server-core mariadb-client-core"; \
+	test -z "$$missing" && exit 0; \
+	missing="$${missing# }"; \
+	sudo=""; if [ "$$(id -u)" != 0 ]; then \
+		command -v sudo >/dev/null || { echo "error: installing $$missing needs root (no sudo): apt-get install $$missing"; exit 1; }; \
+		sudo=sudo; fi; \
+	command -v apt-get >/dev/null || { echo "error: there is no apt-get: install PostgreSQL and MariaDB servers by hand ($$missing)"; exit 1; }; \
+	echo "installing $$missing (Debian packages)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
+		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
+		|| { echo "error: could not install $$missing with apt-get (see above); the Debezium tests need them"; exit 1; }
+
+# Debezium 3.5 (embedded engine; PostgreSQL, MySQL and MariaDB connectors) and its runner: Java 17+,
+# the same Java as the broker (jvm/debezium/pom.xml says why not Debezium Server).
+$(DEBEZIUM_STAMP): jvm/pom.xml jvm/debezium/pom.xml jvm/settings.xml $(shell find jvm/debezium/src -name '*.java')
+	@$(PYTHON) lakehouse/core/preflight.py java
+	@$(PYTHON) lakehouse/core/preflight.py mvn
+	@echo "fetching Debezium into $(STATE)/jars/debezium (first time: under a minute)"
+	rm -rf $(STATE)/jars/debezium $(STATE)/jars/build/debezium
+	mvn -q -B -gs jvm/settings.xml -f jvm/debezium/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
+	@touch $@
+
 demo: preflight setup ## Set up, then run the whole chain once on the local platform and print a summary
 	$(BIN)/lakehouse demo
 
@@ -78,6 +109,9 @@ test-slow: setup ## Long-running tests
 
 test-cluster: setup ## Spark standalone cluster and Thrift Server tests (about 4 minutes; not in `make test`)
 	$(BIN)/pytest -m cluster
+
+test-debezium: setup debezium ## Real CDC sources: PostgreSQL and MariaDB through Debezium into the pipeline (a few minutes; not in `make test`)
+	$(BIN)/pytest -m debezium
 
 test-chaos: setup ## The chaos suite in full (kills, broker restarts, poison, full disk...); figures to $(STATE)/chaos/results.jsonl
 	LAKEHOUSE_CHAOS_RESULTS=$(STATE)/chaos/results.jsonl $(BIN)/pytest -m chaos

@@ -210,7 +210,7 @@ def start(settings: Settings, log=print) -> int:
     if not (paths.data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(paths.config)],
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(paths.config)],
             capture_output=True, text=True,
         )
         if fmt.returncode != 0:

@@ -95,3 +95,18 @@ def test_unreachable_broker_fails_fast_with_one_line(tmp_path):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach Kafka at 127.0.0.1:"), result.stderr
+
+
+def test_a_cluster_id_starting_with_a_dash_formats_and_starts(settings, tmp_path, monkeypatch):
+    # A random id is base64 and begins with "-" once in 64 starts; StorageTool read it as an option.
+    import uuid
+
+    monkeypatch.setattr(local_kafka.uuid, "uuid4", lambda: uuid.UUID(bytes=b"\xf8" + bytes(15)))
+    (tmp_path / "jars").symlink_to(settings.jars_dir.resolve())
+    other = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port())})
+    local_kafka.start(other)
+    try:
+        assert local_kafka.status(other)["answering"]
+        assert "cluster.id=-" in (other.kafka_dir / "data" / "meta.properties").read_text()
+    finally:
+        local_kafka.stop(other)
