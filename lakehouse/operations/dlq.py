@@ -511,7 +511,7 @@ def _dead_letters(spark):
         return None, False
     table = spark.table(TABLE)
     has_replay = set(REPLAY_COLUMNS) <= set(table.columns)
-    return bronze.align(table, dead_letters.SCHEMA), has_replay
+    return bronze.conform_to_schema(table, dead_letters.SCHEMA), has_replay
 
 
 def _selected(spark, filters: Filters):
@@ -617,8 +617,8 @@ def _replay(spark, settings: Settings, report: ReplayReport) -> ReplayReport:
     from pyspark.sql import functions as F
 
     from ingestion import bronze, dead_letters, job
-    from ingestion.decode import to_bronze
     from ingestion.decoders import KAFKA_SOURCE_SCHEMA, decoder_for
+    from ingestion.formats import to_bronze
     from lakehouse.contracts.streams import get_stream
     from lakehouse.core.spark import relation_exists
 
@@ -634,7 +634,7 @@ def _replay(spark, settings: Settings, report: ReplayReport) -> ReplayReport:
         return report
     # One snapshot of the dead letters for the whole replay: the ingestion may append more
     # meanwhile; those wait for the next replay.
-    pinned = bronze.align(spark.sql(f"select * from {TABLE} version as of {snapshot}"), dead_letters.SCHEMA)
+    pinned = bronze.conform_to_schema(spark.sql(f"select * from {TABLE} version as of {snapshot}"), dead_letters.SCHEMA)
     selected = pinned.where(report.filters.where_sql(has_replay))
     per_stream = {r.stream: r for r in selected.groupBy("stream").agg(
         F.count(F.lit(1)).alias("n"),
@@ -716,7 +716,7 @@ def _replay(spark, settings: Settings, report: ReplayReport) -> ReplayReport:
                         .join(appended, list(BRONZE_COORDINATES), "left_semi")
                         .join(batch_ids, list(BRONZE_COORDINATES)))
                 log.info("%s: appending %d record(s) to %s", name, result.appended, spec.bronze_table)
-                (bronze.align(rows, spark.table(spec.bronze_table).schema).writeTo(spec.bronze_table)
+                (bronze.conform_to_schema(rows, spark.table(spec.bronze_table).schema).writeTo(spec.bronze_table)
                     .option(f"snapshot-property.{REPLAY_ID_PROPERTY}", report.replay_id)
                     .append())
             log.info("%s: %d replayed (%d appended, %d already in bronze), %d still failing", name,
