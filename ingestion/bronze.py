@@ -93,21 +93,21 @@ def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[st
     return [f"{table}: {clause}" for clause in clauses]
 
 
-def _aligned(column: Column, source: DataType, target: DataType) -> Column:
+def _conformed_column(column: Column, source: DataType, target: DataType) -> Column:
     if isinstance(source, StructType) and isinstance(target, StructType) and source != target:
         have = {f.name: f.dataType for f in source.fields}
         return F.when(column.isNotNull(), F.struct(*[
-            (_aligned(column[f.name], have[f.name], f.dataType) if f.name in have
+            (_conformed_column(column[f.name], have[f.name], f.dataType) if f.name in have
              else F.lit(None).cast(f.dataType)).alias(f.name)
             for f in target.fields]))
     return column if source == target else column.cast(target)
 
 
-def align(rows: DataFrame, table_schema: StructType) -> DataFrame:
+def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
     """The rows in the table's column order and types; columns the rows lack are null."""
     have = {f.name: f.dataType for f in rows.schema.fields}
     return rows.select(*[
-        (_aligned(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
+        (_conformed_column(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
          else F.lit(None).cast(f.dataType)).alias(f.name)
         for f in table_schema.fields])
 
@@ -162,9 +162,12 @@ def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int 
     return max(found) if found else None
 
 
-def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
-    """Append the rows in one snapshot that names the query and batch it comes from."""
-    (align(rows, spark.table(table).schema).writeTo(table)
+def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
+           table_schema: StructType | None = None) -> None:
+    """Append the rows in one snapshot that names the query and batch it comes from.
+
+    ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
+    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
         .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
         .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
         .append())
