@@ -23,7 +23,7 @@ from pathlib import Path
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamReader, DataStreamWriter
 from pyspark.sql.types import StructType
 
 from ingestion import bronze, checkpoint, dead_letters
@@ -163,11 +163,8 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
         return None
     dead = 0
     if not in_dead:
-        # The failing rows are kept (in memory, ~1% of the batch) so that the pass that finds
-        # them is the only one, and so that an empty append (a snapshot per batch) is skipped.
-        failing = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at).persist()
+        failing, dead = _failing_rows(decoded, spec, batch_id, ingested_at)
         try:
-            dead = failing.count()
             if dead:
                 tables.append(dead_letters.TABLE, failing, query_id, batch_id)
         finally:
@@ -185,6 +182,13 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
     tables.append(spec.bronze_table, good, query_id, batch_id)
     metrics = observed.get
     return metrics["read"], metrics["dead"]
+
+
+def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int, ingested_at) -> tuple[DataFrame, int]:
+    """The batch's dead letters, found by one pass over it and kept (in memory, ~1% of the
+    batch) for their append, and how many: an empty append (a snapshot per batch) is skipped."""
+    failing = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at).persist()
+    return failing, failing.count()
 
 
 def progress_lag(progress: dict) -> int | None:
@@ -224,6 +228,33 @@ def read_tasks(spark: SparkSession) -> int:
     return READ_TASKS_PER_CORE * max(1, spark.sparkContext.defaultParallelism)
 
 
+def kafka_source(
+    spark: SparkSession,
+    settings: Settings,
+    spec: StreamSpec,
+    max_offsets_per_trigger: int | None = None,
+    starting_offsets: str = "earliest",
+) -> DataStreamReader:
+    """The stream's Kafka source, as the job reads it (benchmarks/ingest_throughput.py reads the
+    same for its raw ceiling)."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", spec.topic)
+        .option("startingOffsets", starting_offsets)
+        # Losing data silently is worse than stopping: offsets expired before they were read fail the query.
+        .option("failOnDataLoss", "true")
+        # A topic has fewer partitions than the cluster has cores more often than not: split the
+        # partitions' offset ranges so every core gets read (and decode, and write) tasks.
+        .option("minPartitions", str(read_tasks(spark)))
+    )
+    for key, value in settings.java_kafka_options().items():
+        reader = reader.option(f"kafka.{key}", value)
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader
+
+
 def build_query(
     spark: SparkSession,
     settings: Settings,
@@ -234,23 +265,9 @@ def build_query(
     starting_offsets: str = "earliest",
     decoder: StreamDecoder | None = None,
 ) -> DataStreamWriter:
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-        .option("subscribe", spec.topic)
-        .option("startingOffsets", starting_offsets)
-        # Losing data silently is worse than stopping: offsets expired before they were read fail the query.
-        .option("failOnDataLoss", "true")
-    )
-    for key, value in settings.java_kafka_options().items():
-        reader = reader.option(f"kafka.{key}", value)
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    # A topic has fewer partitions than the cluster has cores more often than not: split the
-    # partitions' offset ranges so every core gets read (and decode, and write) tasks.
-    reader = reader.option("minPartitions", str(read_tasks(spark)))
     writer = (
-        reader.load().writeStream.queryName(query_name(spec))
+        kafka_source(spark, settings, spec, max_offsets_per_trigger, starting_offsets)
+        .load().writeStream.queryName(query_name(spec))
         .foreachBatch(batch_writer(spark, settings, spec, decoder))
         .option("checkpointLocation", checkpoint_location(settings, spec))
     )
