@@ -64,8 +64,8 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     """The foreachBatch function of a stream: dead letters, then bronze, each at most once.
 
     Nothing of the batch is cached: a first pass keeps only the failing rows (about 1%) and
-    appends them to the dead letters, a second pass appends the good rows to bronze and counts
-    the batch with ``DataFrame.observe``. Both passes decode the same offsets with the same
+    appends them to the dead letters, a second pass appends the good rows to bronze; the first
+    that runs counts the batch with ``DataFrame.observe``. Both passes decode the same offsets with the same
     literal timestamp, so they classify every record alike.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
@@ -161,18 +161,17 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
     in_bronze = tables.includes(spec.bronze_table, query_id, batch_id)
     if in_dead and in_bronze:
         return None
-    dead = 0
+    counts = None
     if not in_dead:
-        failing, dead = _failing_rows(decoded, spec, batch_id, ingested_at)
+        failing, counts = _failing_rows(decoded, spec, batch_id, ingested_at)
         try:
-            if dead:
+            if counts[1]:
                 tables.append(dead_letters.TABLE, failing, query_id, batch_id)
         finally:
             failing.unpersist()
     if in_bronze:
-        return None, dead
-    observed = Observation()
-    counted = decoded.observe(observed, F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead"))
+        return None, counts[1]
+    counted, observation = _observed(decoded)
     good = to_bronze(counted, batch_id, ingested_at)
     if in_dead:
         already = (spark.table(dead_letters.TABLE)
@@ -180,15 +179,30 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
                    .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
         good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
     tables.append(spec.bronze_table, good, query_id, batch_id)
-    metrics = observed.get
-    return metrics["read"], metrics["dead"]
+    return counts or (observation.get["read"], observation.get["dead"])
 
 
-def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int, ingested_at) -> tuple[DataFrame, int]:
+def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
+    """The decoded batch, counted (records, dead letters) as a pass goes over it.
+
+    The observation is also what keeps each pass fast: without it the optimizer pushes the
+    pass's filter on ``_error_code`` down into the decoding, where every check that reads the
+    payload repeats the decode (a dead-letter pass 20 times slower, generated code past 64 KB).
+    """
+    observation = Observation()
+    return decoded.observe(observation, F.count(F.lit(1)).alias("read"),
+                           F.count("_error_code").alias("dead")), observation
+
+
+def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int,
+                  ingested_at) -> tuple[DataFrame, tuple[int, int]]:
     """The batch's dead letters, found by one pass over it and kept (in memory, ~1% of the
-    batch) for their append, and how many: an empty append (a snapshot per batch) is skipped."""
-    failing = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at).persist()
-    return failing, failing.count()
+    batch) for their append, and the batch's counts (records, dead letters): an empty append
+    (a snapshot per batch) is skipped."""
+    counted, observation = _observed(decoded)
+    failing = dead_letters.to_dead_letters(counted, spec.name, batch_id, ingested_at).persist()
+    failing.count()
+    return failing, (observation.get["read"], observation.get["dead"])
 
 
 def progress_lag(progress: dict) -> int | None:
