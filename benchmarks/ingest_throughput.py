@@ -441,6 +441,90 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
     return result
 
 
+# --- steady state: the highest production rate the job keeps up with --------------------------
+
+def steady_step(spark, settings: Settings, stream: str, rate: int, args) -> dict:
+    """Produce at ``rate`` msg/s for ``--steady-minutes`` while the job runs with a processing-time
+    trigger from the topic's end; sample the lag (Kafka's end offsets, read by this script, minus
+    what the query's progress says it read) every few seconds."""
+    from ingestion import job
+    from ingestion.checkpoint import lag
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
+    from producers.run import produce
+
+    spec = get_stream(stream)
+    reset_stream(spark, settings, stream)
+    decoder = job.decoder_for(spark, settings, spec)
+    job.ensure_tables(spark, spec, decoder)
+    query = job.build_query(spark, settings, spec, trigger=args.steady_trigger, starting_offsets="latest",
+                            decoder=decoder).start()
+    seconds = args.steady_minutes * 60
+    produced: dict = {}
+
+    def producer():
+        try:
+            report = produce(settings, stream, duration=seconds, rate=rate, faults=fault_rates(stream, args.fault_rate),
+                             processes=args.processes, progress=False)
+            produced.update(delivered=report.delivered, seconds=report.seconds)
+        except Exception as exc:  # reported with the step
+            produced["error"] = f"{type(exc).__name__}: {exc}"
+
+    while query.isActive and not query.lastProgress:
+        time.sleep(0.5)  # the first (empty) trigger has fixed the starting offsets
+    thread = threading.Thread(target=producer, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    samples = []
+    try:
+        while thread.is_alive() and query.isActive:
+            time.sleep(5)
+            progress = query.lastProgress or {}
+            read = job._offsets((progress.get("sources") or [{}])[0].get("endOffset")) or {}
+            ends = end_offsets(settings, spec.topic)
+            samples.append((round(time.monotonic() - started, 1), lag(ends, read.get(spec.topic, {}))))
+        thread.join()
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the job failed: {query.exception()}")
+    achieved = produced.get("delivered", 0) / max(produced.get("seconds") or seconds, 1e-9)
+    # Bounded: in the last third of the run the lag never exceeded what a few triggers' worth of
+    # records (plus the batch in flight) leaves behind, and did not grow from the middle third.
+    third = [lag for at, lag in samples if at > seconds * 2 / 3]
+    middle = [lag for at, lag in samples if seconds / 3 < at <= seconds * 2 / 3]
+    allowance = rate * (3 * _trigger_seconds(args.steady_trigger) + 10)
+    bounded = bool(third) and max(third) <= allowance and (not middle or max(third) <= max(middle) * 1.5 + rate)
+    return {"rate": rate, "achieved_rate": round(achieved), "bounded": bounded, "allowance": allowance,
+            "max_lag_last_third": max(third) if third else None, "lag_samples": samples, **produced}
+
+
+def _trigger_seconds(trigger: str) -> float:
+    from ingestion.job import normalize_trigger
+
+    number, unit = normalize_trigger(trigger).split()
+    return int(number) * {"milliseconds": 0.001, "seconds": 1, "minutes": 60, "hours": 3600}[unit]
+
+
+def steady_state(spark, settings: Settings, stream: str, args) -> dict:
+    """Rates from ``--steady-start``, times ``--steady-factor`` while the lag stays bounded."""
+    steps, rate = [], args.steady_start
+    while len(steps) < args.steady_max_steps:
+        log.info("%s: steady state at %s msg/s for %s min", stream, f"{rate:,}", args.steady_minutes)
+        step = steady_step(spark, settings, stream, rate, args)
+        steps.append(step)
+        log.info("%s: %s msg/s asked, %s produced, lag bounded: %s (max %s in the last third)", stream,
+                 f"{rate:,}", f"{step['achieved_rate']:,}", step["bounded"], step["max_lag_last_third"])
+        if not step["bounded"] or step["achieved_rate"] < 0.95 * rate:
+            break  # the job fell behind, or the producer could not produce that fast
+        rate = round(rate * args.steady_factor)
+    kept_up = [s for s in steps if s["bounded"] and s["achieved_rate"] >= 0.95 * s["rate"]]
+    return {"stream": stream, "trigger": args.steady_trigger, "minutes": args.steady_minutes,
+            "highest_bounded_rate": max((s["achieved_rate"] for s in kept_up), default=None),
+            "producer_limited": bool(steps) and steps[-1]["achieved_rate"] < 0.95 * steps[-1]["rate"],
+            "steps": steps}
+
+
 # --- the raw ceiling: what Spark + Kafka + Iceberg allow here ---------------------------------
 
 CEILING_TABLE = "bronze.bench_raw_ceiling"
@@ -665,6 +749,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--table-property", type=key_values, action="append", default=[], metavar="KEY=VALUE",
                         help="EXPERIMENT: a property of the bronze (and ceiling) tables this run creates, on top of "
                              "ingestion.bronze.STREAMING_TABLE_PROPERTIES, e.g. write.parquet.compression-codec=snappy")
+    steady = parser.add_argument_group("steady state (instead of the availableNow runs)")
+    steady.add_argument("--steady-state", action="store_true",
+                        help="produce at a fixed rate while the job runs with a processing-time trigger, raising the "
+                             "rate while the lag stays bounded; reports the highest such rate per stream")
+    steady.add_argument("--steady-start", type=int, default=20_000, metavar="MSG_PER_S",
+                        help="first rate (default: %(default)s)")
+    steady.add_argument("--steady-factor", type=float, default=1.25, help="rate step (default: %(default)s)")
+    steady.add_argument("--steady-minutes", type=float, default=3.0, help="minutes per rate (default: %(default)s)")
+    steady.add_argument("--steady-trigger", default="5 seconds", help="trigger interval (default: %(default)s)")
+    steady.add_argument("--steady-max-steps", type=int, default=8, help="rates tried at most (default: %(default)s)")
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="skip the JDK Flight Recorder profile of the Spark JVM during ingestion")
     parser.add_argument("--profile-dir", type=Path, metavar="DIR",
@@ -702,6 +796,8 @@ def main(argv=None) -> int:
         broker_pid = local_kafka.start(settings, log=log.info)
         for number, stream in enumerate(args.streams):
             count = args.messages_per_stream.get(stream, args.messages)
+            if args.steady_state:
+                count = min(count, 10_000)  # creates the topic; the steady runs start from its end
             log.info("loading %s: %s messages, fault rate %s", stream, f"{count:,}", args.fault_rate)
             loads[stream] = load_topic(settings, stream, count, args.fault_rate, args.processes,
                                        args.seed * 100 + number)
@@ -724,11 +820,13 @@ def main(argv=None) -> int:
         ensure_namespaces(spark)
         recorder = progress_listener()
         spark.streams.addListener(recorder)
-        if args.ceiling and args.warm_up:
+        if args.steady_state:
+            steady = [steady_state(spark, settings, stream, args) for stream in args.streams]
+        elif args.ceiling and args.warm_up:
             # Class loading and JIT of the Kafka read and the Iceberg write, paid by neither side.
             log.info("warming up: the raw ceiling on %s, not counted", args.streams[0])
             ceiling(spark, settings, args.streams[0], args, recorder, broker_pid)
-        for stream in args.streams:
+        for stream in [] if args.steady_state else args.streams:
             log.info("ingesting %s (%s messages)", stream, f"{loads[stream]['produced']:,}")
             try:
                 result = measure_stream(spark, settings, stream, loads[stream], args, recorder, timers, broker_pid)
@@ -756,6 +854,18 @@ def main(argv=None) -> int:
             local_kafka.stop(settings, log=log.info)
         shutil.rmtree(home, ignore_errors=True)
 
+    if args.steady_state:
+        for s in steady:
+            print(f"\n{s['stream']}: steady state, trigger {s['trigger']}, {s['minutes']} min per rate")
+            print(f"  {'asked msg/s':>12} {'produced msg/s':>14} {'max lag, last third':>20} {'allowed':>10}  bounded")
+            for step in s["steps"]:
+                print(f"  {step['rate']:>12,} {step['achieved_rate']:>14,} {_figure(step['max_lag_last_third']):>20} "
+                      f"{step['allowance']:>10,}  {step['bounded']}")
+            print(f"  highest rate with a bounded lag: {_figure(s['highest_bounded_rate'])} msg/s"
+                  + (" (the producer could not go faster)" if s["producer_limited"] else ""))
+        print("RESULT " + json.dumps({"benchmark": "ingest_throughput", "mode": "steady_state", "machine": machine,
+                                      "steady_state": steady}))
+        return 0
     print_report(results)
     print_summary(results, machine)
     options = {"messages": args.messages, "messages_per_stream": args.messages_per_stream,

@@ -156,10 +156,40 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
     """The last batch of ``query_id`` in the table: from its snapshots, or from the marker
     maintenance left when it expired them (whichever is higher; batches commit in order)."""
-    found = [batches[query_id] for batches in (committed_batches_in_snapshots(spark, table),
-                                               committed_batches_in_properties(spark, table))
-             if query_id in batches]
-    return max(found) if found else None
+    found = _last_batch_in_lineage(spark, table, query_id)
+    if found is _UNKNOWN:
+        found = committed_batches_in_snapshots(spark, table).get(query_id)
+    marked = committed_batches_in_properties(spark, table).get(query_id)
+    known = [batch for batch in (found, marked) if batch is not None]
+    return max(known) if known else None
+
+
+_UNKNOWN = object()
+LINEAGE_STEPS = 200  # snapshots looked at through the Iceberg API before asking SQL instead
+
+
+def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
+    """The batch id of the newest snapshot ``query_id`` wrote, walking back from the table's
+    current snapshot through Iceberg's Java API (no Spark job): the query's newest snapshot
+    holds its highest batch. None if the table has no snapshot of it; ``_UNKNOWN`` when the
+    walk is long (a table many other writers share) or the API is not reachable."""
+    from py4j.protocol import Py4JError
+
+    try:
+        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+        snapshot = iceberg.currentSnapshot()
+        for _ in range(LINEAGE_STEPS):
+            if snapshot is None:
+                return None
+            summary = snapshot.summary()
+            if summary.get(WRITER_PROPERTY) == query_id:
+                batch = summary.get(BATCH_PROPERTY)
+                return int(batch) if batch is not None else _UNKNOWN
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else iceberg.snapshot(parent)
+    except Py4JError:
+        pass
+    return _UNKNOWN
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,

@@ -17,8 +17,6 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType,
-    DataType,
     LongType,
     MapType,
     StringType,
@@ -78,43 +76,28 @@ def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Col
 
 def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
                 now: datetime | None = None) -> DataFrame:
-    """JSON objects, each parsed once: into a map of its keys to their JSON text, from which the
-    declared fields are converted (`_json_value`) and the undeclared ones kept in ``_rescued``."""
+    """JSON objects: parsed once against the declared schema (typed values; a field that does
+    not convert sets the corrupt-record column while the others keep their values), their keys
+    listed by a scan that skips the values (is it an object at all? any undeclared key?). Only
+    a record with an undeclared key is parsed again, into a map, for ``_rescued``."""
     text = F.col("value").cast("string")
-    parsed = raw.select(*KAFKA_COLUMNS, F.from_json(text, MapType(StringType(), StringType())).alias("_loose"))
+    typed_schema = StructType([*contract.schema.fields, StructField(CORRUPT_COLUMN, StringType(), True)])
+    typed = F.from_json(text, typed_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN})
     declared = [field.name for field in contract.schema.fields]
-    loose_col = F.col("_loose")
-    given = {name: loose_col[name] for name in declared}  # null: absent, or JSON null
-    typed = parsed.select(*KAFKA_COLUMNS, "_loose", F.struct(*[
-        _json_value(given[f.name], f.dataType).alias(f.name) for f in contract.schema.fields]).alias("_typed"))
-    typed_col = F.col("_typed")
-    wrong_type = {name: given[name].isNotNull() & typed_col[name].isNull() for name in declared}
-    # Most records carry no undeclared key: filtering the map is only worth it when one may be there.
-    declared_given = reduce(operator.add, [given[name].isNotNull().cast("int") for name in declared], F.lit(0))
-    extra = F.map_filter(loose_col, lambda k, _v: ~k.isin(*declared))
-    rescued = F.when((F.size(loose_col) > declared_given) & (F.size(extra) > 0), F.to_json(extra))
-    return _with_errors(typed, [*[typed_col[name].alias(name) for name in declared], rescued.alias("_rescued")], [
-        (loose_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
-        (_any(wrong_type.values()), "SCHEMA_MISMATCH",
+    keys = F.json_object_keys(text)  # null: not a JSON object
+    parsed = raw.select(*KAFKA_COLUMNS, typed.alias("_typed"), keys.alias("_keys"))
+    typed_col, keys_col = F.col("_typed"), F.col("_keys")
+    undeclared = F.array_except(keys_col, F.array(*[F.lit(name) for name in declared]))
+    extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
+    rescued = F.when(F.size(undeclared) > 0, F.to_json(extra))
+    wrong_type = {name: F.array_contains(keys_col, name) & typed_col[name].isNull() for name in declared}
+    return _with_errors(parsed, [*[typed_col[name].alias(name) for name in declared], rescued.alias("_rescued")], [
+        (keys_col.isNull() | typed_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+        (typed_col[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
          F.concat(F.lit("wrong type for field(s): "), _names_where(wrong_type))),
         _missing_check(typed_col, contract.required),
         _event_time_check(typed_col[event_time_column], event_time_column, now),
     ])
-
-
-def _json_value(text: Column, data_type: DataType) -> Column:
-    """A declared field's value from its JSON text, converted as ``from_json`` would read it;
-    null when it does not convert. An integer must be written as one (7, not 7.5 nor 7e0), a
-    boolean as true or false; timestamps and dates read as Spark's JSON reader falls back to.
-    (The map keeps no quotes: a quoted number reads as the number.)"""
-    if isinstance(data_type, StringType):
-        return text
-    if isinstance(data_type, LongType):
-        number = text.cast("long")
-        return F.when(number.cast("string") == text, number)
-    if isinstance(data_type, BooleanType):
-        return F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
-    return text.cast(data_type)
 
 
 # --- Avro, Confluent wire format -----------------------------------------------------------
