@@ -65,8 +65,8 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
 
     Nothing of the batch is cached: a first pass keeps only the failing rows (about 1%) and
     appends them to the dead letters, a second pass appends the good rows to bronze; the first
-    that runs counts the batch with ``DataFrame.observe``. Both passes decode the same offsets with the same
-    literal timestamp, so they classify every record alike.
+    that runs counts the batch with ``DataFrame.observe``. Both passes decode the same offsets
+    with the same literal timestamp, so they classify every record alike.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
@@ -95,16 +95,10 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
             return
         read, dead = counts
-        log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s%s",
-                 spec.name, batch_id, _count(read), _count(None if read is None else read - dead), _count(dead),
-                 seconds, _count(None if read is None else round(read / max(seconds, 1e-9))),
-                 "" if read is not None else " (bronze already committed)")
+        log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
+                 f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}")
 
     return write
-
-
-def _count(number: int | None) -> str:
-    return "?" if number is None else f"{number:,}"
 
 
 class _BatchAppender:
@@ -146,21 +140,20 @@ class _BatchAppender:
         self.last[(table, query_id)] = batch_id
 
 
-def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchAppender) -> tuple[int | None, int] | None:
-    """Dead letters, then bronze, each skipped if this batch is already in it (ARCHITECTURE §8).
+def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchAppender) -> tuple[int, int] | None:
+    """Dead letters, then bronze, each skipped if this batch is already in it (ARCHITECTURE §8);
+    (records read, dead letters), or None when the batch was already in bronze.
 
-    Returns (records read, dead letters), read None when only the dead letters were written
-    now; None when the batch was already in both tables.
-
-    Two tables cannot commit atomically, so a crash can fall between the two commits. The
-    replay then decodes the batch again, perhaps with a newer schema: anything already in
-    dead letters stays there and is kept out of bronze, so no record lands on both sides.
+    Bronze is committed last, so a batch in bronze has its dead letters committed too (or had
+    none): it is skipped whole, never decoded again. Two tables cannot commit atomically, so a
+    crash can fall between the two commits. The replay then decodes the batch again, perhaps
+    with a newer schema: anything already in dead letters stays there and is kept out of
+    bronze, so no record lands on both sides.
     """
+    if tables.includes(spec.bronze_table, query_id, batch_id):
+        return None
     ingested_at = F.lit(now).cast("timestamp")
     in_dead = tables.includes(dead_letters.TABLE, query_id, batch_id)
-    in_bronze = tables.includes(spec.bronze_table, query_id, batch_id)
-    if in_dead and in_bronze:
-        return None
     counts = None
     if not in_dead:
         failing, counts = _failing_rows(decoded, spec, batch_id, ingested_at)
@@ -169,8 +162,6 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
                 tables.append(dead_letters.TABLE, failing, query_id, batch_id)
         finally:
             failing.unpersist()
-    if in_bronze:
-        return None, counts[1]
     counted, observation = _observed(decoded)
     good = to_bronze(counted, batch_id, ingested_at)
     if in_dead:
