@@ -6,6 +6,14 @@ stream at a time) reads the whole topic with ``availableNow`` into bronze and de
 Prints a table, where the time goes, and a final ``RESULT {json}`` line.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
+    .venv/bin/python benchmarks/ingest_throughput.py --ceiling --messages 1000000 [--repeat 3]
+    .venv/bin/python benchmarks/ingest_throughput.py --steady-state --streams employees
+
+``--ceiling`` also runs, in the same JVM and on each stream's topic, the raw append: the job's
+own Kafka source appending the value bytes to an Iceberg table (bronze's table properties) by
+Iceberg's streaming sink, no decoding; each stream is reported beside it (``ratio_to_ceiling``).
+``--steady-state`` instead produces at fixed rates while the job runs with a processing-time
+trigger, and finds the highest rate at which the lag stays bounded.
 
 msgs/s and MB/s are messages in the topic (bronze + dead letters) and the bytes of their
 values, divided by the wall time of ``ingestion.job.run`` (query start-up and table checks
@@ -485,6 +493,8 @@ def steady_step(spark, settings: Settings, stream: str, rate: int, args) -> dict
             samples.append((round(time.monotonic() - started, 1), lag(ends, read.get(spec.topic, {}))))
         thread.join()
     finally:
+        while query.isActive and query.status["isTriggerActive"]:
+            time.sleep(0.2)  # the batch in flight finishes: stopping it would only log its abort
         query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"the job failed: {query.exception()}")
@@ -738,7 +748,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="runtime SQL conf set with spark.conf.set after the session starts (repeatable)")
     parser.add_argument("--source-option", type=key_values, action="append", default=[], metavar="KEY=VALUE",
                         help="EXPERIMENT: extra Kafka source option added to the job's reader at run time, "
-                             "e.g. minPartitions=4 (ingestion/job.py sets none)")
+                             "e.g. minPartitions=6 (overrides the job's own minPartitions)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also measure the raw ceiling on each stream's topic, in the same JVM: the job's Kafka "
                              "source appending the value bytes to an Iceberg table, no decoding (ratio_to_ceiling)")

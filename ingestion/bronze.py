@@ -175,8 +175,10 @@ def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
     walk is long (a table many other writers share) or the API is not reachable."""
     from py4j.protocol import Py4JError
 
+    # Qualified with the session's catalog: Iceberg would take "bronze" of "bronze.t" for one.
+    qualified = table if table.count(".") >= 2 else f"{spark.catalog.currentCatalog()}.{table}"
     try:
-        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
         snapshot = iceberg.currentSnapshot()
         for _ in range(LINEAGE_STEPS):
             if snapshot is None:

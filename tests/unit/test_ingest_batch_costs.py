@@ -67,3 +67,24 @@ def test_the_lag_comes_from_the_querys_progress():
     assert progress_lag(as_text) == 35
     assert progress_lag({"batchId": 0, "sources": [{"endOffset": None, "latestOffset": None}]}) is None
     assert progress_lag({"batchId": 0, "sources": []}) is None
+
+
+def test_the_last_committed_batch_is_read_from_the_snapshot_lineage_without_a_spark_job(spark):
+    from ingestion import bronze
+
+    spark.sql("drop table if exists bronze.lineage_probe")
+    spark.sql("create table bronze.lineage_probe (x int) using iceberg")
+    rows = spark.range(2).selectExpr("cast(id as int) as x")
+    bronze.append(spark, "bronze.lineage_probe", rows, "query-a", 4)
+    bronze.append(spark, "bronze.lineage_probe", rows, "query-b", 9)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("lineage-probe", "commit checks")
+    try:
+        found = {query: bronze._last_batch_in_lineage(spark, "bronze.lineage_probe", query)
+                 for query in ("query-a", "query-b", "query-c")}
+        assert tracker.getJobIdsForGroup("lineage-probe") == []
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert found == {"query-a": 4, "query-b": 9, "query-c": None}
+    assert bronze.committed_batches_in_snapshots(spark, "bronze.lineage_probe") == {"query-a": 4, "query-b": 9}
+    spark.sql("drop table bronze.lineage_probe")
