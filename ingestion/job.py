@@ -226,6 +226,11 @@ def _offsets(value) -> dict[str, dict[int, int]] | None:
 
 # Read tasks per core (benchmarks/RESULTS.md, ingestion: measured 1, 2 and 3).
 READ_TASKS_PER_CORE = 2
+# Records per micro-batch and stream unless --max-offsets-per-trigger says otherwise: a backlog
+# (an availableNow run, a restart after downtime) is read in batches of this size. A batch
+# costs about 2-3 CPU-seconds besides its records (two passes planned, three commits): 5M
+# records keep that near 1%, and bound what a crash makes the job read again.
+BATCH_RECORDS = 5_000_000
 
 
 def read_tasks(spark: SparkSession) -> int:
@@ -255,9 +260,7 @@ def kafka_source(
     )
     for key, value in settings.java_kafka_options().items():
         reader = reader.option(f"kafka.{key}", value)
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    return reader
+    return reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or BATCH_RECORDS))
 
 
 def build_query(
@@ -435,7 +438,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--trigger", metavar="INTERVAL",
                       help="processing-time trigger, e.g. '30s' or '1 minute' (default: LAKEHOUSE_TRIGGER_INTERVAL)")
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
-                        help="cap on records per micro-batch and stream (all partitions together)")
+                        help=f"cap on records per micro-batch and stream, all partitions together (default: "
+                             f"{BATCH_RECORDS:,})")
     parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
                         help="where a new query starts (a restarted one resumes from its checkpoint)")
 
