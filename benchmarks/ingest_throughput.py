@@ -6,6 +6,14 @@ stream at a time) reads the whole topic with ``availableNow`` into bronze and de
 Prints a table, where the time goes, and a final ``RESULT {json}`` line.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
+    .venv/bin/python benchmarks/ingest_throughput.py --ceiling --messages 1000000 [--repeat 3]
+    .venv/bin/python benchmarks/ingest_throughput.py --steady-state --streams employees
+
+``--ceiling`` also runs, in the same JVM and on each stream's topic, the raw append: the job's
+own Kafka source appending the value bytes to an Iceberg table (bronze's table properties) by
+Iceberg's streaming sink, no decoding; each stream is reported beside it (``ratio_to_ceiling``).
+``--steady-state`` instead produces at fixed rates while the job runs with a processing-time
+trigger, and finds the highest rate at which the lag stays bounded.
 
 msgs/s and MB/s are messages in the topic (bronze + dead letters) and the bytes of their
 values, divided by the wall time of ``ingestion.job.run`` (query start-up and table checks
@@ -44,7 +52,7 @@ from benchmarks._machine import cpu_model, mem_total_gb, process_tree  # noqa: E
 from benchmarks._machine import cpu_seconds as _cpu_seconds  # noqa: E402
 from benchmarks._machine import machine_busy_seconds as _machine_busy_seconds  # noqa: E402
 from benchmarks._machine import status_kb as _status_kb  # noqa: E402
-from lakehouse import local_kafka  # noqa: E402
+from lakehouse.core import local_kafka  # noqa: E402
 from lakehouse.core.errors import LakehouseError  # noqa: E402
 from lakehouse.core.settings import Settings, default_home  # noqa: E402
 from producers.faults import DEAD_LETTER_CODES, FaultRates  # noqa: E402
@@ -54,9 +62,11 @@ ALL_STREAMS = ("employees", "purchases", "user_events", "customers", "accounts")
 CDC_STREAMS = ("customers", "accounts")
 TARGET = {"employees": 100_000}  # msg/s asked for by the issue
 SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
-# Timed from inside addBatch (the foreachBatch function of ingestion/job.py).
-BATCH_PHASES = ("decoder_refresh", "read_decode_cache_count", "commit_checks", "dead_letter_append",
-                "bronze_append", "lag_report")
+# Timed from inside addBatch (the foreachBatch function of ingestion/job.py). The dead-letter
+# pass reads and decodes the whole batch and keeps its failing rows; the bronze append reads
+# and decodes it again and writes it.
+BATCH_PHASES = ("decoder_refresh", "commit_checks", "dead_letter_pass", "dead_letter_append",
+                "bronze_pass_and_append", "rest")
 
 log = logging.getLogger("bench")
 
@@ -107,19 +117,17 @@ class BatchTimers:
 
 def instrument(timers: BatchTimers) -> list[str]:
     """Wrap timers around the job's functions, by name; the names not found (the job's code
-    moves on) are returned, and their time falls into ``read_decode_cache_count``, the rest."""
+    moves on) are returned, and their time falls into ``rest``."""
     from ingestion import bronze, dead_letters, decoders, job
 
     def table_phase(spark, table, *rest, **kwargs):
-        return "dead_letter_append" if table == dead_letters.TABLE else "bronze_append"
+        return "dead_letter_append" if table == dead_letters.TABLE else "bronze_pass_and_append"
 
     targets = [  # (module or class, attribute, phase)
-        (bronze, "is_committed", "commit_checks"),
         (bronze, "last_committed_batch", "commit_checks"),
-        (bronze, "append_once", table_phase),
         (bronze, "append", table_phase),
-        (job, "_lag_text", "lag_report"),
-        (decoders.Decoder, "refresh", "decoder_refresh"),
+        (job, "_failing_rows", "dead_letter_pass"),
+        (decoders.StreamDecoder, "refresh", "decoder_refresh"),
     ]
     missing = []
     for owner, attribute, phase in targets:
@@ -131,7 +139,7 @@ def instrument(timers: BatchTimers) -> list[str]:
     original_writer = job.batch_writer
 
     def batch_writer(*args, **kwargs):
-        return timers.wrap("read_decode_cache_count", original_writer(*args, **kwargs), only_in_batch=False)
+        return timers.wrap("rest", original_writer(*args, **kwargs), only_in_batch=False)
 
     job.batch_writer = batch_writer
     return missing
@@ -438,9 +446,223 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
         result["target_met"] = result["msgs_per_s"] >= TARGET[stream]
     if profiled:
         result["jvm_profile"] = profiled
+    return result
+
+
+# --- steady state: the highest production rate the job keeps up with --------------------------
+
+def steady_step(spark, settings: Settings, stream: str, rate: int, args) -> dict:
+    """Produce at ``rate`` msg/s for ``--steady-minutes`` while the job runs with a processing-time
+    trigger from the topic's end; sample the lag (Kafka's end offsets, read by this script, minus
+    what the query's progress says it read) every few seconds."""
+    from ingestion import job
+    from ingestion.checkpoint import lag
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
+    from producers.run import produce
+
+    spec = get_stream(stream)
+    reset_stream(spark, settings, stream)
+    decoder = job.decoder_for(spark, settings, spec)
+    job.ensure_tables(spark, spec, decoder)
+    query = job.build_query(spark, settings, spec, trigger=args.steady_trigger, starting_offsets="latest",
+                            decoder=decoder).start()
+    seconds = args.steady_minutes * 60
+    produced: dict = {}
+
+    def producer():
+        try:
+            report = produce(settings, stream, duration=seconds, rate=rate, faults=fault_rates(stream, args.fault_rate),
+                             processes=args.processes, progress=False)
+            produced.update(delivered=report.delivered, seconds=report.seconds)
+        except Exception as exc:  # reported with the step
+            produced["error"] = f"{type(exc).__name__}: {exc}"
+
+    while query.isActive and not query.lastProgress:
+        time.sleep(0.5)  # the first (empty) trigger has fixed the starting offsets
+    thread = threading.Thread(target=producer, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    samples = []
+    try:
+        while thread.is_alive() and query.isActive:
+            time.sleep(5)
+            progress = query.lastProgress or {}
+            read = job._offsets((progress.get("sources") or [{}])[0].get("endOffset")) or {}
+            ends = end_offsets(settings, spec.topic)
+            samples.append((round(time.monotonic() - started, 1), lag(ends, read.get(spec.topic, {}))))
+        thread.join()
+    finally:
+        while query.isActive and query.status["isTriggerActive"]:
+            time.sleep(0.2)  # the batch in flight finishes: stopping it would only log its abort
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the job failed: {query.exception()}")
+    achieved = produced.get("delivered", 0) / max(produced.get("seconds") or seconds, 1e-9)
+    # Bounded: in the last third of the run the lag never exceeded what a few triggers' worth of
+    # records (plus the batch in flight) leaves behind, and did not grow from the middle third.
+    third = [lag for at, lag in samples if at > seconds * 2 / 3]
+    middle = [lag for at, lag in samples if seconds / 3 < at <= seconds * 2 / 3]
+    allowance = rate * (3 * _trigger_seconds(args.steady_trigger) + 10)
+    bounded = bool(third) and max(third) <= allowance and (not middle or max(third) <= max(middle) * 1.5 + rate)
+    return {"rate": rate, "achieved_rate": round(achieved), "bounded": bounded, "allowance": allowance,
+            "max_lag_last_third": max(third) if third else None, "lag_samples": samples, **produced}
+
+
+def _trigger_seconds(trigger: str) -> float:
+    from ingestion.job import normalize_trigger
+
+    number, unit = normalize_trigger(trigger).split()
+    return int(number) * {"milliseconds": 0.001, "seconds": 1, "minutes": 60, "hours": 3600}[unit]
+
+
+def steady_state(spark, settings: Settings, stream: str, args) -> dict:
+    """Rates from ``--steady-start``, times ``--steady-factor`` while the lag stays bounded."""
+    steps, rate = [], args.steady_start
+    while len(steps) < args.steady_max_steps:
+        log.info("%s: steady state at %s msg/s for %s min", stream, f"{rate:,}", args.steady_minutes)
+        step = steady_step(spark, settings, stream, rate, args)
+        steps.append(step)
+        log.info("%s: %s msg/s asked, %s produced, lag bounded: %s (max %s in the last third)", stream,
+                 f"{rate:,}", f"{step['achieved_rate']:,}", step["bounded"], step["max_lag_last_third"])
+        if not step["bounded"] or step["achieved_rate"] < 0.95 * rate:
+            break  # the job fell behind, or the producer could not produce that fast
+        rate = round(rate * args.steady_factor)
+    kept_up = [s for s in steps if s["bounded"] and s["achieved_rate"] >= 0.95 * s["rate"]]
+    return {"stream": stream, "trigger": args.steady_trigger, "minutes": args.steady_minutes,
+            "highest_bounded_rate": max((s["achieved_rate"] for s in kept_up), default=None),
+            "producer_limited": bool(steps) and steps[-1]["achieved_rate"] < 0.95 * steps[-1]["rate"],
+            "steps": steps}
+
+
+# --- the raw ceiling: what Spark + Kafka + Iceberg allow here ---------------------------------
+
+CEILING_TABLE = "bronze.bench_raw_ceiling"
+
+
+def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: int | None) -> dict:
+    """The stream's topic read by the job's own Kafka source (``ingestion.job.kafka_source``)
+    and its value bytes appended to an Iceberg table with bronze's table properties, by
+    Iceberg's own streaming sink (availableNow): no decoding, no Python in the batch."""
+    from ingestion import bronze, job
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
+
+    spec = get_stream(stream)
+    in_topic = sum(end_offsets(settings, spec.topic).values())
+    spark.sql(f"drop table if exists {CEILING_TABLE} purge")
+    properties = ", ".join(f"'{k}' = '{v}'" for k, v in bronze.STREAMING_TABLE_PROPERTIES.items())
+    spark.sql(f"create table {CEILING_TABLE} (value binary) using iceberg tblproperties ({properties})")
+    location = Path(tempfile.mkdtemp(prefix=f"ceiling-{stream}-", dir=settings.home))
+    name = f"raw_ceiling_{stream}"
+    known = set(recorder.terminated)
+    cpu = CpuWindow(broker_pid)
+    started = time.perf_counter()
+    query = (job.kafka_source(spark, settings, spec, args.max_offsets_per_trigger).load().select("value")
+             .writeStream.queryName(name).format("iceberg").outputMode("append").trigger(availableNow=True)
+             .option("checkpointLocation", str(location)).toTable(CEILING_TABLE))
+    try:
+        query.awaitTermination()
+    finally:
+        seconds = time.perf_counter() - started
+        cpu_use = cpu.close()
+        shutil.rmtree(location, ignore_errors=True)
+    recorder.wait_for_termination(known)
+    triggers = recorder.progress.pop(name, [])
+    trigger_ms = sum(t["duration_ms"].get("triggerExecution", 0) for t in triggers)
+    rows = spark.table(CEILING_TABLE).count()
+    spark.sql(f"drop table if exists {CEILING_TABLE} purge")
+    return {"messages": in_topic, "rows": rows, "correct": rows == in_topic, "seconds": round(seconds, 2),
+            "msgs_per_s": round(in_topic / seconds),
+            "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
+            "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1), **cpu_use}
+
+
+def reset_stream(spark, settings: Settings, stream: str) -> None:
+    """Drop what a run of the job left (its bronze table, the dead letters, its checkpoint),
+    so that the next run reads the whole topic again."""
+    from ingestion import dead_letters, job
+    from lakehouse.contracts.streams import get_stream
+
+    spec = get_stream(stream)
+    for table in (spec.bronze_table, dead_letters.TABLE):
+        spark.sql(f"drop table if exists {table} purge")
+    shutil.rmtree(job.checkpoint_location(settings, spec), ignore_errors=True)
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median msg/s (the lower middle one of an even count), with the spread."""
+    ordered = sorted(runs, key=lambda r: r["msgs_per_s"])
+    middle = dict(ordered[(len(ordered) - 1) // 2])
+    middle["runs_msgs_per_s"] = [r["msgs_per_s"] for r in runs]
+    middle["runs_cpu_us_per_msg"] = [r["cpu_us_per_msg"] for r in runs]
+    middle["correct"] = all(r["correct"] for r in runs)
+    return middle
+
+
+def measure_stream(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
+                   broker_pid: int | None) -> dict:
+    """``--repeat`` runs of the job on the stream's topic (each after the raw ceiling on the same
+    topic, with ``--ceiling``); the median run's figures, and its ratio to the median ceiling."""
+    runs, ceilings = [], []
+    for number in range(args.repeat):
+        if args.ceiling:
+            ceilings.append(ceiling(spark, settings, stream, args, recorder, broker_pid))
+            log.info("%s: raw ceiling %s msg/s (run %d)", stream, f"{ceilings[-1]['msgs_per_s']:,}", number + 1)
+        if number:
+            reset_stream(spark, settings, stream)
+        runs.append(ingest(spark, settings, stream, loaded, args, recorder, timers, broker_pid))
+        log.info("%s: %s msg/s (run %d)", stream, f"{runs[-1]['msgs_per_s']:,}", number + 1)
+    result = median_run(runs)
+    if ceilings:
+        raw = median_run(ceilings)
+        result["ceiling"] = raw
+        result["ceiling_msgs_per_s"] = raw["msgs_per_s"]
+        result["ratio_to_ceiling"] = round(result["msgs_per_s"] / max(raw["msgs_per_s"], 1), 3)
+        result["correct"] = result["correct"] and raw["correct"]
     if args.probe:
         result["probe"] = probe(spark, settings, stream, args.source_option)
     return result
+
+
+SUMMARY_KEYS = ("msgs_per_s", "runs_msgs_per_s", "cpu_us_per_msg", "ceiling_msgs_per_s", "ratio_to_ceiling",
+                "target_ratio", "correct")
+# Share of the raw ceiling each format should reach (the issue "Ingestion at the machine's limit").
+TARGET_RATIO = {"protobuf": 0.8, "avro": 0.65, "json": 0.5}
+
+
+def job_read_tasks_per_core() -> int:
+    from ingestion.job import READ_TASKS_PER_CORE
+
+    return READ_TASKS_PER_CORE
+
+
+def print_summary(results: list[dict], machine: dict) -> None:
+    """The headline: each stream beside the raw ceiling on its topic, and the machine."""
+    print(f"\nmachine: {machine.get('cpus')} cores ({machine.get('cpu_model')}), {machine.get('memory_gb')} GB, "
+          f"Spark {machine.get('spark')} {machine.get('spark_master')}, Java {machine.get('java')}, "
+          f"load average at the end {machine.get('load_average_end')}")
+    print(f"{'stream':<12} {'format':<9} {'messages':>10} {'msg/s':>9} {'runs (msg/s)':<26} {'CPU us/msg':>10} "
+          f"{'ceiling msg/s':>13} {'ceiling us/msg':>14} {'ratio':>6} {'target':>6} {'other CPU s':>11}  correct")
+    for r in results:
+        if "error" in r:
+            print(f"{r['stream']:<12} FAILED: {r['error'][:200]}")
+            continue
+        raw = r.get("ceiling", {})
+        runs = ", ".join(f"{x:,}" for x in r.get("runs_msgs_per_s", [r["msgs_per_s"]]))
+        target = TARGET_RATIO.get(r["format"])
+        r["target_ratio"] = target
+        print(f"{r['stream']:<12} {r['format']:<9} {r['messages']:>10,} {r['msgs_per_s']:>9,} {runs:<26} "
+              f"{r['cpu_us_per_msg']:>10} {_figure(raw.get('msgs_per_s')):>13} "
+              f"{_figure(raw.get('cpu_us_per_msg')):>14} "
+              f"{_figure(r.get('ratio_to_ceiling')):>6} {_figure(target):>6} {r['other_cpu_s']:>11}  "
+              f"{r['correct']}")
+    print("(ratio: the stream's median msg/s over the median raw ceiling on the same topic; other CPU s: CPU "
+          "time used meanwhile by processes outside the benchmark, which makes the figures noisy)")
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def print_report(results: list[dict]) -> None:
@@ -464,8 +686,7 @@ def print_report(results: list[dict]) -> None:
             print(f"  {key:<26} {value / 1000:>8.2f} s  {100 * value / total:5.1f}%")
         inside = r["add_batch_ms"]
         add_batch = r["phases_ms"]["addBatch"] or 1
-        print("  inside addBatch (ingestion/job.py batch_writer; read_decode_cache_count is the rest: "
-              "Kafka fetch, decode, cache, count):")
+        print("  inside addBatch (ingestion/job.py batch_writer; both passes read and decode the batch):")
         for key, value in inside.items():
             print(f"    {key:<24} {value / 1000:>8.2f} s  {100 * value / add_batch:5.1f}% of addBatch")
         if "jvm_profile" in r:
@@ -527,7 +748,27 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="runtime SQL conf set with spark.conf.set after the session starts (repeatable)")
     parser.add_argument("--source-option", type=key_values, action="append", default=[], metavar="KEY=VALUE",
                         help="EXPERIMENT: extra Kafka source option added to the job's reader at run time, "
-                             "e.g. minPartitions=4 (ingestion/job.py sets none)")
+                             "e.g. minPartitions=6 (overrides the job's own minPartitions)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also measure the raw ceiling on each stream's topic, in the same JVM: the job's Kafka "
+                             "source appending the value bytes to an Iceberg table, no decoding (ratio_to_ceiling)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="runs per stream (and ceiling); the median is reported, with every run (default: 1)")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="with --ceiling: skip the uncounted ceiling run that warms the JVM up first")
+    parser.add_argument("--table-property", type=key_values, action="append", default=[], metavar="KEY=VALUE",
+                        help="EXPERIMENT: a property of the bronze (and ceiling) tables this run creates, on top of "
+                             "ingestion.bronze.STREAMING_TABLE_PROPERTIES, e.g. write.parquet.compression-codec=snappy")
+    steady = parser.add_argument_group("steady state (instead of the availableNow runs)")
+    steady.add_argument("--steady-state", action="store_true",
+                        help="produce at a fixed rate while the job runs with a processing-time trigger, raising the "
+                             "rate while the lag stays bounded; reports the highest such rate per stream")
+    steady.add_argument("--steady-start", type=int, default=20_000, metavar="MSG_PER_S",
+                        help="first rate (default: %(default)s)")
+    steady.add_argument("--steady-factor", type=float, default=1.25, help="rate step (default: %(default)s)")
+    steady.add_argument("--steady-minutes", type=float, default=3.0, help="minutes per rate (default: %(default)s)")
+    steady.add_argument("--steady-trigger", default="5 seconds", help="trigger interval (default: %(default)s)")
+    steady.add_argument("--steady-max-steps", type=int, default=8, help="rates tried at most (default: %(default)s)")
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="skip the JDK Flight Recorder profile of the Spark JVM during ingestion")
     parser.add_argument("--profile-dir", type=Path, metavar="DIR",
@@ -538,10 +779,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.messages_per_stream = {name: int(n) for name, n in args.messages_per_stream}
     args.spark_conf = dict(args.spark_conf)
     args.source_option = dict(args.source_option)
+    args.table_property = dict(args.table_property)
     if unknown := set(args.messages_per_stream) - set(ALL_STREAMS):
         parser.error(f"unknown stream(s) in --messages-per-stream: {', '.join(sorted(unknown))}")
-    if not 0 <= args.fault_rate <= 1 or args.messages < 1 or args.processes < 1:
-        parser.error("--fault-rate must be within 0..1, --messages and --processes at least 1")
+    if not 0 <= args.fault_rate <= 1 or args.messages < 1 or args.processes < 1 or args.repeat < 1:
+        parser.error("--fault-rate must be within 0..1, --messages, --processes and --repeat at least 1")
     return args
 
 
@@ -564,6 +806,8 @@ def main(argv=None) -> int:
         broker_pid = local_kafka.start(settings, log=log.info)
         for number, stream in enumerate(args.streams):
             count = args.messages_per_stream.get(stream, args.messages)
+            if args.steady_state:
+                count = min(count, 10_000)  # creates the topic; the steady runs start from its end
             log.info("loading %s: %s messages, fault rate %s", stream, f"{count:,}", args.fault_rate)
             loads[stream] = load_topic(settings, stream, count, args.fault_rate, args.processes,
                                        args.seed * 100 + number)
@@ -576,16 +820,26 @@ def main(argv=None) -> int:
         if missing:
             log.info("not timed (not found in the job's code): %s", ", ".join(missing))
         add_source_options(args.source_option)
+        if args.table_property:
+            from ingestion import bronze
+
+            bronze.STREAMING_TABLE_PROPERTIES.update(args.table_property)
         spark = get_spark(settings, "bench-ingest")
         for key, value in args.spark_conf.items():
             spark.conf.set(key, value)
         ensure_namespaces(spark)
         recorder = progress_listener()
         spark.streams.addListener(recorder)
-        for stream in args.streams:
+        if args.steady_state:
+            steady = [steady_state(spark, settings, stream, args) for stream in args.streams]
+        elif args.ceiling and args.warm_up:
+            # Class loading and JIT of the Kafka read and the Iceberg write, paid by neither side.
+            log.info("warming up: the raw ceiling on %s, not counted", args.streams[0])
+            ceiling(spark, settings, args.streams[0], args, recorder, broker_pid)
+        for stream in [] if args.steady_state else args.streams:
             log.info("ingesting %s (%s messages)", stream, f"{loads[stream]['produced']:,}")
             try:
-                result = ingest(spark, settings, stream, loads[stream], args, recorder, timers, broker_pid)
+                result = measure_stream(spark, settings, stream, loads[stream], args, recorder, timers, broker_pid)
             except Exception as exc:  # a failing job: report it, go on with the other streams
                 log.exception("%s: ingestion failed", stream)
                 results.append({"stream": stream, "correct": False, "error": f"{type(exc).__name__}: {exc}",
@@ -610,13 +864,36 @@ def main(argv=None) -> int:
             local_kafka.stop(settings, log=log.info)
         shutil.rmtree(home, ignore_errors=True)
 
+    if args.steady_state:
+        for s in steady:
+            print(f"\n{s['stream']}: steady state, trigger {s['trigger']}, {s['minutes']} min per rate")
+            print(f"  {'asked msg/s':>12} {'produced msg/s':>14} {'max lag, last third':>20} {'allowed':>10}  bounded")
+            for step in s["steps"]:
+                print(f"  {step['rate']:>12,} {step['achieved_rate']:>14,} {_figure(step['max_lag_last_third']):>20} "
+                      f"{step['allowance']:>10,}  {step['bounded']}")
+            print(f"  highest rate with a bounded lag: {_figure(s['highest_bounded_rate'])} msg/s"
+                  + (" (the producer could not go faster)" if s["producer_limited"] else ""))
+        print("RESULT " + json.dumps({"benchmark": "ingest_throughput", "mode": "steady_state", "machine": machine,
+                                      "steady_state": steady}))
+        return 0
     print_report(results)
+    print_summary(results, machine)
     options = {"messages": args.messages, "messages_per_stream": args.messages_per_stream,
                "fault_rate": args.fault_rate, "max_offsets_per_trigger": args.max_offsets_per_trigger,
                "spark_conf": args.spark_conf, "source_options": args.source_option,
-               "load_processes": args.processes}
-    print("RESULT " + json.dumps({"benchmark": "ingest_throughput", "options": options, "machine": machine,
-                                  "results": results}))
+               "table_properties": args.table_property,
+               "load_processes": args.processes, "ceiling": args.ceiling, "repeat": args.repeat,
+               "read_tasks_per_core": job_read_tasks_per_core()}
+    summary = {"benchmark": "ingest_throughput", "options": options, "machine": machine}
+    ceilings = [r for r in results if "ceiling_msgs_per_s" in r]
+    if ceilings:
+        # Each stream is compared with the ceiling on its own topic; the top-level figure is the
+        # first stream's (employees by default, the issue's reference).
+        summary["ceiling_msgs_per_s"] = ceilings[0]["ceiling_msgs_per_s"]
+        summary["ceiling_stream"] = ceilings[0]["stream"]
+    summary["streams"] = {r["stream"]: {key: r.get(key) for key in SUMMARY_KEYS} for r in results}
+    summary["results"] = results
+    print("RESULT " + json.dumps(summary))
     failed = [r["stream"] for r in results if not r["correct"]]
     if failed:
         print(f"INCORRECT: ingestion failed, or bronze + dead letters do not match the topic, for "

@@ -180,9 +180,9 @@ def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_nu
 
 
 def append_bronze(spark, table: str, rows) -> None:
-    from ingestion.bronze import align
+    from ingestion.bronze import conform_to_schema
 
-    align(rows, spark.table(table).schema).writeTo(table).append()
+    conform_to_schema(rows, spark.table(table).schema).writeTo(table).append()
 
 
 def load_initial(spark, table: str, size: int, t0: datetime) -> float:

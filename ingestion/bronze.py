@@ -93,21 +93,21 @@ def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[st
     return [f"{table}: {clause}" for clause in clauses]
 
 
-def _aligned(column: Column, source: DataType, target: DataType) -> Column:
+def _conformed_column(column: Column, source: DataType, target: DataType) -> Column:
     if isinstance(source, StructType) and isinstance(target, StructType) and source != target:
         have = {f.name: f.dataType for f in source.fields}
         return F.when(column.isNotNull(), F.struct(*[
-            (_aligned(column[f.name], have[f.name], f.dataType) if f.name in have
+            (_conformed_column(column[f.name], have[f.name], f.dataType) if f.name in have
              else F.lit(None).cast(f.dataType)).alias(f.name)
             for f in target.fields]))
     return column if source == target else column.cast(target)
 
 
-def align(rows: DataFrame, table_schema: StructType) -> DataFrame:
+def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
     """The rows in the table's column order and types; columns the rows lack are null."""
     have = {f.name: f.dataType for f in rows.schema.fields}
     return rows.select(*[
-        (_aligned(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
+        (_conformed_column(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
          else F.lit(None).cast(f.dataType)).alias(f.name)
         for f in table_schema.fields])
 
@@ -156,15 +156,50 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
     """The last batch of ``query_id`` in the table: from its snapshots, or from the marker
     maintenance left when it expired them (whichever is higher; batches commit in order)."""
-    found = [batches[query_id] for batches in (committed_batches_in_snapshots(spark, table),
-                                               committed_batches_in_properties(spark, table))
-             if query_id in batches]
-    return max(found) if found else None
+    found = _last_batch_in_lineage(spark, table, query_id)
+    if found is _UNKNOWN:
+        found = committed_batches_in_snapshots(spark, table).get(query_id)
+    marked = committed_batches_in_properties(spark, table).get(query_id)
+    known = [batch for batch in (found, marked) if batch is not None]
+    return max(known) if known else None
 
 
-def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
-    """Append the rows in one snapshot that names the query and batch it comes from."""
-    (align(rows, spark.table(table).schema).writeTo(table)
+_UNKNOWN = object()
+LINEAGE_STEPS = 200  # snapshots looked at through the Iceberg API before asking SQL instead
+
+
+def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
+    """The batch id of the newest snapshot ``query_id`` wrote, walking back from the table's
+    current snapshot through Iceberg's Java API (no Spark job): the query's newest snapshot
+    holds its highest batch. None if the table has no snapshot of it; ``_UNKNOWN`` when the
+    walk is long (a table many other writers share) or the API is not reachable."""
+    from py4j.protocol import Py4JError
+
+    # Qualified with the session's catalog: Iceberg would take "bronze" of "bronze.t" for one.
+    qualified = table if table.count(".") >= 2 else f"{spark.catalog.currentCatalog()}.{table}"
+    try:
+        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, qualified)
+        snapshot = iceberg.currentSnapshot()
+        for _ in range(LINEAGE_STEPS):
+            if snapshot is None:
+                return None
+            summary = snapshot.summary()
+            if summary.get(WRITER_PROPERTY) == query_id:
+                batch = summary.get(BATCH_PROPERTY)
+                return int(batch) if batch is not None else _UNKNOWN
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else iceberg.snapshot(parent)
+    except Py4JError:
+        pass
+    return _UNKNOWN
+
+
+def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
+           table_schema: StructType | None = None) -> None:
+    """Append the rows in one snapshot that names the query and batch it comes from.
+
+    ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
+    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
         .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
         .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
         .append())

@@ -1,21 +1,27 @@
-"""One decoder per stream: the pure decode of ingestion/decode.py plus the schemas it reads.
+"""One decoder per stream: the pure decoding of ingestion/formats.py plus the schemas it reads.
 
 A decoder knows where its stream's schemas live (a schema file, the registry subject, a
 compiled descriptor set) and looks again before every micro-batch (`refresh`), so a new
 Avro version, a new JSON field or a new Protobuf field reaches bronze without a restart:
 foreachBatch builds a fresh plan for every batch, so no query restart is ever needed.
+
+Looking again is cheap: a schema file is re-read only when its stat (modification time,
+size, inode) changed, the local registry only when its file changed, and a remote registry
+at most every ``REGISTRY_POLL_SECONDS``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from ingestion import decode
+from ingestion import formats
 from ingestion.bronze import is_widening
 from lakehouse.contracts.streams import StreamSpec, json_contract
 from lakehouse.core.errors import LakehouseError
@@ -24,9 +30,13 @@ from lakehouse.core.settings import Settings
 KAFKA_SOURCE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                        "timestamp timestamp, timestampType int")
 
+# A record whose schema id is registered between two polls is a dead letter (UNKNOWN_SCHEMA_ID)
+# until replayed; a poll per batch would cost an HTTP round trip on every micro-batch.
+REGISTRY_POLL_SECONDS = 10.0
 
-class Decoder:
-    """Base: subclasses set ``self._decode`` (raw DataFrame -> decoded) in ``refresh``."""
+
+class StreamDecoder:
+    """Base: subclasses set ``self._decode`` (raw DataFrame, now -> decoded) in ``_load``."""
 
     def __init__(self, spark: SparkSession, settings: Settings, spec: StreamSpec):
         self.spark, self.settings, self.spec = spark, settings, spec
@@ -34,7 +44,7 @@ class Decoder:
         self._decode = None
 
     def refresh(self) -> list[str]:
-        """Re-read the stream's schemas; a description of each change (empty: unchanged)."""
+        """Look at the stream's schemas again; a description of each change (empty: unchanged)."""
         version = self._current_version()
         if version == self._version:
             return []
@@ -42,15 +52,18 @@ class Decoder:
         self._version = version
         return changes
 
-    def decode(self, raw: DataFrame) -> DataFrame:
+    def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
+        """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
+        checked against: a batch passes its own timestamp, so every pass over the batch (and a
+        replay of it) classifies each record the same way."""
         if self._decode is None:
             self.refresh()
-        return self._decode(raw)
+        return self._decode(raw, now or datetime.now(UTC))
 
     def bronze_schema(self) -> StructType:
         """Columns of the bronze table: what `decode` gives for good records, with metadata."""
         empty = self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-        return decode.to_bronze(self.decode(empty), 0, F.lit(datetime.now(UTC)).cast("timestamp")).schema
+        return formats.to_bronze(self.decode(empty), 0, F.lit(datetime.now(UTC)).cast("timestamp")).schema
 
     def _current_version(self) -> object:
         return _file_version(self.spec.schema_path)
@@ -59,13 +72,15 @@ class Decoder:
         raise NotImplementedError
 
 
-def _file_version(path) -> object:
+def _file_version(path: Path) -> tuple[int, int, int]:
+    """What changes when a file is rewritten, without reading it: (mtime ns, size, inode)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        stat = os.stat(path)
     except FileNotFoundError:
         raise LakehouseError(f"schema file not found: {path}") from None
     except OSError as exc:
         raise LakehouseError(f"cannot read schema file {path}: {exc.strerror}") from None
+    return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
 
 def _field_changes(before: StructType | None, after: StructType) -> list[str]:
@@ -77,7 +92,7 @@ def _field_changes(before: StructType | None, after: StructType) -> list[str]:
             for f in after.fields if old.get(f.name) != f.dataType]
 
 
-class JsonSchemaDecoder(Decoder):
+class JsonStreamDecoder(StreamDecoder):
     """Formats whose schema file is a JSON Schema: JSON events (undeclared fields kept in
     ``_rescued``), and Debezium or DMS change records (the schema of the row image) into the
     normalized changelog (ARCHITECTURE §6)."""
@@ -90,10 +105,10 @@ class JsonSchemaDecoder(Decoder):
         self._columns = contract.schema
         spec = self.spec
         if spec.format == "json":
-            self._decode = lambda raw: decode.decode_json(raw, contract, spec.event_time_column)
+            self._decode = lambda raw, now: formats.decode_json(raw, contract, spec.event_time_column, now)
         else:
-            normalize = decode.decode_debezium if spec.format == "debezium" else decode.decode_dms
-            self._decode = lambda raw: normalize(raw, contract, spec.identity_columns, spec.source_table)
+            normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
+            self._decode = lambda raw, now: normalize(raw, contract, spec.identity_columns, spec.source_table)
         return changes
 
 
@@ -109,7 +124,7 @@ def _union(columns: list[StructField], extra: StructType) -> list[StructField]:
     return list(merged.values())
 
 
-class AvroDecoder(Decoder):
+class AvroStreamDecoder(StreamDecoder):
     """Confluent-framed Avro: the writer schema of each record by the id in its header.
 
     The bronze columns are the union of the stream's base schema file and every version
@@ -126,9 +141,29 @@ class AvroDecoder(Decoder):
 
         self.registry = registry_for(settings)
         self._types: dict[str, StructType] = {}
+        self._registry_seen: object = None  # the local registry file's stat, or when a remote one was polled
+        self._subject: tuple[tuple[int, str], ...] = ()
 
     def _current_version(self) -> object:
-        return _file_version(self.spec.schema_path), tuple(self.registry.subject_schemas(self.spec.subject).items())
+        return _file_version(self.spec.schema_path), self._subject_schemas()
+
+    def _subject_schemas(self) -> tuple[tuple[int, str], ...]:
+        """The subject's (id, schema) pairs, read again only when the registry may have changed."""
+        from lakehouse.contracts.registry import LocalSchemaRegistry
+
+        if isinstance(self.registry, LocalSchemaRegistry):
+            try:
+                seen: object = _file_version(self.registry.path)
+            except LakehouseError:
+                seen = None  # no registry file yet: nothing registered
+            stale = seen != self._registry_seen or seen is None
+        else:
+            seen = time.monotonic()
+            stale = self._registry_seen is None or seen - self._registry_seen >= REGISTRY_POLL_SECONDS
+        if stale:
+            self._subject = tuple(self.registry.subject_schemas(self.spec.subject).items())
+            self._registry_seen = seen
+        return self._subject
 
     def _spark_type(self, schema_text: str) -> StructType:
         from pyspark.sql.avro.functions import from_avro
@@ -158,49 +193,54 @@ class AvroDecoder(Decoder):
             changes.insert(0, f"new schema id(s) {', '.join(map(str, sorted(new_ids)))} under {self.spec.subject}")
         self._columns, self._schema_ids = columns, set(writer_schemas)
         spec = self.spec
-        self._decode = lambda raw: decode.decode_avro(raw, writer_schemas, writer_types, columns,
-                                                      spec.required_columns, spec.event_time_column)
+        self._decode = lambda raw, now: formats.decode_avro(raw, writer_schemas, writer_types, columns,
+                                                           spec.required_columns, spec.event_time_column, now)
         return changes
 
 
-class ProtobufDecoder(Decoder):
-    """Protobuf through the project's JVM decoder, with the descriptor set compiled from the .proto.
+class ProtobufStreamDecoder(StreamDecoder):
+    """Protobuf through the project's JVM function, with the descriptor set compiled from the .proto.
 
     (spark-protobuf's from_protobuf would be the natural choice; the Maven registry reachable
-    here does not serve it, see ingestion/protobuf_decoder.py.)
+    here does not serve it, see ingestion/protobuf_udf.py.)
     """
 
     _columns: StructType | None = None
+    _proto_seen: object = None
 
-    def _descriptor_path(self):
+    def _descriptor_path(self) -> Path:
         from lakehouse.contracts import protobuf
 
-        protobuf.compile_all(schemas_dir=self.spec.schema_path.parent)  # a no-op when up to date
         return protobuf.GENERATED_DIR / f"{protobuf.module_name(self.spec.schema_path)}.desc"
 
     def _current_version(self) -> object:
-        _file_version(self.spec.schema_path)  # a clear error if the .proto is gone
-        return _file_version(self._descriptor_path())
+        proto = _file_version(self.spec.schema_path)  # a clear error if the .proto is gone
+        if proto != self._proto_seen:
+            from lakehouse.contracts import protobuf
+
+            protobuf.compile_all(schemas_dir=self.spec.schema_path.parent)  # a no-op when up to date
+            self._proto_seen = proto
+        return proto, _file_version(self._descriptor_path())
 
     def _load(self, version) -> list[str]:
-        from ingestion.protobuf_decoder import register_decoder
+        from ingestion.protobuf_udf import register_udf
 
         function = f"lakehouse_decode_{self.spec.name}"
-        result = register_decoder(self.spark, function, self._descriptor_path().read_bytes(), self.spec.message)
+        result = register_udf(self.spark, function, self._descriptor_path().read_bytes(), self.spec.message)
         columns = result["payload"].dataType
         changes = _field_changes(self._columns, columns)
         self._columns = columns
         spec = self.spec
-        self._decode = lambda raw: decode.decode_protobuf(raw, function, columns, spec.required_columns,
-                                                          spec.event_time_column)
+        self._decode = lambda raw, now: formats.decode_protobuf(raw, function, columns, spec.required_columns,
+                                                                spec.event_time_column, now)
         return changes
 
 
-DECODERS = {"json": JsonSchemaDecoder, "avro": AvroDecoder, "protobuf": ProtobufDecoder,
-            "debezium": JsonSchemaDecoder, "dms": JsonSchemaDecoder}
+DECODERS = {"json": JsonStreamDecoder, "avro": AvroStreamDecoder, "protobuf": ProtobufStreamDecoder,
+            "debezium": JsonStreamDecoder, "dms": JsonStreamDecoder}
 
 
-def decoder_for(spark: SparkSession, settings: Settings, spec: StreamSpec) -> Decoder:
+def decoder_for(spark: SparkSession, settings: Settings, spec: StreamSpec) -> StreamDecoder:
     return DECODERS[spec.format](spark, settings, spec)
 
 

@@ -1,8 +1,9 @@
 """The bronze ingestion job: one Structured Streaming query per stream, Kafka -> Iceberg.
 
 One generic runner for every stream of the pipeline configuration (lakehouse/contracts/pipeline.yml):
-each micro-batch is decoded once by the stream's decoder, then split: readable records
-append to the stream's bronze table, the rest to bronze.dead_letters (ARCHITECTURE §6-8).
+each micro-batch is decoded by the stream's decoder and split: the unreadable records append
+to bronze.dead_letters, then the readable ones to the stream's bronze table (ARCHITECTURE §6-8),
+each table at most once per batch, with no cache of the batch.
 ``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -19,18 +21,19 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamReader, DataStreamWriter
+from pyspark.sql.types import StructType
 
 from ingestion import bronze, checkpoint, dead_letters
-from ingestion.decode import to_bronze
-from ingestion.decoders import Decoder, decoder_for
+from ingestion.decoders import StreamDecoder, decoder_for
+from ingestion.formats import to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.kafka_admin import admin_client, end_offsets, topic_names
+from lakehouse.core.kafka_admin import admin_client, topic_names
 from lakehouse.core.settings import Settings
 
 log = logging.getLogger("lakehouse.ingest")
@@ -44,7 +47,7 @@ def checkpoint_location(settings: Settings, spec: StreamSpec) -> str:
     return str(settings.checkpoint_root / query_name(spec))
 
 
-def ensure_tables(spark: SparkSession, spec: StreamSpec, decoder: Decoder) -> list[str]:
+def ensure_tables(spark: SparkSession, spec: StreamSpec, decoder: StreamDecoder) -> list[str]:
     """Create (or evolve) the stream's bronze table and the dead-letter table; changes made."""
     decoder.refresh()
     changes = bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
@@ -59,61 +62,61 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
     raise RuntimeError(f"streaming query {name} is not active")
 
 
-def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: Decoder | None = None):
-    """The foreachBatch function of a stream: decode once, write dead letters and bronze once.
+def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None):
+    """The foreachBatch function of a stream: dead letters, then bronze, each at most once.
+
+    Nothing of the batch is cached: a first pass keeps only the failing rows (about 1%) and
+    appends them to the dead letters, a second pass appends the good rows to bronze; the first
+    that runs counts the batch with ``DataFrame.observe``. Both passes decode the same offsets
+    with the same literal timestamp, so they classify every record alike.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
-    location = checkpoint_location(settings, spec)
-    commits = _Commits(spark)
+    tables = _BatchAppender(spark)
+    query_id: str | None = None
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        nonlocal query_id
         started = time.monotonic()
-        query_id = _current_query_id(spark, name)
+        query_id = query_id or _current_query_id(spark, name)  # fixed while the query runs
         changes = decoder.refresh()
         if changes:
             # foreachBatch plans every batch afresh: the new schema applies from this batch on.
             log.info("%s: schema changed (%s); evolving bronze, no query restart needed", spec.name, "; ".join(changes))
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
-        # One timestamp for the whole batch, so a replay of it is written identically.
-        ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
-        decoded = decoder.decode(batch)
-        # Decoded once and cached for the count and the two writes; the raw value is kept
-        # only where a dead letter needs it (most of the cache's size otherwise).
-        decoded = decoded.withColumn("value", F.when(F.col("_error_code").isNotNull(), F.col("value"))).persist()
-        try:
-            stats = decoded.agg(F.count(F.lit(1)).alias("read"),
-                                F.count("_error_code").alias("dead")).collect()[0]
-            read, dead = stats.read, stats.dead
-            written = _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits)
-        finally:
-            decoded.unpersist()
+            tables.forget_schema(spec.bronze_table)
+        # One timestamp for the whole batch: its ingested_at, and the "now" its checks use.
+        now = datetime.now(UTC)
+        counts = _write_once(spark, spec, decoder.decode(batch, now), batch_id, query_id, now, tables)
         seconds = time.monotonic() - started
-        note = "" if written or read == 0 else " (already committed: skipped)"
-        log.info(
-            "%s batch %d: read %d, bronze %d, dead letters %d, %.1fs, %.0f rows/s, lag %s%s",
-            spec.name, batch_id, read, read - dead, dead, seconds, read / max(seconds, 1e-9),
-            _lag_text(settings, spec, location, batch_id), note,
-        )
+        if counts is None:
+            log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
+            return
+        read, dead = counts
+        log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
+                 f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}")
 
     return write
 
 
-class _Commits:
-    """The last batch of this query committed to each table (ARCHITECTURE §8).
+class _BatchAppender:
+    """Appends a batch to a table once (ARCHITECTURE §8), knowing each table's last committed
+    batch and schema without asking the catalog on every batch.
 
-    Read from the table's snapshots once, at the first batch after a start; from then on this
-    process is the query's only writer and its batches commit in order, so it keeps count
-    itself instead of querying snapshot metadata (a Spark job) twice per batch.
+    The last committed batch is read from the table's snapshots at the first batch after a
+    start; from then on this process is the query's only writer and its batches commit in
+    order, so it keeps count itself. The schema is read once and again only after this job
+    evolved the table, or when an append is refused because another writer evolved it.
     """
 
     def __init__(self, spark: SparkSession):
         self.spark = spark
         self.last: dict[tuple[str, str], int | None] = {}
+        self.schemas: dict[str, StructType] = {}
 
     def includes(self, table: str, query_id: str, batch_id: int) -> bool:
         if (table, query_id) not in self.last:
@@ -121,47 +124,145 @@ class _Commits:
         last = self.last[(table, query_id)]
         return last is not None and last >= batch_id
 
+    def forget_schema(self, table: str) -> None:
+        self.schemas.pop(table, None)
+
     def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
-        bronze.append(self.spark, table, rows, query_id, batch_id)
+        known = table in self.schemas
+        schema = self.schemas.get(table) or self.spark.table(table).schema
+        try:
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+        except AnalysisException:
+            if not known:
+                raise
+            # Refused before anything was written: evolved by someone else meanwhile.
+            schema = self.spark.table(table).schema
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+        self.schemas[table] = schema
         self.last[(table, query_id)] = batch_id
 
 
-def _write_once(spark, spec, decoded, batch_id, query_id, ingested_at, dead, commits: _Commits) -> bool:
+def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchAppender) -> tuple[int, int] | None:
     """Dead letters, then bronze, each skipped if this batch is already in it (ARCHITECTURE §8);
-    whether anything was written.
+    (records read, dead letters), or None when the batch was already in bronze.
 
-    Two tables cannot commit atomically, so a crash can fall between the two commits. The
-    replay then decodes the batch again, perhaps with a newer schema: anything already in
-    dead letters stays there and is kept out of bronze, so no record lands on both sides.
+    Bronze is committed last, so a batch in bronze has its dead letters committed too (or had
+    none): it is skipped whole, never decoded again. Two tables cannot commit atomically, so a
+    crash can fall between the two commits. The replay then decodes the batch again, perhaps
+    with a newer schema: anything already in dead letters stays there and is kept out of
+    bronze, so no record lands on both sides.
     """
-    good = to_bronze(decoded, batch_id, ingested_at)
-    bad = dead_letters.to_dead_letters(decoded, spec.name, batch_id, ingested_at)
-    in_dead = commits.includes(dead_letters.TABLE, query_id, batch_id)
-    in_bronze = commits.includes(spec.bronze_table, query_id, batch_id)
-    wrote = False
-    if dead and not in_dead:
-        commits.append(dead_letters.TABLE, bad, query_id, batch_id)
-        wrote = True
-    if not in_bronze:
-        if in_dead:
-            already = (spark.table(dead_letters.TABLE)
-                       .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
-                       .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
-            good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
-        commits.append(spec.bronze_table, good, query_id, batch_id)
-        wrote = True
-    return wrote
+    if tables.includes(spec.bronze_table, query_id, batch_id):
+        return None
+    ingested_at = F.lit(now).cast("timestamp")
+    in_dead = tables.includes(dead_letters.TABLE, query_id, batch_id)
+    counts = None
+    if not in_dead:
+        failing, counts = _failing_rows(decoded, spec, batch_id, ingested_at)
+        try:
+            if counts[1]:
+                tables.append(dead_letters.TABLE, failing, query_id, batch_id)
+        finally:
+            failing.unpersist()
+    counted, observation = _observed(decoded)
+    good = to_bronze(counted, batch_id, ingested_at)
+    if in_dead:
+        already = (spark.table(dead_letters.TABLE)
+                   .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
+                   .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
+        good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
+    tables.append(spec.bronze_table, good, query_id, batch_id)
+    return counts or (observation.get["read"], observation.get["dead"])
 
 
-def _lag_text(settings: Settings, spec: StreamSpec, location: str, batch_id: int) -> str:
-    """Messages left in Kafka after this batch (end offsets now minus this batch's end)."""
-    read_up_to = checkpoint.batch_offsets(location, batch_id).get(spec.topic)
-    if read_up_to is None:
-        return "unknown"
+def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
+    """The decoded batch, counted (records, dead letters) as a pass goes over it.
+
+    The observation is also what keeps each pass fast: without it the optimizer pushes the
+    pass's filter on ``_error_code`` down into the decoding, where every check that reads the
+    payload repeats the decode (a dead-letter pass 20 times slower, generated code past 64 KB).
+    """
+    observation = Observation()
+    return decoded.observe(observation, F.count(F.lit(1)).alias("read"),
+                           F.count("_error_code").alias("dead")), observation
+
+
+def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int,
+                  ingested_at) -> tuple[DataFrame, tuple[int, int]]:
+    """The batch's dead letters, found by one pass over it and kept (in memory, ~1% of the
+    batch) for their append, and the batch's counts (records, dead letters): an empty append
+    (a snapshot per batch) is skipped."""
+    counted, observation = _observed(decoded)
+    failing = dead_letters.to_dead_letters(counted, spec.name, batch_id, ingested_at).persist()
+    failing.count()
+    return failing, (observation.get["read"], observation.get["dead"])
+
+
+def progress_lag(query_progress: dict) -> int | None:
+    """Records the topic held beyond what a batch read, when that batch was planned: per
+    partition, the source's ``latestOffset`` minus its ``endOffset``, from the query's own
+    progress (no call to Kafka). None when the progress lacks them."""
+    total = 0
+    for source in query_progress.get("sources") or []:
+        latest, end = (_offsets(source.get(key)) for key in ("latestOffset", "endOffset"))
+        if latest is None or end is None:
+            return None
+        for topic, partitions in latest.items():
+            total += checkpoint.lag(partitions, end.get(topic, {}))
+    return total if query_progress.get("sources") else None
+
+
+def _offsets(value) -> dict[str, dict[int, int]] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(value, dict):
+        return None
     try:
-        return f"{checkpoint.lag(end_offsets(settings, spec.topic), read_up_to):,}"
-    except LakehouseError:
-        return "unknown (Kafka unreachable)"
+        return {topic: {int(p): int(o) for p, o in partitions.items()} for topic, partitions in value.items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+# Read tasks per core (benchmarks/RESULTS.md, ingestion: measured 1, 2 and 3).
+READ_TASKS_PER_CORE = 2
+# Records per micro-batch and stream unless --max-offsets-per-trigger says otherwise: a backlog
+# (an availableNow run, a restart after downtime) is read in batches of this size. A batch
+# costs about 2-3 CPU-seconds besides its records (two passes planned, three commits): 5M
+# records keep that near 1%, and bound what a crash makes the job read again.
+BATCH_RECORDS = 5_000_000
+
+
+def read_tasks(spark: SparkSession) -> int:
+    """Kafka read tasks per batch (the source's ``minPartitions``): a multiple of the cores."""
+    return READ_TASKS_PER_CORE * max(1, spark.sparkContext.defaultParallelism)
+
+
+def kafka_source(
+    spark: SparkSession,
+    settings: Settings,
+    spec: StreamSpec,
+    max_offsets_per_trigger: int | None = None,
+    starting_offsets: str = "earliest",
+) -> DataStreamReader:
+    """The stream's Kafka source, as the job reads it (benchmarks/ingest_throughput.py reads the
+    same for its raw ceiling)."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", spec.topic)
+        .option("startingOffsets", starting_offsets)
+        # Losing data silently is worse than stopping: offsets expired before they were read fail the query.
+        .option("failOnDataLoss", "true")
+        # A topic has fewer partitions than the cluster has cores more often than not: split the
+        # partitions' offset ranges so every core gets read (and decode, and write) tasks.
+        .option("minPartitions", str(read_tasks(spark)))
+    )
+    for key, value in settings.java_kafka_options().items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or BATCH_RECORDS))
 
 
 def build_query(
@@ -172,22 +273,11 @@ def build_query(
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
-    decoder: Decoder | None = None,
+    decoder: StreamDecoder | None = None,
 ) -> DataStreamWriter:
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-        .option("subscribe", spec.topic)
-        .option("startingOffsets", starting_offsets)
-        # Losing data silently is worse than stopping: offsets expired before they were read fail the query.
-        .option("failOnDataLoss", "true")
-    )
-    for key, value in settings.java_kafka_options().items():
-        reader = reader.option(f"kafka.{key}", value)
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     writer = (
-        reader.load().writeStream.queryName(query_name(spec))
+        kafka_source(spark, settings, spec, max_offsets_per_trigger, starting_offsets)
+        .load().writeStream.queryName(query_name(spec))
         .foreachBatch(batch_writer(spark, settings, spec, decoder))
         .option("checkpointLocation", checkpoint_location(settings, spec))
     )
@@ -230,6 +320,7 @@ def run(
     catch_up = contextlib.ExitStack()  # a bar of records read, on a terminal, for --available-now
     advance = catch_up.enter_context(progress("catch-up: records read", show=available_now))
     counted: dict[str, int] = {}
+    lags = _LagLog(specs, queries)
     try:
         # Wait in short slices so a stop request is seen within a second. One failed query
         # stops them all; its error is reported below.
@@ -244,6 +335,7 @@ def run(
                 spark.streams.resetTerminated()
             if available_now:
                 advance(_records_of_new_batches(queries, counted))
+            lags.log_changes()
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
             for query in queries:
@@ -312,6 +404,26 @@ def _unwritable(location: str, problem: str, context: str = "") -> str:
             "nothing lost and nothing written twice")
 
 
+class _LagLog:
+    """Logs a stream's lag (`progress_lag`) when a new batch's progress shows a different one:
+    read from the queries' progress between batches, never inside one."""
+
+    def __init__(self, specs: list[StreamSpec], queries):
+        self.streams = list(zip(specs, queries, strict=True))
+        self.logged: dict[str, int | None] = {}
+
+    def log_changes(self) -> None:
+        for spec, query in self.streams:
+            query_progress = query.lastProgress
+            if not query_progress or not query_progress.get("numInputRows"):
+                continue
+            lag = progress_lag(query_progress)
+            if lag is not None and lag != self.logged.get(spec.name):
+                self.logged[spec.name] = lag
+                log.info("%s: lag %s after batch %d (records in Kafka it had not read when it started)",
+                         spec.name, f"{lag:,}", query_progress["batchId"])
+
+
 class _StopOnSignal:
     """Ctrl-C and SIGTERM ask the wait loop to stop the queries; a second one forces it.
 
@@ -345,7 +457,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--trigger", metavar="INTERVAL",
                       help="processing-time trigger, e.g. '30s' or '1 minute' (default: LAKEHOUSE_TRIGGER_INTERVAL)")
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
-                        help="cap on records per micro-batch and stream (all partitions together)")
+                        help=f"cap on records per micro-batch and stream, all partitions together (default: "
+                             f"{BATCH_RECORDS:,})")
     parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
                         help="where a new query starts (a restarted one resumes from its checkpoint)")
 

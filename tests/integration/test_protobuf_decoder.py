@@ -1,4 +1,4 @@
-"""The JVM Protobuf decoder (jvm/protobuf-decoder) through ingestion.protobuf_decoder, in real Spark."""
+"""The JVM Protobuf decoder (jvm/protobuf-decoder) through ingestion.protobuf_udf, in real Spark."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from pyspark.sql import functions as F
 
-from ingestion import protobuf_decoder
-from ingestion.protobuf_decoder import decoder_schema, register_decoder
+from ingestion import protobuf_udf
+from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.core.errors import LakehouseError
 from producers import employees
@@ -28,7 +28,7 @@ def employee_descriptor() -> bytes:
 
 @pytest.fixture(scope="module")
 def employee_udf(spark, employee_descriptor) -> str:
-    register_decoder(spark, "test_decode_employee", employee_descriptor, employees.MESSAGE_NAME)
+    register_udf(spark, "test_decode_employee", employee_descriptor, employees.MESSAGE_NAME)
     return "test_decode_employee"
 
 
@@ -92,7 +92,7 @@ def test_bad_values_are_corrupt_payloads_not_failures(spark, employee_udf):
 
 
 def test_schema_json_is_the_udf_return_type(spark, employee_udf, employee_descriptor):
-    expected = decoder_schema(spark, employee_descriptor, employees.MESSAGE_NAME)
+    expected = udf_result_schema(spark, employee_descriptor, employees.MESSAGE_NAME)
     returned = spark.range(1).select(F.call_function(employee_udf, F.lit(None).cast("binary")).alias("d"))
     assert returned.schema["d"].dataType == expected
     assert expected.fieldNames() == ["payload", "error_code", "error_detail"]
@@ -103,8 +103,8 @@ def test_schema_json_is_the_udf_return_type(spark, employee_udf, employee_descri
 
 
 def test_registering_again_replaces_the_function(spark, employee_descriptor):
-    register_decoder(spark, "test_decode_again", employee_descriptor, employees.MESSAGE_NAME)
-    team_type = register_decoder(spark, "test_decode_again", employee_descriptor, "lakehouse.demo.Team")
+    register_udf(spark, "test_decode_again", employee_descriptor, employees.MESSAGE_NAME)
+    team_type = register_udf(spark, "test_decode_again", employee_descriptor, "lakehouse.demo.Team")
     team = employees.Team(name="Search", location="Amsterdam")
     [row] = _decode(spark, "test_decode_again", [team.SerializeToString()])
     assert team_type["payload"].dataType.fieldNames() == ["name", "location"]
@@ -113,13 +113,13 @@ def test_registering_again_replaces_the_function(spark, employee_descriptor):
 
 def test_unknown_message_name_is_a_clear_error(spark, employee_descriptor):
     with pytest.raises(LakehouseError, match=r"lakehouse\.demo\.Nobody.*lakehouse\.demo\.Employee"):
-        decoder_schema(spark, employee_descriptor, "lakehouse.demo.Nobody")
+        udf_result_schema(spark, employee_descriptor, "lakehouse.demo.Nobody")
 
 
 def test_missing_jar_says_run_make_setup(spark, employee_descriptor, monkeypatch):
-    monkeypatch.setattr(protobuf_decoder, "DECODER_CLASS", "io.github.lakehouse.protobuf.NoSuchDecoder")
+    monkeypatch.setattr(protobuf_udf, "UDF_CLASS", "io.github.lakehouse.protobuf.NoSuchDecoder")
     with pytest.raises(LakehouseError, match="make setup"):
-        decoder_schema(spark, employee_descriptor, employees.MESSAGE_NAME)
+        udf_result_schema(spark, employee_descriptor, employees.MESSAGE_NAME)
 
 
 EVERYTHING_PROTO = """
@@ -196,7 +196,7 @@ def everything(tmp_path_factory):
 
 def test_every_kind_of_field(spark, everything):
     descriptor, Everything = everything
-    result = register_decoder(spark, "test_decode_everything", descriptor, "lakehouse.test.Everything")
+    result = register_udf(spark, "test_decode_everything", descriptor, "lakehouse.test.Everything")
     assert result["payload"].dataType.simpleString() == (
         "struct<tags:array<string>,counts:map<string,bigint>,small_unsigned:bigint,blob:binary,maybe:int,"
         "text:string,inner_choice:struct<label:string,numbers:array<int>,at:timestamp>,"
@@ -263,7 +263,7 @@ def test_every_kind_of_field(spark, everything):
 def test_recursive_message_is_refused_by_name(spark, everything):
     descriptor, _ = everything
     with pytest.raises(LakehouseError, match=r"lakehouse\.test\.Node\.children.*recursive"):
-        decoder_schema(spark, descriptor, "lakehouse.test.Node")
+        udf_result_schema(spark, descriptor, "lakehouse.test.Node")
 
 
 # --- Differential: python-protobuf (upb) is the oracle for what the bytes mean. ---------------
@@ -464,7 +464,7 @@ def _random_everything(rng: random.Random, Everything):
 
 def test_everything_agrees_with_python_protobuf(spark, everything):
     descriptor, Everything = everything
-    register_decoder(spark, "test_decode_fuzz_everything", descriptor, "lakehouse.test.Everything")
+    register_udf(spark, "test_decode_fuzz_everything", descriptor, "lakehouse.test.Everything")
     rng = random.Random(2024)
     pool = [_random_everything(rng, Everything).SerializeToString() for _ in range(400)]
     _check_against_python(spark, "test_decode_fuzz_everything", Everything, pool, rng)
@@ -503,7 +503,7 @@ message Legacy {
 def test_proto2_required_closed_enums_groups(spark, tmp_path):
     """Proto2: required fields, closed enums (an unknown number is dropped), groups, packed repeated."""
     descriptor, Legacy = _compile(tmp_path, "legacy", LEGACY_PROTO, "lakehouse.test2.Legacy")
-    register_decoder(spark, "test_decode_legacy", descriptor, "lakehouse.test2.Legacy")
+    register_udf(spark, "test_decode_legacy", descriptor, "lakehouse.test2.Legacy")
     rng = random.Random(5)
     pool = []
     # Values of at most 6 bytes on the wire: damaged 10-byte varints are among the inputs

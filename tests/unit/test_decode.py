@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from ingestion import dead_letters
-from ingestion.decode import decode_json, to_bronze
+from ingestion.formats import decode_json, to_bronze
 from lakehouse.contracts.streams import get_stream, json_contract
 
 SPEC = get_stream("user_events")

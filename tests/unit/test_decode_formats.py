@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ingestion import decode
+from ingestion import formats
 from lakehouse.contracts import wire
 from lakehouse.contracts.streams import get_stream, json_contract
 from producers import avro, purchases
@@ -49,7 +49,7 @@ def avro_decoded(spark):
         None,
     ]
     raw = kafka_rows(spark, [(b"k", m) for m in messages])
-    rows = decode.decode_avro(raw, schemas, writer_types, columns, ("transaction_id", "transaction_time"),
+    rows = formats.decode_avro(raw, schemas, writer_types, columns, ("transaction_id", "transaction_time"),
                               "transaction_time").orderBy("offset").collect()
     return v1, v2, rows
 
@@ -101,7 +101,7 @@ def changes(tmp_path_factory):
 
 def _decode_cdc(spark, name, messages):
     spec = get_stream(name)
-    normalize = decode.decode_debezium if spec.format == "debezium" else decode.decode_dms
+    normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
     raw = kafka_rows(spark, messages, spec.topic)
     return normalize(raw, json_contract(spec), spec.identity_columns, spec.source_table) \
         .orderBy("offset").collect()

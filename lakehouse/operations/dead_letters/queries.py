@@ -120,7 +120,7 @@ def _table(spark: SparkSession) -> tuple[DataFrame | None, bool]:
         return None, False
     table = spark.table(TABLE)
     has_replay = set(REPLAY_COLUMNS) <= set(table.columns)
-    return bronze.align(table, DEAD_LETTER_SCHEMA), has_replay
+    return bronze.conform_to_schema(table, DEAD_LETTER_SCHEMA), has_replay
 
 
 def _selected(spark: SparkSession, filters: Filters) -> DataFrame | None:

@@ -26,8 +26,8 @@ from pyspark.sql import functions as F
 from ingestion import bronze, job
 from ingestion.dead_letters import PARTITIONING as DEAD_LETTER_PARTITIONING
 from ingestion.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
-from ingestion.decode import to_bronze
-from ingestion.decoders import KAFKA_SOURCE_SCHEMA, Decoder, decoder_for
+from ingestion.decoders import KAFKA_SOURCE_SCHEMA, StreamDecoder, decoder_for
+from ingestion.formats import to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
@@ -181,7 +181,7 @@ def _pinned_selection(spark: SparkSession, filters: Filters) -> DataFrame | None
     snapshot = _current_snapshot(spark, TABLE)
     if snapshot is None:
         return None
-    pinned = bronze.align(spark.sql(f"select * from {TABLE} version as of {snapshot}"), DEAD_LETTER_SCHEMA)
+    pinned = bronze.conform_to_schema(spark.sql(f"select * from {TABLE} version as of {snapshot}"), DEAD_LETTER_SCHEMA)
     return pinned.where(filters.where_sql(has_replay))
 
 
@@ -224,7 +224,7 @@ def _replay_stream(spark: SparkSession, settings: Settings, report: ReplayReport
 
 
 def _current_decoder(spark: SparkSession, settings: Settings, spec: StreamSpec, result: StreamReplay,
-                     dry_run: bool) -> Decoder:
+                     dry_run: bool) -> StreamDecoder:
     """The stream's decoder with its schemas as they are now; a real replay also evolves the
     stream's bronze table to them, as the ingestion does."""
     decoder = decoder_for(spark, settings, spec)
@@ -290,7 +290,7 @@ def _append_to_bronze(spark: SparkSession, spec: StreamSpec, result: StreamRepla
             .join(appended, list(BRONZE_COORDINATES), "left_semi")
             .join(batch_ids, list(BRONZE_COORDINATES)))
     log.info("%s: appending %d record(s) to %s", result.stream, result.appended, spec.bronze_table)
-    (bronze.align(rows, spark.table(spec.bronze_table).schema).writeTo(spec.bronze_table)
+    (bronze.conform_to_schema(rows, spark.table(spec.bronze_table).schema).writeTo(spec.bronze_table)
         .option(f"snapshot-property.{REPLAY_ID_PROPERTY}", report.replay_id)
         .append())
 

@@ -1,4 +1,4 @@
-"""Pure transformations from Kafka rows to validated records: DataFrame in, DataFrame out.
+"""Per-format decoding and validation, pure: Kafka rows in, validated records out (DataFrames).
 
 Input: the Kafka source's columns (key, value, topic, partition, offset, timestamp, ...).
 Output of every ``decode_*``: the stream's bronze payload columns (and format extras such
@@ -11,6 +11,7 @@ as ``_rescued``, ``_schema_id`` or the CDC changelog columns), the Kafka columns
 from __future__ import annotations
 
 import operator
+from datetime import UTC, datetime
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -57,9 +58,11 @@ def _missing_check(payload: Column, required: tuple[str, ...]) -> tuple[Column, 
             F.concat(F.lit("missing required field(s): "), _names_where(missing)))
 
 
-def _event_time_check(event_time: Column, name: str) -> tuple[Column, str, Column]:
-    return ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp"))
-            | (event_time > F.current_timestamp() + F.expr(MAX_CLOCK_SKEW)),
+def _event_time_check(event_time: Column, name: str, now: datetime | None) -> tuple[Column, str, Column]:
+    """Event times before 2000 or more than a day ahead of ``now`` are out of range. ``now`` is a
+    literal (the batch's timestamp), never the clock: a batch read twice classifies alike."""
+    latest = F.lit(now or datetime.now(UTC)).cast("timestamp") + F.expr(MAX_CLOCK_SKEW)
+    return ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp")) | (event_time > latest),
             "EVENT_TIME_OUT_OF_RANGE",
             F.concat(F.lit(f"{name}="), event_time.cast("string")))
 
@@ -71,29 +74,29 @@ def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Col
 
 # --- JSON ----------------------------------------------------------------------------------
 
-def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str) -> DataFrame:
+def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
+                now: datetime | None = None) -> DataFrame:
+    """JSON objects: parsed once against the declared schema (typed values; a field that does
+    not convert sets the corrupt-record column while the others keep their values), their keys
+    listed by a scan that skips the values (is it an object at all? any undeclared key?). Only
+    a record with an undeclared key is parsed again, into a map, for ``_rescued``."""
     text = F.col("value").cast("string")
-    # Parsed twice on purpose: as a loose map (is it a JSON object at all? which keys does it
-    # have?) and against the declared schema (typed values; a field that does not convert sets
-    # the corrupt-record column while the others keep their values).
-    loose = F.from_json(text, MapType(StringType(), StringType()))
     typed_schema = StructType([*contract.schema.fields, StructField(CORRUPT_COLUMN, StringType(), True)])
     typed = F.from_json(text, typed_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN})
-    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_typed"))
-
     declared = [field.name for field in contract.schema.fields]
-    loose_col, typed_col = F.col("_loose"), F.col("_typed")
-    wrong_type = {
-        name: loose_col[name].isNotNull() & typed_col[name].isNull() for name in declared
-    }
-    extra = F.map_filter(loose_col, lambda k, _v: ~k.isin(*declared))
-    rescued = F.when(F.size(extra) > 0, F.to_json(extra))
+    keys = F.json_object_keys(text)  # null: not a JSON object
+    parsed = raw.select(*KAFKA_COLUMNS, typed.alias("_typed"), keys.alias("_keys"))
+    typed_col, keys_col = F.col("_typed"), F.col("_keys")
+    undeclared = F.array_except(keys_col, F.array(*[F.lit(name) for name in declared]))
+    extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
+    rescued = F.when(F.size(undeclared) > 0, F.to_json(extra))
+    wrong_type = {name: F.array_contains(keys_col, name) & typed_col[name].isNull() for name in declared}
     return _with_errors(parsed, [*[typed_col[name].alias(name) for name in declared], rescued.alias("_rescued")], [
-        (loose_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+        (keys_col.isNull() | typed_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
         (typed_col[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
          F.concat(F.lit("wrong type for field(s): "), _names_where(wrong_type))),
         _missing_check(typed_col, contract.required),
-        _event_time_check(typed_col[event_time_column], event_time_column),
+        _event_time_check(typed_col[event_time_column], event_time_column, now),
     ])
 
 
@@ -115,6 +118,7 @@ def decode_avro(
     columns: StructType,
     required: tuple[str, ...],
     event_time_column: str,
+    now: datetime | None = None,
 ) -> DataFrame:
     """Avro records, each read with the writer schema its header names, as ``columns``.
 
@@ -156,23 +160,23 @@ def decode_avro(
         (payload_col.isNull() | all_null, "CORRUPT_PAYLOAD",
          F.concat(F.lit("body does not decode with writer schema "), id_col.cast("string"))),
         _missing_check(payload_col, required),
-        _event_time_check(payload_col[event_time_column], event_time_column),
+        _event_time_check(payload_col[event_time_column], event_time_column, now),
     ])
 
 
 # --- Protobuf ------------------------------------------------------------------------------
 
-def decode_protobuf(raw: DataFrame, decoder: str, columns: StructType, required: tuple[str, ...],
-                    event_time_column: str) -> DataFrame:
-    """Protobuf records through the registered decoder function ``decoder`` (see
-    ingestion/protobuf_decoder.py), which returns (payload, error_code, error_detail)."""
-    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(decoder, F.col("value")).alias("_decoded"))
+def decode_protobuf(raw: DataFrame, function: str, columns: StructType, required: tuple[str, ...],
+                    event_time_column: str, now: datetime | None = None) -> DataFrame:
+    """Protobuf records through the registered function ``function`` (see
+    ingestion/protobuf_udf.py), which returns (payload, error_code, error_detail)."""
+    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(function, F.col("value")).alias("_decoded"))
     decoded = F.col("_decoded")
     payload = decoded["payload"]
     return _with_errors(parsed, [payload[f.name].alias(f.name) for f in columns.fields], [
         (decoded["error_code"].isNotNull(), "CORRUPT_PAYLOAD", decoded["error_detail"]),
         _missing_check(payload, required),
-        _event_time_check(payload[event_time_column], event_time_column),
+        _event_time_check(payload[event_time_column], event_time_column, now),
     ])
 
 

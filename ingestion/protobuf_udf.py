@@ -1,4 +1,4 @@
-"""Protobuf decoding in Spark through our own JVM UDF (jvm/protobuf-decoder).
+"""The JVM Protobuf UDF (jvm/protobuf-decoder) registered in a Spark session: Python glue only.
 
 Why not ``pyspark.sql.protobuf.functions.from_protobuf``: it needs the ``spark-protobuf``
 connector jar, which the only reachable Maven registry does not serve. So
@@ -29,18 +29,18 @@ from pyspark.sql.types import StructType
 
 from lakehouse.core.errors import LakehouseError
 
-DECODER_CLASS = "io.github.lakehouse.protobuf.ProtobufDecoder"
+UDF_CLASS = "io.github.lakehouse.protobuf.ProtobufDecoder"
 
 
-def _decoder_class(spark: SparkSession):
+def _udf_class(spark: SparkSession):
     from py4j.java_gateway import JavaClass
 
     target = spark._jvm
-    for part in DECODER_CLASS.split("."):
+    for part in UDF_CLASS.split("."):
         target = getattr(target, part)
     # py4j answers an unknown class name with a JavaPackage, not an error.
     if not isinstance(target, JavaClass):
-        raise LakehouseError(f"the Protobuf decoder jar ({DECODER_CLASS}) is missing from Spark's classpath: "
+        raise LakehouseError(f"the Protobuf decoder jar ({UDF_CLASS}) is missing from Spark's classpath: "
                              "run `make setup`")
     return target
 
@@ -55,15 +55,15 @@ def _schema_errors(message_name: str):
         raise LakehouseError(f"cannot decode Protobuf message {message_name}: {reason}") from None
 
 
-def decoder_schema(spark: SparkSession, descriptor_set: bytes, message_name: str) -> StructType:
-    """The result struct the decoder returns for ``message_name`` of ``descriptor_set``."""
+def udf_result_schema(spark: SparkSession, descriptor_set: bytes, message_name: str) -> StructType:
+    """The result struct the function returns for ``message_name`` of ``descriptor_set``."""
     with _schema_errors(message_name):
-        schema_json = _decoder_class(spark).sparkSchemaJson(bytearray(descriptor_set), message_name)
+        schema_json = _udf_class(spark).sparkSchemaJson(bytearray(descriptor_set), message_name)
     return StructType.fromJson(json.loads(schema_json))
 
 
-def register_decoder(spark: SparkSession, udf_name: str, descriptor_set: bytes, message_name: str) -> StructType:
+def register_udf(spark: SparkSession, udf_name: str, descriptor_set: bytes, message_name: str) -> StructType:
     """Register ``udf_name(value binary)`` (replacing a function of that name); return its result struct."""
     with _schema_errors(message_name):
-        _decoder_class(spark).register(spark._jsparkSession, udf_name, bytearray(descriptor_set), message_name)
-    return decoder_schema(spark, descriptor_set, message_name)
+        _udf_class(spark).register(spark._jsparkSession, udf_name, bytearray(descriptor_set), message_name)
+    return udf_result_schema(spark, descriptor_set, message_name)

@@ -1,0 +1,90 @@
+"""What each micro-batch pays for besides its records: schema look-ups that read nothing
+when nothing changed, the lag from the query's own progress, and checks that depend on the
+batch alone (so the two passes over a batch classify every record alike)."""
+
+import dataclasses
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ingestion import decoders
+from ingestion.formats import decode_json
+from ingestion.job import progress_lag
+from lakehouse.contracts.streams import get_stream, json_contract
+
+SPEC = get_stream("user_events")
+EVENT = {"event_id": "e-1", "customer_id": 7, "session_id": "s-7-1", "event_type": "search",
+         "event_timestamp": "2026-11-21T12:00:00Z", "page": "/search", "device": "web", "duration_ms": 40}
+
+
+def test_event_times_are_checked_against_the_batch_timestamp_not_the_clock(spark):
+    raw = spark.createDataFrame([(b"k", json.dumps(EVENT).encode(), "user_events", 0, 0, None)],
+                                "key binary, value binary, topic string, partition int, offset long, "
+                                "timestamp timestamp")
+    contract = json_contract(SPEC)
+    a_day_before = decode_json(raw, contract, SPEC.event_time_column, datetime(2026, 11, 20, 11, tzinfo=UTC))
+    same_day = decode_json(raw, contract, SPEC.event_time_column, datetime(2026, 11, 21, tzinfo=UTC))
+    assert a_day_before.collect()[0]._error_code == "EVENT_TIME_OUT_OF_RANGE"
+    assert same_day.collect()[0]._error_code is None
+    assert "current_timestamp" not in same_day._jdf.queryExecution().analyzed().toString().lower()
+
+
+def test_a_schema_file_is_read_again_only_when_it_changes(spark, settings, tmp_path, monkeypatch):
+    schema = tmp_path / SPEC.schema_path.name
+    shutil.copy(SPEC.schema_path, schema)
+    decoder = decoders.decoder_for(spark, settings, dataclasses.replace(SPEC, schema_path=schema))
+    reads = []
+    for method in ("read_bytes", "read_text"):
+        original = getattr(Path, method)
+
+        def counted(path, *args, _original=original, **kwargs):
+            if path == schema:
+                reads.append(path)
+            return _original(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, method, counted)
+    decoder.refresh()
+    first = len(reads)
+    assert first >= 1
+    assert decoder.refresh() == [] and decoder.refresh() == []
+    assert len(reads) == first, "an unchanged schema file was read again"
+
+    document = json.loads(schema.read_text())
+    document["properties"]["referrer"] = {"type": "string"}
+    schema.write_text(json.dumps(document))
+    assert decoder.refresh() == ["new field referrer string"]
+
+
+def test_the_lag_comes_from_the_querys_progress():
+    progress = {"batchId": 4, "numInputRows": 10, "sources": [{
+        "startOffset": {"employees": {"0": 0, "1": 0}},
+        "endOffset": {"employees": {"0": 100, "1": 50}},
+        "latestOffset": {"employees": {"0": 130, "1": 50, "2": 5}},
+    }]}
+    assert progress_lag(progress) == 35
+    as_text = {**progress, "sources": [{key: json.dumps(value) for key, value in progress["sources"][0].items()}]}
+    assert progress_lag(as_text) == 35
+    assert progress_lag({"batchId": 0, "sources": [{"endOffset": None, "latestOffset": None}]}) is None
+    assert progress_lag({"batchId": 0, "sources": []}) is None
+
+
+def test_the_last_committed_batch_is_read_from_the_snapshot_lineage_without_a_spark_job(spark):
+    from ingestion import bronze
+
+    spark.sql("drop table if exists bronze.lineage_probe")
+    spark.sql("create table bronze.lineage_probe (x int) using iceberg")
+    rows = spark.range(2).selectExpr("cast(id as int) as x")
+    bronze.append(spark, "bronze.lineage_probe", rows, "query-a", 4)
+    bronze.append(spark, "bronze.lineage_probe", rows, "query-b", 9)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("lineage-probe", "commit checks")
+    try:
+        found = {query: bronze._last_batch_in_lineage(spark, "bronze.lineage_probe", query)
+                 for query in ("query-a", "query-b", "query-c")}
+        assert tracker.getJobIdsForGroup("lineage-probe") == []
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert found == {"query-a": 4, "query-b": 9, "query-c": None}
+    assert bronze.committed_batches_in_snapshots(spark, "bronze.lineage_probe") == {"query-a": 4, "query-b": 9}
+    spark.sql("drop table bronze.lineage_probe")
