@@ -109,6 +109,9 @@ def _dbt(args, settings: Settings) -> int:
 
     if not args.dbt_args:
         raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
+    if args.dbt_args[0] == "loop":  # `lakehouse dbt loop --every 30s [DBT_ARGS]`: lakehouse/operations/dbt.py
+        from lakehouse.operations.dbt import loop_main
+        return loop_main(args.dbt_args[1:], settings)
     run_dbt(settings, args.dbt_args)
     return 0
 
@@ -122,7 +125,7 @@ def _quality(args, settings: Settings) -> int:
     select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-quality")
     report = run_quality(spark, settings, layer=args.layer, stream=args.stream,
-                         sources=simulator_sources(settings))
+                         sources=simulator_sources(settings), full=args.full)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -277,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--stream", help="only this stream's suites (employees, purchases, user_events, customers, "
                                           "accounts, dead_letters, reference)")
     quality.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
+    quality.add_argument("--full", action="store_true",
+                         help="reconcile every day of the daily gold marts (default: the days touched since "
+                              "their reconciliation last passed)")
     quality.set_defaults(func=_quality)
 
     maintain = sub.add_parser(
@@ -304,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
         description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
                     "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
-                    "running MERGE. Every argument is passed to dbt.")
+                    "running MERGE. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
+                    "runs dbt on a cadence in one process, its Spark session kept warm (`lakehouse dbt loop "
+                    "--help`).")
     dbt.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
     dbt.set_defaults(func=_dbt)
 
