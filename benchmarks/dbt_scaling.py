@@ -72,7 +72,7 @@ ACCOUNT_TYPES = ("checking", "savings", "credit")
 STATUSES = ("active", "frozen", "closed")
 CURRENCIES = ("EUR", "USD", "GBP")
 TIERS = ("bronze", "silver", "gold")
-COUNTRIES = ("DE", "FR", "ES", "IT", "NL", "PL", "SE", "GB", "US", "PT")
+COUNTRIES = ("DE", "US", "FR", "BR", "JP", "IN", "GB", "ES", "IT", "CA")  # the country_regions seed's
 TARGET_HISTORY_RATIO = 1.3
 TARGET_READ_FACTOR = 3  # rows read from bronze and silver per row of increment, a model's own table aside
 
@@ -209,7 +209,7 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             F.concat(F.lit("Customer "), key.cast("string")).alias("name"),
             F.concat(F.lit("c"), key.cast("string"), F.lit("-"), F.col("position").cast("string"),
                      F.lit("@example.com")).alias("email"),
-            pick(COUNTRIES, 31, "key").alias("country"),
+            pick(COUNTRIES, 31, "position").alias("country"),  # an update may move the customer
             pick(("Berlin", "Paris", "Madrid", "Rome", "Lisbon"), 32, "key").alias("city"),
             pick(TIERS, 33, "position").alias("tier"),
             iso_text(F.lit(datetime(2026, 1, 1, tzinfo=UTC))).alias("created_at"),
@@ -246,25 +246,38 @@ def append(spark, table: str, rows) -> None:
     align(rows, spark.table(table).schema).writeTo(table).append()
 
 
+def history_slices(rows: int, start: datetime, end: datetime, recent: timedelta, batch: timedelta) -> list[tuple]:
+    """Id ranges of the appends that write the history: the old part in a few large appends
+    (as compaction leaves old data: files that cover hours or days), the `recent` part in one
+    append per `batch` (as the streaming job's micro-batches leave it: one file per batch and
+    partition), so the newest files are as small in time as they are in production."""
+    span = (end - start).total_seconds()
+    cut = int(rows * max(0.0, 1 - recent.total_seconds() / span))
+    old = max(1, cut // 2_000_000)  # at most ~2M rows per append: bounded memory per write
+    bounds = [cut * i // old for i in range(old)] if cut else []
+    recent_batches = max(1, int(recent / batch))
+    bounds += [cut + (rows - cut) * i // recent_batches for i in range(recent_batches)]
+    bounds.append(rows)
+    return [(low, high) for low, high in zip(bounds, bounds[1:], strict=False) if high > low]
+
+
 def load_history(spark, tables: dict[str, str], rows: int, start: datetime, end: datetime) -> dict:
     """`rows` rows per stream ingested between start and end; returns seconds per stream."""
     from pyspark.sql import functions as F
 
     took = {}
-    slices = max(1, rows // 2_000_000)  # appends of at most ~2M rows: bounded memory per write
     for stream in STREAMS:
         began = time.perf_counter()
-        for part in range(slices):
-            low, high = rows * part // slices, rows * (part + 1) // slices
-            ids = spark.range(low, high, 1, max(2, (high - low) // 500_000))
+        for low, high in history_slices(rows, start, end, timedelta(hours=2), timedelta(minutes=10)):
+            ids = spark.range(low, high, 1, max(1, (high - low) // 500_000))
             ingested_at, hour = ingested_times(start, end, rows)
             if stream in EVENT_STREAMS:
                 frame = event_rows(spark, stream, ids, ingested_at, hour, rows, F.lit(0))
             else:
-                changes = ids.select((F.col("id") + 1).alias("key"), F.lit("R").alias("op"),
-                                     (F.col("id") + 1).alias("position"), F.col("id"))
                 # keys 1..rows, one snapshot read each
-                frame = change_rows(stream, changes.drop("id"), ingested_at.cast("timestamp"), hour)
+                changes = ids.select((F.col("id") + 1).alias("key"), F.lit("R").alias("op"),
+                                     (F.col("id") + 1).alias("position"))
+                frame = change_rows(stream, changes, ingested_at.cast("timestamp"), hour)
             append(spark, tables[stream], frame)
         took[stream] = round(time.perf_counter() - began, 1)
     return took

@@ -355,8 +355,10 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
 def statement_kind(statement: dict) -> str:
     """Which statement of the cdc_mirror materialization an execution is, from its plan."""
     nodes, tables = statement["nodes"], {s["table"] for s in statement["scans"]}
+    if tables and all(t.count(".") > 2 for t in tables):  # lake.silver.customers_mirror.data_files
+        return "metadata (bounds, purge check)"
     if nodes & {"AtomicCreateTableAsSelect", "CreateTableAsSelect"}:
-        return "create table as select"
+        return "changes table (increment)" if any(t.endswith(MIRROR) for t in tables) else "create table as select"
     if "CacheTableAsSelect" in nodes:
         return "cache table (increment)"
     if nodes & {"MergeRows", "MergeRowsExec"}:
@@ -446,7 +448,9 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
         result["bronze_load_s"] = round(load_initial(spark, table, size, t0), 1)
         progress(f"N={size:,}: bronze loaded in {result['bronze_load_s']} s; dbt run (CTAS of the mirror)")
 
-        create = run_dbt_measured(settings, ["run", "-s", "customers_changelog", "customers_mirror"], target, events,
+        dbt_vars = ["--vars", args.dbt_vars] if args.dbt_vars else []
+        create = run_dbt_measured(settings, ["run", "-s", "customers_changelog", "customers_mirror", *dbt_vars],
+                                  target, events,
                                   args.project_dir)
         result["create"] = {"wall_s": create["wall_s"],
                             "model_s": create["models"][MIRROR_MODEL]["execution_time_s"],
@@ -469,7 +473,8 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
             progress(f"N={size:,} round {round_number}: {len(plan):,} changes appended ({inserts} inserts, "
                      f"{deletes} deletes) over {len(spread)} of 16 buckets; dbt run -s customers_mirror")
             before = snapshot_ids(spark)
-            run = run_dbt_measured(settings, ["run", "-s", "customers_mirror"], target, events, args.project_dir)
+            run = run_dbt_measured(settings, ["run", "-s", "customers_mirror", *dbt_vars], target, events,
+                                   args.project_dir)
             model_s = run["models"][MIRROR_MODEL]["execution_time_s"]
             check = check_mirror(spark, expected, rows_expected, live_expected)
             expected.unpersist()
@@ -566,6 +571,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="do not enable Spark's event log in the dbt process (no per-statement breakdown)")
     parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
     parser.add_argument("--keep", action="store_true", help="keep the state folders (for experiments)")
+    parser.add_argument("--dbt-vars", metavar="YAML",
+                        help="dbt --vars for every run, to measure a variant, e.g. '{cdc_changes_storage: cache}'")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
                         help="run dbt in this copy of the project (dbt_project.yml, profiles.yml, models/, macros/)"
                              " to measure a candidate change to a macro without editing the repository")
@@ -591,7 +598,8 @@ def main(argv=None) -> int:
                "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     options = {"sizes": args.sizes, "changes": args.changes, "rounds": args.rounds, "seed": args.seed,
                "driver_memory": args.driver_memory, "event_log": not args.no_event_log,
-               "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir)}
+               "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir),
+               "dbt_vars": args.dbt_vars}
     print("RESULT " + json.dumps({"benchmark": "merge_scaling", "options": options, "machine": machine,
                                   "took_s": round(time.perf_counter() - started), "results": results}))
     return 0 if all(x["check"]["correct"] for r in results for x in r["rounds"]) else 1

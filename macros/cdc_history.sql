@@ -19,44 +19,16 @@
     touched keys' recent versions only, and the changelog for the increment only.
 
     The history has the changelog's columns, in its order, then valid_from, valid_to and
-    is_current (its first run creates it so): the two sides of the final union line up by
+    is_current (its first run creates it so): the stored and the new versions line up by
     position. A column added to the changelog needs a `--full-refresh` of the history.
 -#}
 {% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none) -%}
-, distinct_changes as (
-
-    select
-        changes.*,
-        -- a change re-sent or re-read by the overlap: one version, the first copy to arrive
-        row_number() over (
-            partition by changes.{{ key }}, changes.{{ sequence_by }}
-            order by changes._ingested_at
-        ) as _copy
-    from {{ changes }} as changes
-
-),
-
-{% if existing is none %}
-versions as (
-
-    select
-        distinct_changes.* except (_copy),
-        {{ committed_at }} as valid_from,
-        lead({{ committed_at }}) over (
-            partition by {{ key }} order by {{ sequence_by }}
-        ) as valid_to,
-        lead({{ sequence_by }}) over (
-            partition by {{ key }} order by {{ sequence_by }}
-        ) is null and op != 'D' as is_current
-    from distinct_changes
-    where _copy = 1
-
-),
-{% else %}
-touched_keys as (
+{%- set window = 'partition by ' ~ key ~ ' order by ' ~ sequence_by -%}
+{% if existing is not none %}
+, touched_keys as (
 
     select {{ key }}, min({{ committed_at }}) as earliest_change
-    from distinct_changes
+    from {{ changes }}
     group by {{ key }}
 
 ),
@@ -70,67 +42,65 @@ stored_versions as (
         on touched_keys.{{ key }} = stored.{{ key }}
     where stored.valid_to is null or stored.valid_to >= touched_keys.earliest_change
 
-),
+)
+{% endif %}
 
-new_versions as (
-
-    select distinct_changes.* except (_copy)
-    from distinct_changes
-    left anti join stored_versions
-        on stored_versions.{{ key }} = distinct_changes.{{ key }}
-        and stored_versions.{{ sequence_by }} = distinct_changes.{{ sequence_by }}
-    where distinct_changes._copy = 1
-
-),
-
-chain as (
+, links as (
 
     select
-        {{ key }},
-        {{ sequence_by }},
-        lead({{ committed_at }}) over (partition by {{ key }} order by {{ sequence_by }}) as valid_to,
-        lead({{ sequence_by }}) over (partition by {{ key }} order by {{ sequence_by }}) is null
-            and op != 'D' as is_current
-    from (
-        select {{ key }}, {{ sequence_by }}, {{ committed_at }}, op from new_versions
-        union all
-        select {{ key }}, {{ sequence_by }}, valid_from, op from stored_versions
-    ) as links
-
-),
-
-versions as (
-
-    select
-        new_versions.*,
-        new_versions.{{ committed_at }} as valid_from,
-        chain.valid_to,
-        chain.is_current
-    from new_versions
-    inner join chain
-        on chain.{{ key }} = new_versions.{{ key }}
-        and chain.{{ sequence_by }} = new_versions.{{ sequence_by }}
+        changes.*,
+        {{ committed_at }} as valid_from,
+        cast(null as timestamp) as _stored_valid_to,
+        cast(null as boolean) as _stored_is_current,
+        false as _is_stored
+    from {{ changes }} as changes
+    {% if existing is not none %}
 
     union all
 
     select
         stored_versions.* except (valid_from, valid_to, is_current),
         stored_versions.valid_from,
-        chain.valid_to,
-        chain.is_current
+        stored_versions.valid_to,
+        stored_versions.is_current,
+        true
     from stored_versions
-    inner join chain
-        on chain.{{ key }} = stored_versions.{{ key }}
-        and chain.{{ sequence_by }} = stored_versions.{{ sequence_by }}
-    -- only the stored versions the new ones change
-    where not (chain.valid_to <=> stored_versions.valid_to and chain.is_current = stored_versions.is_current)
+    {% endif %}
 
 ),
-{% endif %}
+
+distinct_links as (
+
+    -- one row per (key, sequence): the stored version when the history has it, else the
+    -- first copy of the change to arrive (a change re-sent, or re-read by the overlap window)
+    select
+        links.*,
+        row_number() over (
+            partition by {{ key }}, {{ sequence_by }}
+            order by _is_stored desc, _ingested_at
+        ) as _copy
+    from links
+
+),
+
+versions as (
+
+    select
+        distinct_links.* except (_copy),
+        lead(valid_from) over ({{ window }}) as valid_to,
+        lead({{ sequence_by }}) over ({{ window }}) is null and op != 'D' as is_current
+    from distinct_links
+    where _copy = 1
+
+),
 
 final as (
 
-    select * from versions
+    select * except (_stored_valid_to, _stored_is_current, _is_stored)
+    from versions
+    -- the new versions, and the stored ones whose end or currency they change
+    where not _is_stored
+        or not (valid_to <=> _stored_valid_to and is_current = _stored_is_current)
 
 )
 

@@ -109,24 +109,36 @@
             as {{ sql }}
         {%- endcall -%}
     {%- else -%}
-        {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
-                                                    type='table') -%}
-        {#- left over by a run that failed half-way: its rows are recomputed below -#}
-        {%- call statement('drop_stale_changes') -%}
-            drop table if exists {{ changes_relation }} purge
-        {%- endcall -%}
-        {%- call statement('changes') -%}
-            create table {{ changes_relation }}
-            using iceberg
-            partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
-            as {{ sql }}
-        {%- endcall -%}
+        {%- set storage = var('cdc_changes_storage', 'table') -%}
+        {%- if storage == 'table' -%}
+            {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
+                                                        type='table') -%}
+            {#- left over by a run that failed half-way: its rows are recomputed below -#}
+            {%- call statement('drop_stale_changes') -%}
+                drop table if exists {{ changes_relation }} purge
+            {%- endcall -%}
+            {%- call statement('changes') -%}
+                create table {{ changes_relation }}
+                using iceberg
+                partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
+                as {{ sql }}
+            {%- endcall -%}
+        {%- else -%}
+            {#- the alternative measured against it: a cached temporary view whose stored plan the
+                count and the MERGE reuse (benchmarks/RESULTS.md, "dbt scaling") -#}
+            {%- set changes_relation = api.Relation.create(identifier=this.identifier ~ '__dbt_changes', type='view') -%}
+            {%- set previous_view_setting = set_session_settings({'spark.sql.legacy.storeAnalyzedPlanForView': 'true'}) -%}
+            {%- call statement('changes') -%}
+                cache table {{ changes_relation }} as {{ sql }}
+            {%- endcall -%}
+            {%- do restore_session_settings(previous_view_setting) -%}
+        {%- endif -%}
         {#- the changelog grew a column (bronze schema evolution): the mirror grows it too -#}
         {%- do process_schema_changes('append_new_columns', changes_relation, existing_relation) -%}
         {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
         {%- set pending = run_query('select count(*) from ' ~ changes_relation).columns[0].values()[0] -%}
         {%- if pending > 0 -%}
-            {%- set previous = set_session_settings(storage_partitioned_join_settings()) -%}
+            {%- set previous = set_session_settings(storage_partitioned_join_settings() if storage == 'table' else {}) -%}
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
                 using {{ changes_relation }} as change
@@ -142,8 +154,12 @@
             {%- endcall -%}
         {%- endif -%}
         {%- call statement('drop_changes') -%}
-            drop table if exists {{ changes_relation }} purge
+            {% if storage == 'table' %} drop table if exists {{ changes_relation }} purge
+            {% else %} uncache table if exists {{ changes_relation }} {% endif %}
         {%- endcall -%}
+        {%- if storage != 'table' -%}
+            {%- call statement('drop_changes_view') -%} drop view if exists {{ changes_relation }} {%- endcall -%}
+        {%- endif -%}
     {%- endif -%}
 
     {{ purge_expired_tombstones(target_relation, retention_hours) }}

@@ -170,10 +170,19 @@ def _run_summary(number: int, started: float, ended: float, result) -> dict:
         if node is not None and getattr(node, "resource_type", None) == "model":
             models[node.name] = {"status": str(node_result.status), "seconds": round(node_result.execution_time, 2)}
     summary = {"run": number, "started": round(started, 3), "ended": round(ended, 3),
-               "seconds": round(ended - started, 2), "success": bool(result.success), "models": models}
+               "seconds": round(ended - started, 2), "success": bool(result.success), "models": models,
+               "spark_application": _spark_application()}
     if result.exception is not None:
         summary["error"] = str(result.exception).strip().splitlines()[0][:300]
     return summary
+
+
+def _spark_application() -> str | None:
+    """The id of the Spark application dbt's session runs in (the same one every run: warm)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    return context.applicationId if context is not None else None
 
 
 def _stop_on_signals() -> threading.Event:

@@ -3,6 +3,8 @@
         materialized='incremental',
         incremental_strategy='merge',
         unique_key='customer_id',
+        tblproperties=merge_on_read_properties(),
+        pre_hook="{{ ensure_merge_on_read(this) }}",
     )
 }}
 
