@@ -56,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._spark_events import event_log_env, sql_breakdown  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
 
@@ -318,10 +319,7 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
     Spark's event log; wall time, the models' execution times, peak RSS and CPU."""
     env = dbt_env(settings, target_dir)
     if event_dir is not None:
-        event_dir.mkdir(parents=True, exist_ok=True)
-        env["PYSPARK_SUBMIT_ARGS"] = " ".join([
-            "--conf spark.eventLog.enabled=true", f"--conf spark.eventLog.dir=file://{event_dir}",
-            "--conf spark.eventLog.compress=false", "--conf spark.eventLog.rolling.enabled=false", "pyspark-shell"])
+        env.update(event_log_env(event_dir))
     sampler = ProcessSampler()
     sampler.start()
     started = time.perf_counter()
@@ -343,113 +341,24 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
         logs = sorted(event_dir.iterdir(), key=lambda p: p.stat().st_mtime)
         logs = [p for p in logs if p.name != "done"]
         events = sql_breakdown(logs[-1]) if logs else None
+        for statement in events or []:
+            statement["kind"] = statement_kind(statement)
+            del statement["nodes"]
         (event_dir / "done").mkdir(exist_ok=True)
         for log in logs:  # kept for a look with --keep, out of the way of the next run
             log.rename(event_dir / "done" / f"{args[-1]}-{time.time_ns()}{log.suffix}")
     return {"wall_s": round(wall, 2), "models": models, **usage, "statements": events}
 
 
-# --- Spark's event log: time and scans per SQL statement --------------------------------------
-
-def reads_cache(node_name: str) -> bool:
-    # a named cache shows as "Scan In-memory table <name>", an unnamed one as "InMemoryTableScan"
-    return node_name.startswith("InMemoryTableScan") or "In-memory table" in node_name
-
-
-def _walk(plan: dict, found: list, cached: bool = False) -> None:
-    """Every node with a flag: is it part of a cached plan (below a scan of a cached table)?"""
-    found.append((plan, cached))
-    cached = cached or reads_cache(plan["nodeName"])
-    for child in plan.get("children", []):
-        _walk(child, found, cached)
-
-
-def sql_breakdown(event_log: Path) -> list[dict]:
-    """Per SQL statement of the dbt process: wall time, its kind, its top plan node, and each
-    Iceberg scan's files and rows. A statement that runs others inside it (CACHE TABLE, MERGE)
-    is one root execution; its nested executions add their scans, not their time. A cached
-    plan's scans belong to the execution that ran them first (the one that built the cache).
-    Metric values come from driver updates (Iceberg's scan planning) and task ends (rows read)."""
-    executions: dict[int, dict] = {}
-    metric_of: dict[int, tuple[int, int, str]] = {}  # accumulator -> (execution, scan index, metric)
-    values: dict[int, int] = defaultdict(int)
-
-    def register(execution_id: int, plan: dict) -> None:
-        nodes: list = []
-        _walk(plan, nodes)
-        ex = executions[execution_id]
-        ex["top"] = plan["nodeName"] if plan["nodeName"] != "AdaptiveSparkPlan" or not plan.get("children") \
-            else plan["children"][0]["nodeName"]
-        ex["nodes"] = {"InMemoryTableScan" if reads_cache(n["nodeName"]) else n["nodeName"].split(" ")[0]
-                       for n, cached in nodes if not cached}
-        ex["scans"] = []
-        for node, cached in nodes:
-            name = node["nodeName"]
-            if not name.startswith("BatchScan"):
-                continue
-            owners = {metric_of.get(m["accumulatorId"], (execution_id,))[0] for m in node.get("metrics", [])}
-            if cached and owners != {execution_id}:
-                continue  # read from the cache here; the scan ran in the statement that built it
-            ex["scans"].append({"table": name.split(" ", 1)[1] if " " in name else name})
-            for metric in node.get("metrics", []):
-                metric_of[metric["accumulatorId"]] = (execution_id, len(ex["scans"]) - 1, metric["name"])
-
-    with event_log.open() as lines:
-        for line in lines:
-            event = json.loads(line)
-            kind = event["Event"].rsplit(".", 1)[-1]
-            if kind == "SparkListenerSQLExecutionStart":
-                execution_id = event["executionId"]
-                executions[execution_id] = {"start": event["time"], "end": None,
-                                            "root": event.get("rootExecutionId", execution_id)}
-                register(execution_id, event["sparkPlanInfo"])
-            elif kind == "SparkListenerSQLAdaptiveExecutionUpdate" and event["executionId"] in executions:
-                register(event["executionId"], event["sparkPlanInfo"])
-            elif kind == "SparkListenerSQLExecutionEnd" and event["executionId"] in executions:
-                executions[event["executionId"]]["end"] = event["time"]
-            elif kind == "SparkListenerDriverAccumUpdates":
-                for accumulator, value in event["accumUpdates"]:
-                    values[accumulator] += int(value)
-            elif kind == "SparkListenerTaskEnd":
-                for acc in event.get("Task Info", {}).get("Accumulables", []):
-                    if acc["ID"] in metric_of and acc.get("Update") is not None:
-                        values[acc["ID"]] += int(acc["Update"])
-    for accumulator, (execution_id, index, name) in metric_of.items():
-        if accumulator in values:
-            executions[execution_id]["scans"][index][name] = values[accumulator]
-    statements: dict[int, dict] = {}
-    for execution_id, ex in sorted(executions.items()):
-        root = ex["root"] if ex["root"] in executions else execution_id
-        statement = statements.setdefault(root, {"id": root, "nodes": set(), "scans": []})
-        statement["nodes"] |= ex["nodes"]
-        statement["scans"] += [scan_summary(s) for s in ex["scans"]]
-        if root == execution_id:
-            statement["top"] = ex["top"]
-            statement["seconds"] = round((ex["end"] - ex["start"]) / 1000, 2) if ex["end"] else None
-    out = []
-    for statement in statements.values():
-        statement["kind"] = statement_kind(statement)
-        del statement["nodes"]
-        out.append(statement)
-    return out
-
-
-SCAN_METRICS = {  # Iceberg's scan metrics as Spark shows them -> short names
-    "number of result data files": "data_files", "number of skipped data files": "skipped_data_files",
-    "number of result delete files": "delete_files", "number of output rows": "rows",
-    "total data file size (bytes)": "data_bytes", "number of row deletes applied": "row_deletes_applied",
-}
-
-
-def scan_summary(scan: dict) -> dict:
-    return {"table": scan["table"], **{short: scan[name] for name, short in SCAN_METRICS.items() if name in scan}}
-
+# --- Spark's event log (benchmarks/_spark_events.py): what each statement was --------------------
 
 def statement_kind(statement: dict) -> str:
     """Which statement of the cdc_mirror materialization an execution is, from its plan."""
     nodes, tables = statement["nodes"], {s["table"] for s in statement["scans"]}
+    if tables and all(t.count(".") > 2 for t in tables):  # lake.silver.customers_mirror.data_files
+        return "metadata (bounds, purge check)"
     if nodes & {"AtomicCreateTableAsSelect", "CreateTableAsSelect"}:
-        return "create table as select"
+        return "changes table (increment)" if any(t.endswith(MIRROR) for t in tables) else "create table as select"
     if "CacheTableAsSelect" in nodes:
         return "cache table (increment)"
     if nodes & {"MergeRows", "MergeRowsExec"}:
@@ -539,7 +448,9 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
         result["bronze_load_s"] = round(load_initial(spark, table, size, t0), 1)
         progress(f"N={size:,}: bronze loaded in {result['bronze_load_s']} s; dbt run (CTAS of the mirror)")
 
-        create = run_dbt_measured(settings, ["run", "-s", "customers_changelog", "customers_mirror"], target, events,
+        dbt_vars = ["--vars", args.dbt_vars] if args.dbt_vars else []
+        create = run_dbt_measured(settings, ["run", "-s", "customers_changelog", "customers_mirror", *dbt_vars],
+                                  target, events,
                                   args.project_dir)
         result["create"] = {"wall_s": create["wall_s"],
                             "model_s": create["models"][MIRROR_MODEL]["execution_time_s"],
@@ -562,7 +473,8 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
             progress(f"N={size:,} round {round_number}: {len(plan):,} changes appended ({inserts} inserts, "
                      f"{deletes} deletes) over {len(spread)} of 16 buckets; dbt run -s customers_mirror")
             before = snapshot_ids(spark)
-            run = run_dbt_measured(settings, ["run", "-s", "customers_mirror"], target, events, args.project_dir)
+            run = run_dbt_measured(settings, ["run", "-s", "customers_mirror", *dbt_vars], target, events,
+                                   args.project_dir)
             model_s = run["models"][MIRROR_MODEL]["execution_time_s"]
             check = check_mirror(spark, expected, rows_expected, live_expected)
             expected.unpersist()
@@ -659,6 +571,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="do not enable Spark's event log in the dbt process (no per-statement breakdown)")
     parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
     parser.add_argument("--keep", action="store_true", help="keep the state folders (for experiments)")
+    parser.add_argument("--dbt-vars", metavar="YAML",
+                        help="dbt --vars for every run, to measure a variant, e.g. '{cdc_changes_storage: cache}'")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
                         help="run dbt in this copy of the project (dbt_project.yml, profiles.yml, models/, macros/)"
                              " to measure a candidate change to a macro without editing the repository")
@@ -684,7 +598,8 @@ def main(argv=None) -> int:
                "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     options = {"sizes": args.sizes, "changes": args.changes, "rounds": args.rounds, "seed": args.seed,
                "driver_memory": args.driver_memory, "event_log": not args.no_event_log,
-               "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir)}
+               "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir),
+               "dbt_vars": args.dbt_vars}
     print("RESULT " + json.dumps({"benchmark": "merge_scaling", "options": options, "machine": machine,
                                   "took_s": round(time.perf_counter() - started), "results": results}))
     return 0 if all(x["check"]["correct"] for r in results for x in r["rounds"]) else 1

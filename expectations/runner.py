@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 from expectations.mirror import MirrorSource
 from expectations.suites import (
     CRITICAL,
+    FULL_RECONCILIATION,
     SEVERITIES,
     SEVERITY_META_KEY,
     WARNING,
@@ -43,6 +44,7 @@ from expectations.suites import (
     SuiteSpec,
     build_gx_suite,
     column_label,
+    render_query,
     select_suites,
 )
 from lakehouse.core.console import progress
@@ -183,7 +185,8 @@ class QualityReport:
 
 def run_quality(spark: SparkSession, settings: Settings, layer: str | None = None,
                 stream: str | None = None, *, suites: Sequence[SuiteSpec] | None = None,
-                sources: Mapping[str, MirrorSource] | None = None, record: bool = True) -> QualityReport:
+                sources: Mapping[str, MirrorSource] | None = None, record: bool = True,
+                full: bool = False) -> QualityReport:
     """Validate the suites of `layer` / `stream` (None: all), update Data Docs, record the run.
 
     `suites` is the catalogue to select from (the project's suites unless a caller, e.g. a
@@ -192,12 +195,14 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     (see expectations.mirror); a stream without one skips its source checks. Never stops or
     reconfigures `spark`. A suite whose table does not exist is reported as a failed critical
     ``table_exists`` check. Raises LakehouseError for a selection that matches no suite.
+    `full`: daily reconciliations check every day, not only the days touched since they last
+    passed (expectations.suites.TouchedDays).
     """
     specs = select_suites(layer, stream, suites)
     started = time.monotonic()
     run_at = datetime.now(UTC)
     run_id = f"{run_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    parameters = quality_parameters(settings, run_at, sources)
+    parameters = {**quality_parameters(settings, run_at, sources), FULL_RECONCILIATION: full}
     context = _gx_context(settings)
     datasource = _spark_datasource(context)
     suite_results, validation_ids = [], []
@@ -362,10 +367,8 @@ def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkD
                for e in spec.expectations if e not in runnable]
     spec = dataclasses.replace(spec, expectations=tuple(runnable))
     checkpoint = _checkpoint(context, datasource, spec)
-    window_start = parameters["dead_letter_window_start"].strftime("%Y-%m-%d %H:%M:%S.%f")
     try:
-        dataframe = (spark.sql(spec.query.format(dead_letter_window_start=f"timestamp'{window_start}+00:00'"))
-                     if spec.query else spark.table(spec.table))
+        dataframe = spark.sql(render_query(spark, spec, parameters)) if spec.query else spark.table(spec.table)
     except AnalysisException as exc:  # a column renamed under the suite's query, say
         return not_run(SUITE_RUNS, f"Spark cannot run the suite's query: {str(exc).splitlines()[0]}")
     # Cached for the validation only: GX computes its metrics in several Spark jobs, and the

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.contracts.error_codes import ERROR_CODES
@@ -47,6 +48,7 @@ from lakehouse.core.settings import NAMESPACES
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
+    from pyspark.sql import SparkSession
 
     from lakehouse.contracts.streams import StreamSpec
 
@@ -64,6 +66,10 @@ DEAD_LETTERS_TABLE = "bronze.dead_letters"
 REASON_CODES = tuple(ERROR_CODES)  # the closed set of ARCHITECTURE §7
 CDC_OPERATIONS = ("I", "U", "D", "R")
 KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+# Touched days are those of silver rows ingested since the suite last passed, less this: a
+# micro-batch stamps its rows when it starts and commits later (the dbt models' overlap window).
+RECONCILE_MARGIN = timedelta(hours=1)
+FULL_RECONCILIATION = "reconcile_full"  # the run parameter of `lakehouse quality run --full`
 
 
 def param(name: str) -> dict[str, str]:
@@ -107,13 +113,31 @@ def column_label(kwargs: Mapping[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
+class TouchedDays:
+    """The days a daily reconciliation checks unless asked for all (``lakehouse quality run --full``).
+
+    They are the days of the rows of ``source`` (silver) ingested since the suite last passed,
+    less a margin: the days the dbt runs since then recomputed in gold. A suite that has never
+    passed (or no quality history) checks every day. The query's ``{gold_days}`` and
+    ``{silver_days}`` become predicates on ``gold_column`` (a date) and ``silver_column`` (a
+    timestamp; as day ranges, which prune silver's day partitions), ``{scope}`` a text that
+    names the days checked.
+    """
+
+    source: str
+    silver_column: str
+    gold_column: str
+
+
+@dataclass(frozen=True)
 class SuiteSpec:
     """The expectations on one table, or on the rows of a query over tables.
 
     ``name`` defaults to the table. ``query`` (optional) is Spark SQL whose result is validated
-    instead of the table; it may use ``{dead_letter_window_start}``, a timestamp literal the
-    runner fills in. ``reads`` are the tables the suite needs (default: ``table``); when one
-    is missing the suite is reported as a failed ``table_exists`` check instead of running.
+    instead of the table; it may use ``{dead_letter_window_start}``, a timestamp literal, and
+    with ``touched_days`` the placeholders of :class:`TouchedDays`, all filled in by
+    :func:`render_query`. ``reads`` are the tables the suite needs (default: ``table``); when
+    one is missing the suite is reported as a failed ``table_exists`` check instead of running.
     """
 
     layer: str
@@ -123,6 +147,7 @@ class SuiteSpec:
     name: str = ""
     query: str | None = None
     reads: tuple[str, ...] = ()
+    touched_days: TouchedDays | None = None
 
     def __post_init__(self) -> None:
         if self.layer not in NAMESPACES:
@@ -310,11 +335,13 @@ SILVER_SUITES: tuple[SuiteSpec, ...] = (
 
 # --- gold -----------------------------------------------------------------------------------
 
-def reconciliation(stream: str, table: str, silver: str, query: str) -> SuiteSpec:
+def reconciliation(stream: str, table: str, silver: str, query: str,
+                   touched_days: TouchedDays | None = None) -> SuiteSpec:
     """A gold table's totals against silver's: `query` returns (measure, gold, silver) rows.
 
     Each row that differs gets a `mismatch` text naming the measure and both totals, so the
     failure's sample values say what is off ("revenue EUR: gold 811.00, silver 813.00").
+    With `touched_days`, a daily mart is reconciled on the days recent runs recomputed only.
     """
     checked = f"""
         select *,
@@ -325,7 +352,7 @@ def reconciliation(stream: str, table: str, silver: str, query: str) -> SuiteSpe
     """
     return SuiteSpec(layer="gold", stream=stream, table=table, name=f"{table}.reconciliation",
                      query=checked, expectations=(expect("column_values_to_be_null", column="mismatch"),),
-                     reads=(table, *silver.split()))
+                     reads=(table, *silver.split()), touched_days=touched_days)
 
 
 GOLD_SUITES: tuple[SuiteSpec, ...] = (
@@ -339,26 +366,28 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
     reconciliation("purchases", "gold.sales_by_region_daily", "silver.purchases", """
         with gold as (
             select currency, sum(revenue) as revenue, sum(purchase_count) as purchases
-            from gold.sales_by_region_daily group by currency
+            from gold.sales_by_region_daily where {gold_days} group by currency
         ),
         silver as (
             select currency, sum(amount) as revenue, count(*) as purchases
-            from silver.purchases group by currency
+            from silver.purchases where {silver_days} group by currency
         )
-        select concat('revenue ', currency) as measure,
+        select concat('revenue ', currency, ', {scope}') as measure,
                cast(coalesce(gold.revenue, 0) as decimal(38, 2)) as gold,
                cast(coalesce(silver.revenue, 0) as decimal(38, 2)) as silver
         from gold full outer join silver using (currency)
         union all
-        select concat('purchases ', currency),
+        select concat('purchases ', currency, ', {scope}'),
                cast(coalesce(gold.purchases, 0) as decimal(38, 2)),
                cast(coalesce(silver.purchases, 0) as decimal(38, 2))
         from gold full outer join silver using (currency)
-    """),
+    """, TouchedDays(source="silver.purchases", silver_column="purchased_at", gold_column="sales_date")),
     SuiteSpec(layer="gold", stream="customers", table="gold.customer_activity", expectations=(
         not_null("customer_id"), unique("customer_id"),
         at_least("total_spent", 0), at_least("event_count", 0), at_least("purchase_count", 0),
     )),
+    # Totals over all customers, but cheap: silver's counts come from Iceberg's file metadata
+    # (count(*) and count(column) are answered from manifests), gold is one row per customer.
     reconciliation("customers", "gold.customer_activity", "silver.purchases silver.user_events", """
         select 'purchases' as measure,
                cast((select sum(purchase_count) from gold.customer_activity) as decimal(38, 2)) as gold,
@@ -366,17 +395,18 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
         union all
         select 'events of known customers',
                cast((select sum(event_count) from gold.customer_activity) as decimal(38, 2)),
-               cast((select count(*) from silver.user_events where customer_id is not null) as decimal(38, 2))
+               cast((select count(customer_id) from silver.user_events) as decimal(38, 2))
     """),
     SuiteSpec(layer="gold", stream="user_events", table="gold.events_by_type_daily", expectations=(
         unique_together("event_date", "event_type"), not_null("event_date"),
         in_set("event_type", USER_EVENT_TYPES), at_least("event_count", 1),
     )),
     reconciliation("user_events", "gold.events_by_type_daily", "silver.user_events", """
-        select 'events' as measure,
-               cast((select sum(event_count) from gold.events_by_type_daily) as decimal(38, 2)) as gold,
-               cast((select count(*) from silver.user_events) as decimal(38, 2)) as silver
-    """),
+        select 'events, {scope}' as measure,
+               cast((select sum(event_count) from gold.events_by_type_daily where {gold_days}) as decimal(38, 2))
+                   as gold,
+               cast((select count(*) from silver.user_events where {silver_days}) as decimal(38, 2)) as silver
+    """, TouchedDays(source="silver.user_events", silver_column="event_at", gold_column="event_date")),
     SuiteSpec(layer="gold", stream="employees", table="gold.headcount_by_team_role", expectations=(
         unique_together("team_name", "team_location", "role"), at_least("headcount", 1),
     )),
@@ -409,6 +439,80 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
         from gold full outer join silver using (currency)
     """),
 )
+
+
+# --- queries: placeholders filled in at run time --------------------------------------------
+
+def render_query(spark: SparkSession, spec: SuiteSpec, parameters: Mapping[str, Any]) -> str:
+    """The suite's query with its placeholders filled in (see :class:`SuiteSpec`).
+
+    ``parameters`` are the run's (expectations.runner.quality_parameters), with
+    ``reconcile_full`` true for a run that reconciles every day.
+    """
+    assert spec.query is not None
+    window_start = parameters["dead_letter_window_start"].strftime("%Y-%m-%d %H:%M:%S.%f")
+    values = {"dead_letter_window_start": f"timestamp'{window_start}+00:00'"}
+    if spec.touched_days is not None:
+        since = None if parameters.get(FULL_RECONCILIATION) else last_passed(spark, spec.name)
+        days = None if since is None else touched_days(spark, spec.touched_days, since)
+        values.update(day_predicates(spec.touched_days, days))
+    return spec.query.format(**values)
+
+
+def last_passed(spark: SparkSession, suite: str) -> str | None:
+    """When `suite` last passed every check, less RECONCILE_MARGIN, as Spark timestamp text
+    (None: never, or no quality history yet)."""
+    from expectations.history import RESULTS_TABLE
+    from lakehouse.core.spark import relation_exists
+
+    if not relation_exists(spark, RESULTS_TABLE):
+        return None
+    escaped = suite.replace("'", "''")
+    row = spark.sql(f"""
+        select cast(max(run_at) - interval {int(RECONCILE_MARGIN.total_seconds())} seconds as string)
+        from (
+            select run_id, max(run_at) as run_at from {RESULTS_TABLE}
+            where suite = '{escaped}' group by run_id having bool_and(success)
+        )
+    """).first()
+    return row[0] if row else None
+
+
+def touched_days(spark: SparkSession, scope: TouchedDays, since: str) -> list[date | None]:
+    """The event days of `scope.source` rows ingested since `since` (None: rows without a time).
+    The literal bound prunes silver's files to the recent ones."""
+    rows = spark.sql(f"select distinct cast(to_date({scope.silver_column}) as string) from {scope.source} "
+                     f"where _ingested_at >= timestamp'{since}'").collect()
+    return sorted((date.fromisoformat(r[0]) if r[0] else None for r in rows),
+                  key=lambda d: (d is None, d or date.min))
+
+
+def day_predicates(scope: TouchedDays, days: list[date | None] | None) -> dict[str, str]:
+    """{gold_days, silver_days, scope} for the days (None: all days)."""
+    if days is None:
+        return {"gold_days": "true", "silver_days": "true", "scope": "all days"}
+    dated = [d for d in days if d is not None]
+    gold = [f"{scope.gold_column} in ({', '.join(f'date{chr(39)}{d}{chr(39)}' for d in dated)})"] if dated else []
+    silver = [f"({scope.silver_column} >= timestamp'{first} 00:00:00' and {scope.silver_column} < "
+              f"timestamp'{last + timedelta(days=1)} 00:00:00')" for first, last in _ranges(dated)]
+    if None in days:
+        gold.append(f"{scope.gold_column} is null")
+        silver.append(f"{scope.silver_column} is null")
+    text = (f"touched days {dated[0]}..{dated[-1]} ({len(dated)})" if dated else "no touched day") \
+        + (" and no date" if None in days else "")
+    return {"gold_days": " or ".join(gold) or "false", "silver_days": " or ".join(silver) or "false",
+            "scope": text}
+
+
+def _ranges(days: list[date]) -> list[tuple[date, date]]:
+    """Consecutive days joined: [(first, last), ...]."""
+    ranges: list[list[date]] = []
+    for day in sorted(set(days)):
+        if ranges and ranges[-1][1] + timedelta(days=1) == day:
+            ranges[-1][1] = day
+        else:
+            ranges.append([day, day])
+    return [(first, last) for first, last in ranges]
 
 
 def project_suites() -> tuple[SuiteSpec, ...]:

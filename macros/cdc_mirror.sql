@@ -24,19 +24,57 @@
     it. The materialization then creates the table from them (first run) or MERGEs them, with
     the sequence guard repeated in the MERGE itself, so the table never moves backwards even if
     the select and the MERGE were to see different versions of the mirror.
+
+    An incremental run evaluates the select once: its rows go to a small Iceberg table of their
+    own (`<mirror>__dbt_changes`), partitioned by the same bucket(n, key) as the mirror, which
+    the count and the MERGE then read. Being bucketed like the mirror, the MERGE joins it with
+    the mirror bucket by bucket (a storage-partitioned join): the mirror is read once, column-
+    pruned, and never shuffled. benchmarks/RESULTS.md ("dbt scaling") has the measurements that
+    chose this over a cached view.
 -#}
 
 {% macro cdc_mirror_table_properties() -%}
+    {#- merge-on-read (macros/merge_on_read.sql); dbt and maintenance may commit to the same
+        table, so a lost race is retried -#}
     tblproperties (
-        'format-version' = '2',
-        -- merge-on-read: a MERGE writes delete files for the changed rows instead of rewriting
-        -- every data file that holds one; compaction (lakehouse maintain) folds them in later
-        'write.merge.mode' = 'merge-on-read',
-        'write.update.mode' = 'merge-on-read',
-        'write.delete.mode' = 'merge-on-read',
-        -- dbt and maintenance may commit to the same table; a lost race is retried
-        'commit.retry.num-retries' = '10'
+        {%- for name, value in merge_on_read_properties().items() %}
+        '{{ name }}' = '{{ value }}'{{ ',' if not loop.last }}
+        {%- endfor %}
     )
+{%- endmacro %}
+
+
+{#- Spark settings of a storage-partitioned join (Iceberg docs, "Storage Partitioned Joins"):
+    both sides report their bucket(n, key) grouping and Spark joins bucket with bucket. -#}
+{% macro storage_partitioned_join_settings() -%}
+    {{ return({
+        'spark.sql.sources.v2.bucketing.enabled': 'true',
+        'spark.sql.sources.v2.bucketing.pushPartValues.enabled': 'true',
+        'spark.sql.requireAllClusterKeysForCoPartition': 'false',
+        'spark.sql.iceberg.planning.preserve-data-grouping': 'true',
+        'spark.sql.sources.v2.bucketing.partiallyClusteredDistribution.enabled': 'true',
+    }) }}
+{%- endmacro %}
+
+
+{% macro set_session_settings(settings) -%}
+    {#- sets `settings` on the Spark session; returns what they were, for restore_session_settings -#}
+    {%- set previous = {} -%}
+    {%- for name, value in settings.items() -%}
+        {%- do previous.update({name: run_query('set `' ~ name ~ '`').rows[0][1] | string}) -%}
+        {%- call statement('set_setting') -%} set `{{ name }}` = {{ value }} {%- endcall -%}
+    {%- endfor -%}
+    {{ return(previous) }}
+{%- endmacro %}
+
+
+{% macro restore_session_settings(previous) -%}
+    {%- for name, value in previous.items() -%}
+        {%- call statement('restore_setting') -%}
+            {#- Spark shows a setting nobody set as <undefined>: back to its default -#}
+            {% if value == '<undefined>' %} reset `{{ name }}` {% else %} set `{{ name }}` = {{ value }} {% endif %}
+        {%- endcall -%}
+    {%- endfor -%}
 {%- endmacro %}
 
 
@@ -71,16 +109,36 @@
             as {{ sql }}
         {%- endcall -%}
     {%- else -%}
-        {%- set changes_relation = api.Relation.create(identifier=this.identifier ~ '__dbt_changes', type='view') -%}
-        {#- Cached: the MERGE must apply exactly the rows counted here, and the increment's
-            select (incremental scan + anti-join with the mirror) should run once, not twice. -#}
-        {%- call statement('changes') -%}
-            cache table {{ changes_relation }} as {{ sql }}
-        {%- endcall -%}
+        {%- set storage = var('cdc_changes_storage', 'table') -%}
+        {%- if storage == 'table' -%}
+            {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
+                                                        type='table') -%}
+            {#- left over by a run that failed half-way: its rows are recomputed below -#}
+            {%- call statement('drop_stale_changes') -%}
+                drop table if exists {{ changes_relation }} purge
+            {%- endcall -%}
+            {%- call statement('changes') -%}
+                create table {{ changes_relation }}
+                using iceberg
+                partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
+                as {{ sql }}
+            {%- endcall -%}
+        {%- else -%}
+            {#- the alternative measured against it: a cached temporary view whose stored plan the
+                count and the MERGE reuse (benchmarks/RESULTS.md, "dbt scaling") -#}
+            {%- set changes_relation = api.Relation.create(identifier=this.identifier ~ '__dbt_changes', type='view') -%}
+            {%- set previous_view_setting = set_session_settings({'spark.sql.legacy.storeAnalyzedPlanForView': 'true'}) -%}
+            {%- call statement('changes') -%}
+                cache table {{ changes_relation }} as {{ sql }}
+            {%- endcall -%}
+            {%- do restore_session_settings(previous_view_setting) -%}
+        {%- endif -%}
         {#- the changelog grew a column (bronze schema evolution): the mirror grows it too -#}
         {%- do process_schema_changes('append_new_columns', changes_relation, existing_relation) -%}
+        {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
         {%- set pending = run_query('select count(*) from ' ~ changes_relation).columns[0].values()[0] -%}
         {%- if pending > 0 -%}
+            {%- set previous = set_session_settings(storage_partitioned_join_settings() if storage == 'table' else {}) -%}
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
                 using {{ changes_relation }} as change
@@ -88,6 +146,7 @@
                 when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set *
                 when not matched then insert *
             {%- endcall -%}
+            {%- do restore_session_settings(previous) -%}
         {%- else -%}
             {#- nothing newer than the mirror: no MERGE, so no empty snapshot per run -#}
             {%- call statement('main') -%}
@@ -95,25 +154,15 @@
             {%- endcall -%}
         {%- endif -%}
         {%- call statement('drop_changes') -%}
-            uncache table if exists {{ changes_relation }}
+            {% if storage == 'table' %} drop table if exists {{ changes_relation }} purge
+            {% else %} uncache table if exists {{ changes_relation }} {% endif %}
         {%- endcall -%}
-        {%- call statement('drop_changes_view') -%}
-            drop view if exists {{ changes_relation }}
-        {%- endcall -%}
+        {%- if storage != 'table' -%}
+            {%- call statement('drop_changes_view') -%} drop view if exists {{ changes_relation }} {%- endcall -%}
+        {%- endif -%}
     {%- endif -%}
 
-    {#- Tombstones exist only to stop late, older changes; past the retention nothing that late
-        is expected, and keeping every deleted key forever would grow the mirror unbounded.
-        Checked first so that a run with nothing to purge commits no empty snapshot. -#}
-    {%- set purge_condition -%}
-        _is_deleted and _ingested_at < current_timestamp() - interval {{ retention_hours }} hours
-    {%- endset -%}
-    {%- set expired = run_query('select 1 from ' ~ target_relation ~ ' where ' ~ purge_condition ~ ' limit 1') -%}
-    {%- if expired | length > 0 -%}
-        {%- call statement('purge_tombstones') -%}
-            delete from {{ target_relation }} where {{ purge_condition }}
-        {%- endcall -%}
-    {%- endif -%}
+    {{ purge_expired_tombstones(target_relation, retention_hours) }}
 
     {% do persist_docs(target_relation, model) %}
 
@@ -121,3 +170,48 @@
 
     {{ return({'relations': [target_relation]}) }}
 {%- endmaterialization %}
+
+
+{#-
+    Tombstones exist only to stop late, older changes; past the retention nothing that late is
+    expected, and keeping every deleted key forever would grow the mirror unbounded.
+
+    Whether one can be old enough is read from metadata, not from the rows: a data file holds
+    an expired tombstone only if its `_is_deleted` upper bound is true and its `_ingested_at`
+    range reaches below the cutoff. The table property `lakehouse.tombstones-purged-before`
+    remembers the cutoff of the last purge, so files whose tombstones were all purged already
+    (they stay in their data file, deleted by position, until compaction) are not looked at
+    again. Only when a file qualifies does a probe read it (pruned by both bounds as literals),
+    and only when the probe finds a row does the DELETE commit. A run with nothing to purge
+    commits nothing.
+-#}
+{% macro purge_expired_tombstones(relation, retention_hours) -%}
+    {%- set horizon_property = 'lakehouse.tombstones-purged-before' -%}
+    {%- set cutoff = run_query('select cast(current_timestamp() - interval ' ~ retention_hours
+                               ~ ' hours as string)').rows[0][0] | string -%}
+    {%- set purged_before = '1970-01-01 00:00:00' -%}
+    {%- for row in run_query('show tblproperties ' ~ relation).rows -%}
+        {%- if row[0] == horizon_property -%}{%- set purged_before = row[1] | string -%}{%- endif -%}
+    {%- endfor -%}
+    {%- set candidate_files -%}
+        select count(*) from {{ relation }}.data_files
+        where coalesce(readable_metrics._is_deleted.upper_bound, true)
+          and coalesce(readable_metrics._ingested_at.lower_bound < {{ timestamp_literal(cutoff) }}, true)
+          and coalesce(readable_metrics._ingested_at.upper_bound >= {{ timestamp_literal(purged_before) }}, true)
+    {%- endset -%}
+    {%- if run_query(candidate_files).rows[0][0] > 0 -%}
+        {%- set expired -%}
+            _is_deleted
+            and _ingested_at >= {{ timestamp_literal(purged_before) }}
+            and _ingested_at < {{ timestamp_literal(cutoff) }}
+        {%- endset -%}
+        {%- if run_query('select 1 from ' ~ relation ~ ' where ' ~ expired ~ ' limit 1') | length > 0 -%}
+            {%- call statement('purge_tombstones') -%}
+                delete from {{ relation }} where {{ expired }}
+            {%- endcall -%}
+        {%- endif -%}
+        {%- call statement('purge_horizon') -%}
+            alter table {{ relation }} set tblproperties ('{{ horizon_property }}' = '{{ cutoff }}')
+        {%- endcall -%}
+    {%- endif -%}
+{%- endmacro %}

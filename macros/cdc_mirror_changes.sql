@@ -35,18 +35,37 @@
 
 ),
 
+winning_changes as (
+
+    select * from latest_changes where _change_rank = 1
+
+),
+
+{% if incremental %}
+stored_rows as (
+
+    -- the mirror's rows of the keys the increment changes, key and sequence only. Written as
+    -- a semi join with the (small) increment so Spark broadcasts the increment and streams the
+    -- mirror once, instead of shuffling the whole mirror into an anti join
+    select {% for key in keys %}mirror.{{ key }}, {% endfor %}mirror.{{ sequence_by }}
+    from {{ existing }} as mirror
+    left semi join winning_changes
+        on {% for key in keys %}winning_changes.{{ key }} = mirror.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
+
+),
+{% endif %}
+
 mirror_changes as (
 
-    select latest_changes.*
-    from latest_changes
+    select winning_changes.*
+    from winning_changes
     {% if incremental %}
     -- a change not newer than what the mirror holds (a re-read, a duplicate, a late older
     -- change, including one older than a tombstone) is dropped: it cannot resurrect a key
-    left anti join {{ existing }} as mirror
-        on {% for key in keys %}mirror.{{ key }} = latest_changes.{{ key }} and {% endfor -%}
-           mirror.{{ sequence_by }} >= latest_changes.{{ sequence_by }}
+    left anti join stored_rows as mirror
+        on {% for key in keys %}mirror.{{ key }} = winning_changes.{{ key }} and {% endfor -%}
+           mirror.{{ sequence_by }} >= winning_changes.{{ sequence_by }}
     {% endif %}
-    where latest_changes._change_rank = 1
 
 ),
 

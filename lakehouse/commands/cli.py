@@ -18,7 +18,7 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import PREFIX, SETTINGS, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
 from lakehouse.operations import dlq, maintenance, status
-from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.dbt import loop_main, run_dbt
 
 # The producers, the quality suites, the demo and the cluster commands are imported by their
 # handlers, when they run: `lakehouse --help` and `lakehouse kafka status` do not pay for them.
@@ -171,6 +171,9 @@ def _add_quality(sub) -> None:
     parser.add_argument("--stream", help="only this stream's suites (employees, purchases, user_events, customers, "
                                          "accounts, dead_letters, reference)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the summary")
+    parser.add_argument("--full", action="store_true",
+                        help="reconcile every day of the daily gold marts (default: the days touched since "
+                             "their reconciliation last passed)")
     parser.set_defaults(func=_quality)
 
 
@@ -182,7 +185,7 @@ def _quality(args, settings: Settings) -> int:
     select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-quality")
     report = run_quality(spark, settings, layer=args.layer, stream=args.stream,
-                         sources=simulator_sources(settings))
+                         sources=simulator_sources(settings), full=args.full)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -221,7 +224,9 @@ def _add_dbt(sub) -> None:
         "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
         description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
                     "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
-                    "running MERGE. Every argument is passed to dbt.")
+                    "running MERGE. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
+                    "runs dbt on a cadence in one process, its Spark session kept warm (`lakehouse dbt loop "
+                    "--help`).")
     parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
     parser.set_defaults(func=_dbt)
 
@@ -229,6 +234,8 @@ def _add_dbt(sub) -> None:
 def _dbt(args, settings: Settings) -> int:
     if not args.dbt_args:
         raise LakehouseError("give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`")
+    if args.dbt_args[0] == "loop":  # `lakehouse dbt loop --every 30s [DBT_ARGS]`
+        return loop_main(args.dbt_args[1:], settings)
     run_dbt(settings, args.dbt_args)
     return 0
 

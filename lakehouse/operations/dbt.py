@@ -2,13 +2,21 @@
 
 dbt runs as its own process at the project root, so it reads the root profiles.yml and
 builds its own Spark session there; it is pointed at the same state folder by variable.
+`lakehouse dbt loop` (run_loop) is the exception: dbt on a cadence inside one process, whose
+Spark session stays warm between runs.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from lakehouse.core.errors import LakehouseError
@@ -59,3 +67,134 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             tail = ": " + " | ".join(lines[-3:]) if lines else ""
         raise LakehouseError(f"`dbt {' '.join(args)}` failed (exit {result.returncode}){tail}")
     return result
+
+
+# --- `lakehouse dbt loop`: dbt on a cadence, in one process ------------------------------------
+
+LOOP_DESCRIPTION = (
+    "Run dbt again and again, every INTERVAL (start to start; a run that takes longer is followed "
+    "at once), inside this one process: dbt is invoked programmatically (dbtRunner) and its Spark "
+    "session, with the JVM behind it, stays warm from one run to the next, and the project is "
+    "parsed once. Each run holds the dbt-tables lock, so `lakehouse maintain` slips in between "
+    "runs. A failed run is reported and the loop goes on (--fail-fast stops it). SIGTERM or "
+    "Ctrl-C lets the running dbt invocation finish, then stops; a second one stops at once.")
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60,
+            "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+
+
+def interval_seconds(text: str) -> float:
+    """'30s' -> 30.0, '5m' -> 300.0, '90' -> 90.0; anything else is a user error."""
+    match = _INTERVAL.match(text.lower())
+    if not match or float(match.group(1)) <= 0:
+        raise LakehouseError(f"invalid interval {text!r}: use e.g. 30s, 5m, 1h")
+    return float(match.group(1)) * _SECONDS[match.group(2) or "s"]
+
+
+def add_loop_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--every", required=True, metavar="INTERVAL",
+                        help="time from the start of one run to the start of the next: 30s, 5m, 1h")
+    parser.add_argument("--runs", type=int, metavar="N", help="stop after N runs (default: run until stopped)")
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed run (exit 1)")
+    parser.add_argument("--record", type=Path, metavar="FILE",
+                        help="append one JSON line per run to FILE: start, end, seconds, success, each "
+                             "model's status and seconds")
+    parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS",
+                        help="dbt's command and options for every run (default: run)")
+
+
+def loop_main(argv: list[str], settings: Settings) -> int:
+    """`lakehouse dbt loop ...` (argv: what follows `loop`)."""
+    parser = argparse.ArgumentParser(prog="lakehouse dbt loop", description=LOOP_DESCRIPTION,
+                                     epilog="Example: lakehouse dbt loop --every 30s run --select user_events+")
+    add_loop_arguments(parser)
+    args = parser.parse_args(argv)
+    every = interval_seconds(args.every)
+    if args.runs is not None and args.runs < 1:
+        raise LakehouseError("--runs must be at least 1")
+    dbt_args = args.dbt_args[1:] if args.dbt_args[:1] == ["--"] else args.dbt_args
+    if dbt_args[:1] in (["loop"], ["parse"]):
+        raise LakehouseError(f"`dbt {dbt_args[0]}` is not something to loop: give e.g. `run` or `build`")
+    runs = run_loop(settings, every, dbt_args or ["run"], runs=args.runs, fail_fast=args.fail_fast,
+                    record=args.record)
+    return 0 if runs and runs[-1]["success"] else 1
+
+
+def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | None = None,
+             fail_fast: bool = False, record: Path | None = None, target_dir: Path | None = None,
+             stop: threading.Event | None = None) -> list[dict]:
+    """Invoke `dbt <dbt_args>` every `every` seconds in this process; the runs' summaries.
+
+    dbt reads its settings from the environment of this process (set here from `settings`, as
+    for a dbt subprocess) and from the project root. `stop` (set by SIGTERM/SIGINT when None):
+    no new run starts once it is set.
+    """
+    from dbt.cli.main import dbtRunner
+
+    from lakehouse.core.locks import dbt_run_lock
+
+    os.environ.update(dbt_env(settings, target_dir))
+    project = ["--project-dir", str(PROJECT_ROOT), "--profiles-dir", str(PROJECT_ROOT)]
+    stop = stop or _stop_on_signals()
+    parsed = dbtRunner().invoke(["parse", *project])
+    if not parsed.success:
+        raise LakehouseError(f"dbt could not parse the project: {parsed.exception or 'see the lines above'}")
+    runner = dbtRunner(manifest=parsed.result)  # parsed once: every run skips dbt's parse
+    summaries: list[dict] = []
+    next_start = time.monotonic()
+    while not stop.is_set() and (runs is None or len(summaries) < runs):
+        if stop.wait(max(0.0, next_start - time.monotonic())):
+            break
+        next_start = time.monotonic() + every
+        started = time.time()
+        with dbt_run_lock(settings):
+            result = runner.invoke([*dbt_args, *project])
+        summary = _run_summary(len(summaries) + 1, started, time.time(), result)
+        summaries.append(summary)
+        models = ", ".join(f"{name} {m['seconds']}s" for name, m in summary["models"].items())
+        print(f"dbt loop run {summary['run']}: {'success' if summary['success'] else 'FAILED'} in "
+              f"{summary['seconds']}s" + (f" ({models})" if models else "")
+              + (f": {summary['error']}" if summary.get("error") else ""), flush=True)
+        if record is not None:
+            with open(record, "a") as out:
+                out.write(json.dumps(summary) + "\n")
+        if fail_fast and not summary["success"]:
+            break
+    return summaries
+
+
+def _run_summary(number: int, started: float, ended: float, result) -> dict:
+    models = {}
+    for node_result in getattr(result.result, "results", None) or []:
+        node = getattr(node_result, "node", None)
+        if node is not None and getattr(node, "resource_type", None) == "model":
+            models[node.name] = {"status": str(node_result.status), "seconds": round(node_result.execution_time, 2)}
+    summary = {"run": number, "started": round(started, 3), "ended": round(ended, 3),
+               "seconds": round(ended - started, 2), "success": bool(result.success), "models": models,
+               "spark_application": _spark_application()}
+    if result.exception is not None:
+        summary["error"] = str(result.exception).strip().splitlines()[0][:300]
+    return summary
+
+
+def _spark_application() -> str | None:
+    """The id of the Spark application dbt's session runs in (the same one every run: warm)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    return context.applicationId if context is not None else None
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set; the second signal stops the process at once."""
+    stop = threading.Event()
+
+    def handle(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        print("dbt loop: stopping after the running dbt invocation", file=sys.stderr, flush=True)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+    return stop

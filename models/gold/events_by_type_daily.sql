@@ -3,36 +3,31 @@
         materialized='incremental',
         incremental_strategy='merge',
         unique_key=['event_date', 'event_type'],
+        tblproperties=merge_on_read_properties(),
+        pre_hook="{{ ensure_merge_on_read(this) }}",
     )
 }}
 
 {#-
-    Events per type per day. An increment recomputes whole days: only the days that
-    received new silver rows since the last run, so late events correct their own day.
+    Events per type per day. An increment recomputes whole days: only the days that received
+    new silver rows since the last run (with the overlap window), so late events correct their
+    own day. The days are found once, as literals (macros/touched_days.sql), and silver, which
+    is partitioned by the event day, is read for those days only. A day's rows never disappear
+    (silver only grows), so a MERGE of the recomputed days is exact.
 -#}
 
+{%- if is_incremental() -%}
+    {%- set touched = event_days_filter(ref('user_events'), 'event_at',
+                                        ingested_since_last_run(this, existing_column='last_ingested_at'), 'event_at') -%}
+{%- endif -%}
+
 with
-
-{% if is_incremental() %}
-changed_days as (
-
-    select distinct to_date(event_at) as event_date
-    from {{ ref('user_events') }}
-    where _ingested_at > (
-        select coalesce(max(last_ingested_at), timestamp'1970-01-01')
-            - interval {{ var('overlap_minutes') }} minutes
-        from {{ this }}
-    )
-
-),
-{% endif %}
 
 silver_user_events as (
 
     select * from {{ ref('user_events') }}
-
     {% if is_incremental() %}
-    where to_date(event_at) in (select event_date from changed_days)
+    where {{ touched }}
     {% endif %}
 
 ),

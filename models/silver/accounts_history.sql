@@ -4,13 +4,16 @@
         incremental_strategy='merge',
         unique_key=['account_id', '_seq'],
         partition_by=['bucket(16, account_id)'],
+        tblproperties=merge_on_read_properties(),
+        pre_hook="{{ ensure_merge_on_read(this) }}",
     )
 }}
 
 {#-
-    Every version of every account (SCD type 2): macros/cdc_history.sql. An increment rebuilds
-    only the keys with changes ingested since the last run, from all their changes, so a late or
-    out-of-order change corrects its neighbours' valid_to.
+    Every version of every account (SCD type 2): macros/cdc_history.sql. A run reads the
+    changelog for its increment only, and the history for the touched keys' recent versions:
+    it writes the new versions and re-writes the stored versions they close (merge-on-read).
+    A late or out-of-order change slots in between its neighbours.
 -#}
 
 with
@@ -18,28 +21,10 @@ with
 changelog as (
 
     select * from {{ ref('accounts_changelog') }}
-
-),
-
-{% if is_incremental() %}
-touched_keys as (
-
-    select distinct account_id
-    from changelog
-    where {{ ingested_since_last_run(this) }}
-
-),
-{% endif %}
-
-changes as (
-
-    select changelog.*
-    from changelog
     {% if is_incremental() %}
-    left semi join touched_keys
-        on touched_keys.account_id = changelog.account_id
+    where {{ ingested_since_last_run(this) }}
     {% endif %}
 
 )
 
-{{ cdc_history_versions('changes', 'account_id') }}
+{{ cdc_history_versions('changelog', 'account_id', existing=this if is_incremental() else none) }}

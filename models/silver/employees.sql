@@ -3,13 +3,18 @@
         materialized='incremental',
         incremental_strategy='append',
         partition_by=['days(started_at)'],
+        on_schema_change='append_new_columns',
     )
 }}
 
 {#-
     One row per (employee_id, started_at), the stream's identity: a re-hire is a new row
-    (macros/first_occurrences.sql). Nested team flattened, enum role lower-cased.
+    (macros/first_occurrences.sql). Nested team flattened, enum role lower-cased. The identity
+    holds the partition day, so the increment is compared with the stored rows of its own
+    start days only (the reasoning of user_events.sql). `_loaded_at`: as user_events.
 -#}
+
+{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
 
 with
 
@@ -17,7 +22,7 @@ bronze_employees as (
 
     select * from {{ source('bronze', 'employees') }}
     {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    where {{ increment }}
     {% endif %}
 
 ),
@@ -38,9 +43,12 @@ renamed as (
         _kafka_partition,
         _kafka_offset,
         _kafka_timestamp,
-        _ingested_at
+        _ingested_at,
+        current_timestamp() as _loaded_at
     from bronze_employees
 
 )
 
-{{ first_occurrences('renamed', ['employee_id', 'started_at'], this, is_incremental()) }}
+{{ first_occurrences('renamed', ['employee_id', 'started_at'], this, is_incremental(),
+                     existing_filter=event_days_filter(source('bronze', 'employees'), 'start_date', increment,
+                                                       'started_at') if is_incremental()) }}

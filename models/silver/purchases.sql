@@ -3,13 +3,18 @@
         materialized='incremental',
         incremental_strategy='append',
         partition_by=['days(purchased_at)'],
+        on_schema_change='append_new_columns',
     )
 }}
 
 {#-
     One row per transaction_id (macros/first_occurrences.sql), whatever Avro writer schema
-    (v1, v2) sent it; v1 rows have no payment method.
+    (v1, v2) sent it; v1 rows have no payment method. Deduplicated against the stored rows of
+    the purchase days the increment has only: a re-send keeps its transaction_time, so it meets
+    its original on that day (the reasoning of user_events.sql). `_loaded_at`: as user_events.
 -#}
+
+{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
 
 with
 
@@ -17,7 +22,7 @@ bronze_purchases as (
 
     select * from {{ source('bronze', 'purchases') }}
     {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    where {{ increment }}
     {% endif %}
 
 ),
@@ -41,9 +46,12 @@ renamed as (
         _kafka_partition,
         _kafka_offset,
         _kafka_timestamp,
-        _ingested_at
+        _ingested_at,
+        current_timestamp() as _loaded_at
     from bronze_purchases
 
 )
 
-{{ first_occurrences('renamed', ['transaction_id'], this, is_incremental()) }}
+{{ first_occurrences('renamed', ['transaction_id'], this, is_incremental(),
+                     existing_filter=event_days_filter(source('bronze', 'purchases'), 'transaction_time', increment,
+                                                       'purchased_at') if is_incremental()) }}

@@ -3,13 +3,26 @@
         materialized='incremental',
         incremental_strategy='append',
         partition_by=['days(event_at)'],
+        on_schema_change='append_new_columns',
     )
 }}
 
 {#-
     One row per event_id (macros/first_occurrences.sql); late events are kept. Each run reads
-    only the bronze rows landed since the last run, with an overlap window.
+    only the bronze rows landed since the last run, with an overlap window
+    (macros/ingested_since_last_run.sql).
+
+    The increment is deduplicated against the stored rows of the event days it has events on
+    only (macros/touched_days.sql), not against the whole table: a re-sent duplicate carries
+    its original's event_timestamp, so it can only meet that original on the same day, and the
+    table is partitioned by that day. Exact, not a window: a late event of last year is
+    compared with last year's day, and the read stays the size of the days touched.
+
+    `_loaded_at`: when the dbt run appended the row (one value per run), for gold models that
+    count each silver row exactly once (macros/loaded_since_last_run.sql).
 -#}
+
+{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
 
 with
 
@@ -17,7 +30,7 @@ bronze_user_events as (
 
     select * from {{ source('bronze', 'user_events') }}
     {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    where {{ increment }}
     {% endif %}
 
 ),
@@ -38,9 +51,12 @@ renamed as (
         _kafka_partition,
         _kafka_offset,
         _kafka_timestamp,
-        _ingested_at
+        _ingested_at,
+        current_timestamp() as _loaded_at
     from bronze_user_events
 
 )
 
-{{ first_occurrences('renamed', ['event_id'], this, is_incremental()) }}
+{{ first_occurrences('renamed', ['event_id'], this, is_incremental(),
+                     existing_filter=event_days_filter(source('bronze', 'user_events'), 'event_timestamp', increment,
+                                                       'event_at') if is_incremental()) }}

@@ -45,8 +45,9 @@ def _macro(file: str, name: str, **context):
 
 
 MIRROR_CHANGES = _macro("cdc_mirror_changes.sql", "cdc_mirror_changes")
-INGESTED_SINCE = _macro("ingested_since_last_run.sql", "ingested_since_last_run",
-                        var=lambda name: {"overlap_minutes": OVERLAP_MINUTES}[name])
+HIGH_WATER_MARK, AS_TEXT, TIMESTAMP_LITERAL, INGESTED_AFTER = (
+    _macro("ingested_since_last_run.sql", name, var=lambda name: {"overlap_minutes": OVERLAP_MINUTES}[name])
+    for name in ("high_water_mark_sql", "as_text_sql", "timestamp_literal", "ingested_after"))
 
 
 # --- drawing change sets and deliveries ---------------------------------------------------------
@@ -119,9 +120,16 @@ def _mirror_sql(state: dict[int, dict]) -> str:
     return f"select * from values {rows} as mirror(customer_id, customer_name, op, _seq, _ingested_at, _is_deleted)"
 
 
-def increment_sql(delivered, state: dict[int, dict], incremental: bool) -> str:
+def increment_start(spark, state: dict[int, dict]) -> str:
+    """The bound as macros/ingested_since_last_run.sql's increment_start computes it in a dbt
+    run (its scan form: the stored mirror here is in-line data, not a table with metadata)."""
+    stored_mirror = f"({_mirror_sql(state)}) as stored_mirror"
+    return TIMESTAMP_LITERAL(spark.sql(AS_TEXT(HIGH_WATER_MARK(stored_mirror))).first()[0])
+
+
+def increment_sql(delivered, state: dict[int, dict], incremental: bool, start: str | None) -> str:
     """The mirror model's select, as customers_mirror.sql composes it, over in-line data."""
-    where = f"where {INGESTED_SINCE('stored_mirror')}" if incremental else ""
+    where = f"where {INGESTED_AFTER(start)}" if incremental else ""
     return f"""
         with
         bronze as ({_changelog_sql(delivered)}),
@@ -132,7 +140,8 @@ def increment_sql(delivered, state: dict[int, dict], incremental: bool) -> str:
 
 
 def run_increment(spark, delivered, state, incremental: bool) -> list[dict]:
-    rows = [r.asDict(recursive=False) for r in spark.sql(increment_sql(delivered, state, incremental)).collect()]
+    start = increment_start(spark, state) if incremental else None
+    rows = [r.asDict(recursive=False) for r in spark.sql(increment_sql(delivered, state, incremental, start)).collect()]
     for row in rows:
         row["_seq"] = tuple(row["_seq"])
     return rows

@@ -1,0 +1,121 @@
+"""Spark's event log of a dbt process: per SQL statement its time and each Iceberg scan's metrics.
+
+A dbt process started with :func:`event_log_env` writes Spark's event log (pyspark reads
+PYSPARK_SUBMIT_ARGS when dbt builds its session; no project file changes). :func:`sql_breakdown`
+reads it back: per SQL statement (a root execution with the executions it ran inside it) its
+start, end and wall time, the plan nodes it ran, and per Iceberg scan the table, data files
+read and skipped, delete files, rows read. Used by benchmarks/merge_scaling.py,
+benchmarks/dbt_scaling.py and the pruning test (tests/integration/test_incremental_models.py):
+rows and files read do not depend on the machine's load, times do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+
+def event_log_env(event_dir: Path) -> dict[str, str]:
+    """Environment variables that make a pyspark process (dbt) write its event log to `event_dir`."""
+    event_dir.mkdir(parents=True, exist_ok=True)
+    return {"PYSPARK_SUBMIT_ARGS": " ".join([
+        "--conf spark.eventLog.enabled=true", f"--conf spark.eventLog.dir=file://{event_dir}",
+        "--conf spark.eventLog.compress=false", "--conf spark.eventLog.rolling.enabled=false", "pyspark-shell"])}
+
+
+def newest_event_log(event_dir: Path) -> Path | None:
+    logs = sorted((p for p in event_dir.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime)
+    return logs[-1] if logs else None
+
+
+def reads_cache(node_name: str) -> bool:
+    # a named cache shows as "Scan In-memory table <name>", an unnamed one as "InMemoryTableScan"
+    return node_name.startswith("InMemoryTableScan") or "In-memory table" in node_name
+
+
+def _walk(plan: dict, found: list, cached: bool = False) -> None:
+    """Every node with a flag: is it part of a cached plan (below a scan of a cached table)?"""
+    found.append((plan, cached))
+    cached = cached or reads_cache(plan["nodeName"])
+    for child in plan.get("children", []):
+        _walk(child, found, cached)
+
+
+def sql_breakdown(event_log: Path) -> list[dict]:
+    """Per SQL statement of the dbt process: wall time, its kind, its top plan node, and each
+    Iceberg scan's files and rows. A statement that runs others inside it (CACHE TABLE, MERGE)
+    is one root execution; its nested executions add their scans, not their time. A cached
+    plan's scans belong to the execution that ran them first (the one that built the cache).
+    Metric values come from driver updates (Iceberg's scan planning) and task ends (rows read).
+    Each statement also has ``nodes``, the names of the plan nodes it ran (for the caller to
+    classify)."""
+    executions: dict[int, dict] = {}
+    metric_of: dict[int, tuple[int, int, str]] = {}  # accumulator -> (execution, scan index, metric)
+    values: dict[int, int] = defaultdict(int)
+
+    def register(execution_id: int, plan: dict) -> None:
+        nodes: list = []
+        _walk(plan, nodes)
+        ex = executions[execution_id]
+        ex["top"] = plan["nodeName"] if plan["nodeName"] != "AdaptiveSparkPlan" or not plan.get("children") \
+            else plan["children"][0]["nodeName"]
+        ex["nodes"] = {"InMemoryTableScan" if reads_cache(n["nodeName"]) else n["nodeName"].split(" ")[0]
+                       for n, cached in nodes if not cached}
+        ex["scans"] = []
+        for node, cached in nodes:
+            name = node["nodeName"]
+            if not name.startswith("BatchScan"):
+                continue
+            owners = {metric_of.get(m["accumulatorId"], (execution_id,))[0] for m in node.get("metrics", [])}
+            if cached and owners != {execution_id}:
+                continue  # read from the cache here; the scan ran in the statement that built it
+            ex["scans"].append({"table": name.split(" ", 1)[1] if " " in name else name})
+            for metric in node.get("metrics", []):
+                metric_of[metric["accumulatorId"]] = (execution_id, len(ex["scans"]) - 1, metric["name"])
+
+    with event_log.open() as lines:
+        for line in lines:
+            event = json.loads(line)
+            kind = event["Event"].rsplit(".", 1)[-1]
+            if kind == "SparkListenerSQLExecutionStart":
+                execution_id = event["executionId"]
+                executions[execution_id] = {"start": event["time"], "end": None,
+                                            "root": event.get("rootExecutionId", execution_id)}
+                register(execution_id, event["sparkPlanInfo"])
+            elif kind == "SparkListenerSQLAdaptiveExecutionUpdate" and event["executionId"] in executions:
+                register(event["executionId"], event["sparkPlanInfo"])
+            elif kind == "SparkListenerSQLExecutionEnd" and event["executionId"] in executions:
+                executions[event["executionId"]]["end"] = event["time"]
+            elif kind == "SparkListenerDriverAccumUpdates":
+                for accumulator, value in event["accumUpdates"]:
+                    values[accumulator] += int(value)
+            elif kind == "SparkListenerTaskEnd":
+                for acc in event.get("Task Info", {}).get("Accumulables", []):
+                    if acc["ID"] in metric_of and acc.get("Update") is not None:
+                        values[acc["ID"]] += int(acc["Update"])
+    for accumulator, (execution_id, index, name) in metric_of.items():
+        if accumulator in values:
+            executions[execution_id]["scans"][index][name] = values[accumulator]
+    statements: dict[int, dict] = {}
+    for execution_id, ex in sorted(executions.items()):
+        root = ex["root"] if ex["root"] in executions else execution_id
+        statement = statements.setdefault(root, {"id": root, "nodes": set(), "scans": []})
+        statement["nodes"] |= ex["nodes"]
+        statement["scans"] += [scan_summary(s) for s in ex["scans"]]
+        if root == execution_id:
+            statement["top"] = ex["top"]
+            statement["start_ms"], statement["end_ms"] = ex["start"], ex["end"]
+            statement["seconds"] = round((ex["end"] - ex["start"]) / 1000, 2) if ex["end"] else None
+    return list(statements.values())
+
+
+SCAN_METRICS = {  # Iceberg's scan metrics as Spark shows them -> short names
+    "number of result data files": "data_files", "number of skipped data files": "skipped_data_files",
+    "number of result delete files": "delete_files", "number of output rows": "rows",
+    "total data file size (bytes)": "data_bytes", "number of row deletes applied": "row_deletes_applied",
+}
+
+
+def scan_summary(scan: dict) -> dict:
+    return {"table": scan["table"], **{short: scan[name] for name, short in SCAN_METRICS.items() if name in scan}}

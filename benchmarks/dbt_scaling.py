@@ -1,0 +1,576 @@
+"""dbt scaling: the same increment, run by the whole project's `dbt run`, on two lakehouses whose
+bronze history differs 10x.
+
+What is measured: for each lakehouse ("1x" and "10x"), after its history is built, one
+increment lands in bronze and `dbt run` (the whole project, as `lakehouse dbt run` runs it, in
+its own process, against a private state folder) applies it. Per model: its seconds (from
+run_results.json, without dbt's and the JVM's start-up), the rows and data files it read per
+table and the files Iceberg skipped (Spark's scan metrics, from the event log of the dbt
+process: benchmarks/_spark_events.py), and the rows it wrote (the Iceberg snapshots it
+committed). The run's statements are tied to a model by time: those that started while dbt
+compiled or executed it (a model's bounds and touched days are queried when it compiles).
+
+The lakehouses:
+
+- history: `--scale` rows (1x) and 10 x `--scale` rows (10x) per event stream (user_events,
+  purchases, employees) and per CDC changelog (customers, accounts: one snapshot row per key,
+  so the key spaces are `--scale` and 10 x `--scale` too). The daily rate is the same, the 10x
+  history covers 10 x `--days` days: a longer history, as years of running would give. Written
+  straight into bronze with Spark, in the bronze tables the ingestion creates (its own code:
+  decoders' schemas, ingestion/bronze.py), ending at the start of today; not through Kafka,
+  which would only make the setup slower. Then `dbt seed` and `dbt run` build silver and gold
+  from it (reported, not the measurement).
+- the increment: `--increment` events per event stream (event times in the last hour; a
+  `--late-share` of them late, up to `--late-days` days back, as the demo's producers send
+  them) and `--increment` changes per CDC stream (80% updates and 10% deletes of existing keys,
+  10% new keys), ingested now. `--rounds` increments, one `dbt run` each (default 2: the first
+  incremental run after the build, then a steady one).
+
+    .venv/bin/python benchmarks/dbt_scaling.py                        # 1M and 10M rows: the issue's sizes
+    .venv/bin/python benchmarks/dbt_scaling.py --scale 100000 --days 3  # 100k and 1M: a check in minutes
+
+Prints progress, a table per lakehouse and a comparison, then a final `RESULT {json}` line
+with "history_ratio" (the 10x lakehouse's total model seconds over the 1x one's, per round)
+and, per model, "rows_read" (per table, both sizes). Rows and files read do not depend on the
+machine's load; seconds do: the CPU time other processes used during each run is reported
+(`other_cpu_s`). Nothing asserts on time. Needs `make setup` (jars linked, never fetched).
+State folders are temporary and removed at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._spark_events import event_log_env, newest_event_log, sql_breakdown  # noqa: E402
+from benchmarks.merge_scaling import ProcessSampler, bench_settings, iso_text  # noqa: E402
+from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
+from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
+
+STREAMS = ("user_events", "purchases", "employees", "customers", "accounts")
+EVENT_STREAMS = ("user_events", "purchases", "employees")
+CHANGE_MIX = (("U", 0.8), ("D", 0.1), ("I", 0.1))
+EVENT_TYPES = ("page_view", "search", "add_to_cart", "checkout", "login", "logout")
+DEVICES = ("web", "ios", "android")
+STORES = (("S-001", "EUR"), ("S-002", "EUR"), ("S-005", "GBP"), ("S-007", "USD"), ("S-009", "PLN"), ("S-010", "SEK"))
+TEAMS = (("Payments", "Berlin"), ("Checkout", "Berlin"), ("Search", "Amsterdam"), ("Analytics", "Lisbon"),
+         ("Mobile", "Warsaw"), ("Security", "Dublin"))
+ROLES = ("DEVELOPER", "MANAGER", "ARCHITECT")
+ACCOUNT_TYPES = ("checking", "savings", "credit")
+STATUSES = ("active", "frozen", "closed")
+CURRENCIES = ("EUR", "USD", "GBP")
+TIERS = ("bronze", "silver", "gold")
+COUNTRIES = ("DE", "US", "FR", "BR", "JP", "IN", "GB", "ES", "IT", "CA")  # the country_regions seed's
+TARGET_HISTORY_RATIO = 1.3
+TARGET_READ_FACTOR = 3  # rows read from bronze and silver per row of increment, a model's own table aside
+
+
+def progress(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", flush=True)
+
+
+# --- bronze: the tables the ingestion creates -------------------------------------------------
+
+def create_bronze(spark, settings: Settings) -> dict[str, str]:
+    """Every stream's bronze table, created by the ingestion's own code; {stream: table}."""
+    from ingestion import bronze
+    from ingestion.decoders import decoder_for
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.spark import ensure_namespaces
+
+    ensure_namespaces(spark)
+    tables = {}
+    for stream in STREAMS:
+        spec = get_stream(stream)
+        decoder = decoder_for(spark, settings, spec)
+        decoder.refresh()
+        bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
+        tables[stream] = spec.bronze_table
+    # purchases v2 (payment_method) as the ingestion adds it when the producer registers v2
+    if "payment_method" not in spark.table(tables["purchases"]).columns:
+        spark.sql(f"alter table {tables['purchases']} add column payment_method string")
+    return tables
+
+
+def pick(values, salt, column="id"):
+    """A value of `values` chosen by a hash of `column`: deterministic, evenly spread."""
+    from pyspark.sql import functions as F
+
+    index = F.pmod(F.xxhash64(F.col(column), F.lit(salt)), F.lit(len(values))) + 1
+    return F.element_at(F.array(*[F.lit(v) for v in values]), index.cast("int"))
+
+
+def spread(column, low, high, salt):
+    """An integer in [low, high) from a hash of `column`."""
+    from pyspark.sql import functions as F
+
+    return F.lit(low) + F.pmod(F.xxhash64(F.col(column), F.lit(salt)), F.lit(high - low))
+
+
+def kafka_columns(topic: str, ingested_at, batch_id):
+    from pyspark.sql import functions as F
+
+    return [
+        F.lit(topic).alias("_kafka_topic"),
+        F.pmod(F.col("id"), F.lit(3)).cast("int").alias("_kafka_partition"),
+        F.col("id").cast("bigint").alias("_kafka_offset"),
+        (ingested_at - F.expr("interval 2 seconds")).alias("_kafka_timestamp"),
+        F.col("id").cast("string").alias("_kafka_key"),
+        ingested_at.alias("_ingested_at"),
+        batch_id.cast("bigint").alias("_batch_id"),
+    ]
+
+
+def ingested_times(start: datetime, end: datetime, count: int):
+    """Row `id` (0..count-1) ingested evenly between start and end, in whole seconds."""
+    from pyspark.sql import functions as F
+
+    span = max(1, int((end - start).total_seconds()))
+    offset = (F.col("id") * F.lit(span) / F.lit(max(count, 1))).cast("bigint")
+    return F.lit(start) + F.make_interval(secs=offset), (offset / 3600).cast("bigint")
+
+
+def event_rows(spark, stream: str, ids, ingested_at, batch_id, keys: int, late_days):
+    """Bronze rows of an event stream for the ids of DataFrame `ids` (column id)."""
+    from pyspark.sql import functions as F
+
+    # the event happened up to a minute before it landed; a late one `late_days` days before
+    happened = ingested_at - F.make_interval(secs=spread("id", 1, 60, 11)) - F.make_interval(days=late_days)
+    customer = spread("id", 1, keys + 1, 12)
+    if stream == "user_events":
+        columns = [
+            F.concat(F.lit("e-"), F.col("id").cast("string")).alias("event_id"),
+            customer.cast("bigint").alias("customer_id"),
+            F.concat(F.lit("s-"), customer.cast("string"), F.lit("-"), spread("id", 1, 21, 13).cast("string"))
+             .alias("session_id"),
+            pick(EVENT_TYPES, 14).alias("event_type"),
+            happened.alias("event_timestamp"),
+            F.concat(F.lit("/products/P-"), spread("id", 1, 501, 15).cast("string")).alias("page"),
+            pick(DEVICES, 16).alias("device"),
+            spread("id", 5, 120_000, 17).cast("bigint").alias("duration_ms"),
+            F.lit(None).cast("string").alias("_rescued"),
+        ]
+    elif stream == "purchases":
+        store = spread("id", 0, len(STORES), 18).cast("int")
+        price = (spread("id", 100, 20_000, 19) / F.lit(100.0))
+        quantity = spread("id", 1, 6, 20).cast("int")
+        columns = [
+            F.concat(F.lit("t-"), F.col("id").cast("string")).alias("transaction_id"),
+            customer.cast("bigint").alias("customer_id"),
+            F.concat(F.lit("P-"), spread("id", 1, 501, 21).cast("string")).alias("product_id"),
+            quantity.alias("quantity"),
+            price.alias("unit_price"),
+            F.round(price * quantity, 2).alias("amount"),
+            F.element_at(F.array(*[F.lit(c) for _, c in STORES]), store + 1).alias("currency"),
+            happened.alias("transaction_time"),
+            F.element_at(F.array(*[F.lit(s) for s, _ in STORES]), store + 1).alias("store_id"),
+            F.lit(2).alias("_schema_id"),
+            pick(("card", "wallet", "cash", "voucher"), 22).alias("payment_method"),
+        ]
+    else:
+        team = spread("id", 0, len(TEAMS), 23).cast("int")
+        columns = [
+            spread("id", 1, keys + 1, 24).cast("int").alias("id"),
+            F.concat(F.lit("Employee "), F.col("id").cast("string")).alias("name"),
+            F.concat(spread("id", 1, 200, 25).cast("string"), F.lit(" Main Street")).alias("address"),
+            spread("id", 18, 66, 26).cast("int").alias("employee_age"),
+            happened.alias("start_date"),
+            F.struct(F.element_at(F.array(*[F.lit(t) for t, _ in TEAMS]), team + 1).alias("name"),
+                     F.element_at(F.array(*[F.lit(loc) for _, loc in TEAMS]), team + 1).alias("location"))
+             .alias("team"),
+            pick(ROLES, 27).alias("role"),
+        ]
+    # `id` is the Kafka offset; the employees' own id column is computed above from it
+    return ids.select(*columns, *kafka_columns(stream, ingested_at, batch_id))
+
+
+def change_rows(stream: str, changes, ingested_at, batch_id):
+    """Bronze rows of a CDC stream: `changes` has key, op, position (the change's sequence)."""
+    from pyspark.sql import functions as F
+
+    key = F.col("key")
+    committed = ingested_at - F.expr("interval 30 seconds")
+    if stream == "customers":
+        columns = [
+            F.col("op"),
+            key.cast("bigint").alias("customer_id"),
+            F.concat(F.lit("Customer "), key.cast("string")).alias("name"),
+            F.concat(F.lit("c"), key.cast("string"), F.lit("-"), F.col("position").cast("string"),
+                     F.lit("@example.com")).alias("email"),
+            pick(COUNTRIES, 31, "position").alias("country"),  # an update may move the customer
+            pick(("Berlin", "Paris", "Madrid", "Rome", "Lisbon"), 32, "key").alias("city"),
+            pick(TIERS, 33, "position").alias("tier"),
+            iso_text(F.lit(datetime(2026, 1, 1, tzinfo=UTC))).alias("created_at"),
+            iso_text(committed).alias("updated_at"),
+            committed.alias("_source_ts"),
+            F.struct(F.col("position").cast("bigint").alias("lsn")).alias("_seq"),
+        ]
+    else:
+        columns = [
+            F.col("op"),
+            key.cast("bigint").alias("account_id"),
+            spread("key", 1, 1_000_000, 34).cast("bigint").alias("customer_id"),
+            pick(ACCOUNT_TYPES, 35, "key").alias("account_type"),
+            F.format_number(spread("position", 0, 1_000_000, 36) / F.lit(100.0), 2).alias("balance"),
+            pick(CURRENCIES, 37, "key").alias("currency"),
+            pick(STATUSES, 38, "position").alias("status"),
+            iso_text(committed).alias("updated_at"),
+            committed.alias("_source_ts"),
+            F.struct((F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),
+                     F.col("position").cast("bigint").alias("transaction_id"),
+                     F.lit(0).cast("bigint").alias("record_id")).alias("_seq"),
+        ]
+    return changes.withColumn("id", F.col("position")).select(
+        *columns, F.lit(False).alias("_is_tombstone"), *kafka_columns(stream, ingested_at, batch_id))
+
+
+def append(spark, table: str, rows) -> None:
+    from ingestion.bronze import align
+
+    # `format_number` writes thousands separators: not in the source's decimal text
+    if "balance" in rows.columns:
+        from pyspark.sql import functions as F
+        rows = rows.withColumn("balance", F.regexp_replace("balance", ",", ""))
+    align(rows, spark.table(table).schema).writeTo(table).append()
+
+
+def history_slices(rows: int, start: datetime, end: datetime, recent: timedelta, batch: timedelta) -> list[tuple]:
+    """Id ranges of the appends that write the history: the old part in a few large appends
+    (as compaction leaves old data: files that cover hours or days), the `recent` part in one
+    append per `batch` (as the streaming job's micro-batches leave it: one file per batch and
+    partition), so the newest files are as small in time as they are in production."""
+    span = (end - start).total_seconds()
+    cut = int(rows * max(0.0, 1 - recent.total_seconds() / span))
+    old = max(1, cut // 2_000_000)  # at most ~2M rows per append: bounded memory per write
+    bounds = [cut * i // old for i in range(old)] if cut else []
+    recent_batches = max(1, int(recent / batch))
+    bounds += [cut + (rows - cut) * i // recent_batches for i in range(recent_batches)]
+    bounds.append(rows)
+    return [(low, high) for low, high in zip(bounds, bounds[1:], strict=False) if high > low]
+
+
+def load_history(spark, tables: dict[str, str], rows: int, start: datetime, end: datetime) -> dict:
+    """`rows` rows per stream ingested between start and end; returns seconds per stream."""
+    from pyspark.sql import functions as F
+
+    took = {}
+    for stream in STREAMS:
+        began = time.perf_counter()
+        for low, high in history_slices(rows, start, end, timedelta(hours=2), timedelta(minutes=10)):
+            ids = spark.range(low, high, 1, max(1, (high - low) // 500_000))
+            ingested_at, hour = ingested_times(start, end, rows)
+            if stream in EVENT_STREAMS:
+                frame = event_rows(spark, stream, ids, ingested_at, hour, rows, F.lit(0))
+            else:
+                # keys 1..rows, one snapshot read each
+                changes = ids.select((F.col("id") + 1).alias("key"), F.lit("R").alias("op"),
+                                     (F.col("id") + 1).alias("position"))
+                frame = change_rows(stream, changes, ingested_at.cast("timestamp"), hour)
+            append(spark, tables[stream], frame)
+        took[stream] = round(time.perf_counter() - began, 1)
+    return took
+
+
+def load_increment(spark, tables: dict[str, str], size: int, count: int, round_number: int, ingested: datetime,
+                   late_share: float, late_days: int) -> None:
+    """One increment: `count` events per event stream, `count` changes per CDC stream."""
+    from pyspark.sql import functions as F
+
+    first_id = size + (round_number - 1) * count  # new offsets, event ids, transaction ids
+    ids = spark.range(first_id, first_id + count, 1, 2)
+    late = F.when(F.pmod(F.xxhash64(F.col("id"), F.lit(41)), F.lit(10_000)) < F.lit(int(late_share * 10_000)),
+                  spread("id", 1, late_days + 1, 42)).otherwise(F.lit(0)).cast("int")
+    for stream in EVENT_STREAMS:
+        append(spark, tables[stream], event_rows(spark, stream, ids, F.lit(ingested), F.lit(10_000 + round_number),
+                                                 size, late))
+    # CDC: updates and deletes of existing keys (hash-drawn, distinct), inserts of new keys
+    updates, deletes = int(count * CHANGE_MIX[0][1]), int(count * CHANGE_MIX[1][1])
+    inserts = count - updates - deletes
+    stride = max(1, size // (updates + deletes))
+    position = F.lit(10 * size * (round_number + 1)) + F.col("id")
+    existing = spark.range(0, updates + deletes, 1, 2).select(
+        ((F.col("id") * stride + round_number * 7) % size + 1).alias("key"),
+        F.when(F.col("id") < updates, F.lit("U")).otherwise(F.lit("D")).alias("op"),
+        position.alias("position"))
+    new = spark.range(updates + deletes, count, 1, 1).select(
+        (F.lit(size + (round_number - 1) * inserts) + F.col("id") - (updates + deletes) + 1).alias("key"),
+        F.lit("I").alias("op"), position.alias("position"))
+    for stream in ("customers", "accounts"):
+        append(spark, tables[stream], change_rows(stream, existing.unionByName(new), F.lit(ingested),
+                                                  F.lit(10_000 + round_number)))
+
+
+# --- dbt, measured ----------------------------------------------------------------------------
+
+def run_dbt(settings: Settings, args: list[str], home: Path) -> dict:
+    """`dbt <args>` as `lakehouse dbt` runs it, with Spark's event log; models, statements, usage."""
+    target = home / "dbt-target"
+    events = home / "spark-events" / f"{int(time.time() * 1000)}"
+    env = {**dbt_env(settings, target), **event_log_env(events)}
+    sampler = ProcessSampler()
+    sampler.start()
+    started = time.perf_counter()
+    began = datetime.now(UTC)
+    with subprocess.Popen([dbt_executable(), *args], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:
+        sampler.dbt_pid = process.pid
+        output, _ = process.communicate()
+    wall = time.perf_counter() - started
+    usage = sampler.finish()
+    (home / "dbt-logs").mkdir(exist_ok=True)
+    (home / "dbt-logs" / f"{args[0]}-{int(time.time())}.log").write_text(output)
+    if process.returncode != 0:
+        print(output[-6000:], file=sys.stderr)
+        raise SystemExit(f"`dbt {' '.join(args)}` failed (exit {process.returncode})")
+    results = json.loads((target / "run_results.json").read_text())["results"]
+    log = newest_event_log(events)
+    statements = sql_breakdown(log) if log else []
+    return {"wall_s": round(wall, 2), "began": began, "results": results, "statements": statements, **usage}
+
+
+def _ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def per_model(run: dict) -> dict[str, dict]:
+    """Seconds, scans and statements of each model of a run (statements tied by time)."""
+    models = {}
+    windows = []
+    for result in run["results"]:
+        name = result["unique_id"].rsplit(".", 1)[-1]
+        if not result["unique_id"].startswith("model."):
+            continue
+        timing = {t["name"]: t for t in result.get("timing", [])}
+        start = _ms(timing["compile"]["started_at"]) if "compile" in timing else None
+        end = _ms(timing["execute"]["completed_at"]) if "execute" in timing else None
+        models[name] = {"seconds": round(result["execution_time"], 2), "status": result["status"],
+                        "reads": defaultdict(lambda: {"rows": 0, "data_files": 0, "skipped_data_files": 0,
+                                                      "delete_files": 0, "scans": 0}),
+                        "statements": 0}
+        if start and end:
+            windows.append((start, end, name))
+    for statement in run["statements"]:
+        owner = next((name for start, end, name in windows if start <= statement["start_ms"] <= end), None)
+        if owner is None:
+            continue
+        models[owner]["statements"] += 1
+        for scan in statement["scans"]:
+            table = scan["table"].removeprefix("lake.")
+            entry = models[owner]["reads"][table]
+            entry["scans"] += 1
+            for metric in ("rows", "data_files", "skipped_data_files", "delete_files"):
+                entry[metric] += scan.get(metric) or 0
+    for model in models.values():
+        model["reads"] = dict(model["reads"])
+    return models
+
+
+def model_tables(spark) -> dict[str, str]:
+    """{model name: its table} for the silver and gold tables dbt materializes."""
+    tables = {}
+    for namespace in ("silver", "gold"):
+        for row in spark.sql(f"show tables in {namespace}").collect():
+            if not row["isTemporary"]:
+                tables[row["tableName"]] = f"{namespace}.{row['tableName']}"
+    return tables
+
+
+def rows_written(spark, tables: dict[str, str], since: datetime) -> dict[str, dict]:
+    """Per model table: rows added, and rows deleted (by position or file), in snapshots since `since`."""
+    written = {}
+    for name, table in tables.items():
+        try:
+            snapshots = spark.sql(f"select operation, summary from {table}.snapshots where committed_at >= "
+                                  f"timestamp'{since:%Y-%m-%d %H:%M:%S}'").collect()
+        except Exception:  # a view (accounts, customers): writes nothing
+            continue
+        added = sum(int(s["summary"].get("added-records", 0)) for s in snapshots)
+        deleted = sum(int(s["summary"].get("added-position-deletes", 0)) + int(s["summary"].get("deleted-records", 0))
+                      for s in snapshots)
+        written[name] = {"snapshots": len(snapshots), "rows_added": added, "rows_deleted": deleted}
+    return written
+
+
+# --- one lakehouse ----------------------------------------------------------------------------
+
+def measure(label: str, rows: int, days: int, root: Path, args: argparse.Namespace) -> dict:
+    from lakehouse.core.spark import get_spark
+
+    jars = (Path(default_home()) / "jars").resolve()
+    home = root / label
+    home.mkdir()
+    (home / "jars").symlink_to(jars)
+    settings = bench_settings(home, args.driver_memory)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    result: dict = {"label": label, "rows": rows, "days": days, "rounds": []}
+    spark = get_spark(settings, f"bench-dbt-{label}")
+    try:
+        tables = create_bronze(spark, settings)
+        progress(f"{label}: writing {rows:,} rows per stream over {days} days into bronze")
+        result["bronze_load_s"] = load_history(spark, tables, rows, today - timedelta(days=days), today)
+        progress(f"{label}: bronze loaded {result['bronze_load_s']}; dbt seed + dbt run (the build)")
+        seed = run_dbt(settings, ["seed"], home)
+        build = run_dbt(settings, ["run"], home)
+        result["build"] = {"seed_wall_s": seed["wall_s"], "wall_s": build["wall_s"],
+                           "model_s": {m: v["seconds"] for m, v in per_model(build).items()}}
+        progress(f"{label}: built in {build['wall_s']} s")
+        tables_of_models = model_tables(spark)
+        for round_number in range(1, args.rounds + 1):
+            landed = datetime.now(UTC).replace(microsecond=0)
+            load_increment(spark, tables, rows, args.increment, round_number, landed, args.late_share, args.late_days)
+            progress(f"{label} round {round_number}: increment landed; dbt run")
+            run = run_dbt(settings, ["run"], home)
+            models = per_model(run)
+            written = rows_written(spark, tables_of_models, run["began"])
+            for name, model in models.items():
+                model["written"] = written.get(name)
+            total = round(sum(m["seconds"] for m in models.values()), 2)
+            result["rounds"].append({"round": round_number, "wall_s": run["wall_s"], "model_s_total": total,
+                                     "dbt_cpu_s": run["dbt_cpu_s"], "other_cpu_s": run["other_cpu_s"],
+                                     "peak_rss_mb": run["peak_rss_mb"], "models": models})
+            progress(f"{label} round {round_number}: models {total} s, dbt wall {run['wall_s']} s, "
+                     f"dbt CPU {run['dbt_cpu_s']} s, other CPU {run['other_cpu_s']} s")
+    finally:
+        spark.stop()
+    return result
+
+
+# --- report -----------------------------------------------------------------------------------
+
+def layer_rows(model: dict, own_table: str | None) -> dict[str, int]:
+    """Rows read per layer; the model's own table (a MERGE's target side) and metadata apart."""
+    out = {"bronze": 0, "silver": 0, "gold": 0, "own table": 0, "metadata": 0}
+    for table, read in model["reads"].items():
+        parts = table.split(".")
+        if len(parts) > 2:  # silver.customers_mirror.data_files, ...: metadata tables
+            out["metadata"] += read["rows"]
+        elif own_table and table == own_table:
+            out["own table"] += read["rows"]
+        elif parts[0] in out:
+            out[parts[0]] += read["rows"]
+    return out
+
+
+def print_report(results: list[dict], increment: int) -> None:
+    for r in results:
+        for x in r["rounds"]:
+            print(f"\n{r['label']} ({r['rows']:,} rows per stream, {r['days']} days), round {x['round']}: "
+                  f"models {x['model_s_total']} s, dbt wall {x['wall_s']} s, other CPU {x['other_cpu_s']} s")
+            print(f"  {'model':<26} {'s':>7}  {'bronze rows':>11} {'silver rows':>11} {'gold rows':>9} "
+                  f"{'own table':>10} {'files read/skipped':>18}  {'written +/-':>14}")
+            for name, m in sorted(x["models"].items()):
+                rows = layer_rows(m, own_table_of(name))
+                files = sum(v["data_files"] for t, v in m["reads"].items() if t.count(".") == 1)
+                skipped = sum(v["skipped_data_files"] for t, v in m["reads"].items() if t.count(".") == 1)
+                w = m.get("written") or {}
+                print(f"  {name:<26} {m['seconds']:>7}  {rows['bronze']:>11,} {rows['silver']:>11,} "
+                      f"{rows['gold']:>9,} {rows['own table']:>10,} {f'{files}/{skipped}':>18}  "
+                      f"{w.get('rows_added', 0):>7,}/{w.get('rows_deleted', 0):<6,}")
+    if len(results) == 2:
+        small, large = results
+        for a, b in zip(small["rounds"], large["rounds"], strict=False):
+            ratio = b["model_s_total"] / a["model_s_total"] if a["model_s_total"] else None
+            met = ratio is not None and ratio <= TARGET_HISTORY_RATIO
+            print(f"\nround {a['round']}: history_ratio {ratio:.2f} (target <= {TARGET_HISTORY_RATIO}: "
+                  f"{'met' if met else 'NOT met'})")
+            for name in sorted(b["models"]):
+                rows = layer_rows(b["models"][name], own_table_of(name))
+                read = rows["bronze"] + rows["silver"]
+                if read > TARGET_READ_FACTOR * increment:
+                    print(f"  {name}: {read:,} rows read from bronze and silver at 10x "
+                          f"(> {TARGET_READ_FACTOR} x {increment:,})")
+
+
+def own_table_of(model: str) -> str | None:
+    for layer, names in (("silver", ("user_events", "purchases", "employees", "customers_mirror", "accounts_mirror",
+                                     "customers_history", "accounts_history")),
+                         ("gold", ("events_by_type_daily", "sales_by_region_daily", "customer_activity",
+                                   "headcount_by_team_role", "account_balance_summary"))):
+        if model in names:
+            return f"{layer}.{model}"
+    return None
+
+
+def summary(results: list[dict]) -> dict:
+    out: dict = {"history_ratio": None, "history_ratio_per_round": [], "rows_read": {}}
+    if len(results) == 2:
+        small, large = results
+        out["history_ratio_per_round"] = [round(b["model_s_total"] / a["model_s_total"], 3)
+                                          for a, b in zip(small["rounds"], large["rounds"], strict=False)
+                                          if a["model_s_total"]]
+        out["history_ratio"] = out["history_ratio_per_round"][-1] if out["history_ratio_per_round"] else None
+    for r in results:
+        last = r["rounds"][-1]
+        for name, m in last["models"].items():
+            out["rows_read"].setdefault(name, {})[r["label"]] = {
+                **layer_rows(m, own_table_of(name)),
+                "tables": {t: v["rows"] for t, v in m["reads"].items()}}
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--scale", type=int, default=1_000_000,
+                        help="history rows per stream (and CDC keys) of the 1x lakehouse; the other has 10x "
+                             "(default: %(default)s)")
+    parser.add_argument("--days", type=int, default=30, help="days the 1x history covers (default: %(default)s)")
+    parser.add_argument("--increment", type=int, default=10_000,
+                        help="events per event stream and changes per CDC stream per round (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2, help="increments, one dbt run each (default: %(default)s)")
+    parser.add_argument("--late-share", type=float, default=0.01,
+                        help="share of the increment's events that are late (default: %(default)s)")
+    parser.add_argument("--late-days", type=int, default=3, help="late events are up to this many days old "
+                                                                 "(default: %(default)s)")
+    parser.add_argument("--only", choices=["1x", "10x"], help="build and measure one lakehouse only")
+    parser.add_argument("--driver-memory", help="Spark driver memory of dbt and the setup session, e.g. 4g")
+    parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
+    parser.add_argument("--keep", action="store_true", help="keep the state folders")
+    args = parser.parse_args(argv)
+    if args.scale < args.increment or args.rounds < 1 or args.days < 1 or not 0 <= args.late_share <= 1:
+        parser.error("--scale at least --increment, --rounds and --days at least 1, --late-share in [0, 1]")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="bench-dbt-", dir=args.home_parent))
+    sizes = [("1x", args.scale, args.days), ("10x", 10 * args.scale, 10 * args.days)]
+    sizes = [s for s in sizes if args.only in (None, s[0])]
+    try:
+        results = [measure(label, rows, days, root, args) for label, rows, days in sizes]
+    finally:
+        if args.keep:
+            progress(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print_report(results, args.increment)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+               "load_average_end": [round(x, 2) for x in os.getloadavg()]}
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    for r in results:
+        for x in r["rounds"]:
+            for m in x["models"].values():
+                m.pop("statements", None)
+    print("RESULT " + json.dumps({"benchmark": "dbt_scaling", "options": options, "machine": machine,
+                                  "took_s": round(time.perf_counter() - started), **summary(results),
+                                  "results": results}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The whole project's incremental runs: cost that follows the change, results that do not.
+
+A lakehouse of its own gets a bronze history for every stream, written straight into the bronze
+tables the ingestion creates (the generator of benchmarks/dbt_scaling.py), and `dbt run`
+builds silver and gold. Then increments land, each with late events, re-sent duplicates of
+earlier events and CDC changes (updates that move customers, deletes, new keys), and `dbt run`
+applies each. Checked:
+
+- pruning: after several increments, a run reads from bronze only the files of the newest
+  increment (Spark's scan metrics of the dbt process, from its event log);
+- every incremental gold model equals what a full refresh computes from the same silver;
+- the daily reconciliations check the touched days by default and every day with full=True;
+- `lakehouse dbt loop` runs dbt repeatedly in one process, on one Spark application.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from benchmarks._spark_events import event_log_env, newest_event_log, sql_breakdown
+from benchmarks.dbt_scaling import create_bronze, load_history, load_increment
+from lakehouse.operations.dbt import run_dbt
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
+
+pytestmark = pytest.mark.integration
+
+HISTORY = 4_000  # rows per stream, CDC keys
+INCREMENT = 400  # events per event stream, changes per CDC stream
+DAYS = 4
+INCREMENTS = 3
+GOLD = ("events_by_type_daily", "sales_by_region_daily", "customer_activity", "headcount_by_team_role",
+        "account_balance_summary")
+INCREMENTAL_GOLD = ("events_by_type_daily", "sales_by_region_daily", "customer_activity")
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "incremental") as lakehouse:
+        yield lakehouse
+
+
+def resend(session, table: str, share_mod: int, ingested: datetime) -> None:
+    """Re-send (as a producer's retry would) every `share_mod`-th event of `table`: same
+    identity and event time, a new offset and arrival."""
+    from pyspark.sql import functions as F
+
+    session.table(table).where(f"pmod(_kafka_offset, {share_mod}) = 0") \
+        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(10_000_000 * share_mod)) \
+        .withColumn("_ingested_at", F.lit(ingested)) \
+        .withColumn("_batch_id", F.lit(999).cast("bigint")) \
+        .writeTo(table).append()
+
+
+def last_commit(session, table: str) -> datetime:
+    return session.sql(f"select max(committed_at) from {table}.snapshots").first()[0]
+
+
+def run_with_event_log(own, target: Path, events: Path, args: list[str]) -> list[dict]:
+    """`dbt <args>` as run_dbt runs it, plus Spark's event log; the run's SQL statements."""
+    from lakehouse.core.settings import PROJECT_ROOT
+    from lakehouse.operations.dbt import dbt_env, dbt_executable
+
+    env = {**dbt_env(own, target), **event_log_env(events)}
+    result = subprocess.run([dbt_executable(), *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return sql_breakdown(newest_event_log(events))
+
+
+@pytest.fixture(scope="module")
+def increments(lake):
+    """The history built, then INCREMENTS increments applied one `dbt run` each; the last run
+    with Spark's event log. Returns the last run's statements, the bronze tables, and per bronze
+    table the files and rows its newest increment added and its total files and rows."""
+    own, session, target = lake
+    tables = create_bronze(session, own)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    load_history(session, tables, HISTORY, today - timedelta(days=DAYS), today)
+    run_dbt(own, ["seed"], target_dir=target, capture=True)
+    run_dbt(own, ["run"], target_dir=target, capture=True)
+    statements, newest = None, {}
+    for number in range(1, INCREMENTS + 1):
+        before = {table: last_commit(session, table) for table in tables.values()}
+        # an hour apart, far more than the 10-minute overlap: each run's increment is its own
+        landed = today + timedelta(hours=number)
+        load_increment(session, tables, HISTORY, INCREMENT, number, landed, late_share=0.05, late_days=2)
+        resend(session, tables["user_events"], 97, landed)
+        resend(session, tables["purchases"], 89, landed)
+        if number < INCREMENTS:
+            run_dbt(own, ["run"], target_dir=target, capture=True)
+            continue
+        for table in tables.values():
+            summaries = [r.summary for r in session.sql(f"select summary from {table}.snapshots "
+                                                        "order by committed_at").collect()]
+            added = [r.summary for r in session.sql(
+                f"select summary from {table}.snapshots where committed_at > timestamp'{before[table]}'").collect()]
+            newest[table] = {"files": sum(int(s["added-data-files"]) for s in added),
+                             "rows": sum(int(s["added-records"]) for s in added),
+                             "total_files": int(summaries[-1]["total-data-files"]),
+                             "total_rows": int(summaries[-1]["total-records"])}
+        statements = run_with_event_log(own, target, own.home / "spark-events", ["run"])
+    return statements, tables, newest
+
+
+def test_a_run_reads_only_the_newest_bronze_files(increments):
+    statements, tables, newest = increments
+    bronze_scans = {}
+    for statement in statements:
+        for scan in statement["scans"]:
+            table = scan["table"].removeprefix("lake.")
+            if table in tables.values():
+                bronze_scans.setdefault(table, []).append(scan)
+    # every bronze table was read, by every model that reads it
+    assert set(bronze_scans) == set(tables.values())
+    for table, scans in bronze_scans.items():
+        new = newest[table]
+        # the history is much larger than the increment...
+        assert new["total_files"] > 3 * new["files"] and new["total_rows"] > 5 * new["rows"], new
+        for scan in scans:
+            # ...and Iceberg planned the newest increment's files only, every older one pruned
+            assert scan["data_files"] == new["files"], (table, scan, new)
+            assert scan["rows"] == new["rows"], (table, scan, new)
+
+
+def content(session, table: str) -> list[tuple]:
+    """The table's rows without its bookkeeping columns (marks, sketches: `_`-prefixed)."""
+    frame = session.table(table)
+    columns = [c for c in frame.columns if not c.startswith("_")]
+    return sorted(map(tuple, frame.select(*columns).collect()), key=repr)
+
+
+def test_incremental_gold_equals_a_full_refresh(lake, increments):
+    own, session, target = lake
+    incremental = {model: content(session, f"gold.{model}") for model in GOLD}
+    # the increments did change gold: customers moved and were deleted, late events arrived
+    assert incremental["customer_activity"] and incremental["sales_by_region_daily"]
+    run_dbt(own, ["run", "--full-refresh", "--select", *INCREMENTAL_GOLD], target_dir=target, capture=True)
+    for model in GOLD:
+        assert content(session, f"gold.{model}") == incremental[model], model
+
+
+def test_reconciliation_checks_touched_days_unless_full(lake, increments):
+    from expectations.runner import run_quality
+
+    own, session, _ = lake
+    suite = "gold.events_by_type_daily.reconciliation"
+    first = run_quality(session, own, layer="gold", stream="user_events")
+    assert first.result(suite, "expect_column_values_to_be_null", "mismatch").success
+    # an old day goes wrong in gold (no recent silver row on it): the default run, which looks at
+    # the days touched since the suite last passed, does not see it; a full run does
+    oldest = session.sql("select min(event_date) from gold.events_by_type_daily").first()[0]
+    session.sql(f"update gold.events_by_type_daily set event_count = event_count + 1 where event_date = "
+                f"date'{oldest}' and event_type = 'search'")
+    touched = run_quality(session, own, layer="gold", stream="user_events")
+    full = run_quality(session, own, layer="gold", stream="user_events", full=True)
+    assert touched.result(suite, "expect_column_values_to_be_null", "mismatch").success
+    check = full.result(suite, "expect_column_values_to_be_null", "mismatch")
+    assert not check.success and any("all days" in str(value) for value in check.unexpected_sample)
+    session.sql(f"update gold.events_by_type_daily set event_count = event_count - 1 where event_date = "
+                f"date'{oldest}' and event_type = 'search'")
+
+
+def test_dbt_loop_runs_in_one_warm_process(lake, increments, tmp_path):
+    own, _, _ = lake
+    record = tmp_path / "runs.jsonl"
+    command = [str(Path(sys.executable).with_name("lakehouse")), "dbt", "loop", "--every", "1s", "--runs", "2",
+               "--record", str(record), "run", "--select", "user_events", "events_by_type_daily"]
+    result = subprocess.run(command, env=cli_env(own), capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["run"] for r in runs] == [1, 2] and all(r["success"] for r in runs)
+    assert all(set(r["models"]) == {"user_events", "events_by_type_daily"} for r in runs)
+    # one Spark application served both runs: the session stayed warm
+    assert runs[0]["spark_application"] and runs[0]["spark_application"] == runs[1]["spark_application"]
+    assert result.stdout.count("dbt loop run ") == 2
