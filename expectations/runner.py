@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from expectations.history import append_results, recent_results
 from expectations.mirror import MirrorSource
+from expectations.report import write_landing_page
 from expectations.suites import (
     CRITICAL,
     FULL_RECONCILIATION,
@@ -49,6 +51,7 @@ from expectations.suites import (
 )
 from lakehouse.core.console import progress
 from lakehouse.core.settings import Settings
+from lakehouse.core.spark import relation_exists
 
 if TYPE_CHECKING:
     from great_expectations.checkpoint import Checkpoint, CheckpointResult
@@ -220,8 +223,6 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     report = QualityReport(run_id, run_at, tuple(suite_results), _docs_index(context),
                            time.monotonic() - started)
     if record:
-        from expectations.history import append_results, recent_results
-        from expectations.report import write_landing_page
 
         recorded = append_results(spark, report)
         page = write_landing_page(recent_results(spark), report.docs_index, settings.reports_dir / "quality")
@@ -347,7 +348,6 @@ def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkD
     from great_expectations.core.run_identifier import RunIdentifier
     from pyspark.errors import AnalysisException
 
-    from lakehouse.core.spark import relation_exists
 
     def result(results: Iterable[ExpectationResult], skipped: Iterable[str] = ()) -> SuiteResult:
         return SuiteResult(spec.name, spec.layer, spec.stream, spec.table, tuple(results), tuple(skipped))

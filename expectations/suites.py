@@ -20,7 +20,7 @@ Which checks are dbt tests and which are here: dbt keeps its unit tests (the mod
 fixed inputs), the relationships between models and `dbt source freshness`, because they
 need dbt's graph and stop a broken build at the model that broke it. Every check on the values
 of one table (or a total compared with another) is here and nowhere else: it gets a severity,
-lands in the quality history and shows in the report. README "Data quality" has the table.
+lands in the quality history and shows in the report. docs/quality.md has the table.
 
 Thresholds and clocks are GX suite parameters (``param("name")``), filled in at run time
 (:func:`expectations.runner.quality_parameters`), so the stored suites do not change from one
@@ -42,9 +42,12 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from expectations.history import RESULTS_TABLE
 from lakehouse.contracts.error_codes import ERROR_CODES
+from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import NAMESPACES
+from lakehouse.core.spark import relation_exists
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -462,8 +465,6 @@ def render_query(spark: SparkSession, spec: SuiteSpec, parameters: Mapping[str, 
 def last_passed(spark: SparkSession, suite: str) -> str | None:
     """When `suite` last passed every check, less RECONCILE_MARGIN, as Spark timestamp text
     (None: never, or no quality history yet)."""
-    from expectations.history import RESULTS_TABLE
-    from lakehouse.core.spark import relation_exists
 
     if not relation_exists(spark, RESULTS_TABLE):
         return None
@@ -517,8 +518,6 @@ def _ranges(days: list[date]) -> list[tuple[date, date]]:
 
 def project_suites() -> tuple[SuiteSpec, ...]:
     """Every suite of the project: bronze from the pipeline file, then silver, then gold."""
-    from lakehouse.contracts.streams import load_pipeline
-
     bronze = [suite for stream in load_pipeline().values() for suite in bronze_suites(stream)]
     return (*bronze, DEAD_LETTERS_SUITE, *SILVER_SUITES, *GOLD_SUITES)
 

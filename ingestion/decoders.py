@@ -23,6 +23,9 @@ from pyspark.sql.types import StructField, StructType
 
 from ingestion import formats
 from ingestion.bronze import is_widening
+from ingestion.protobuf_udf import register_udf
+from lakehouse.contracts import protobuf
+from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
 from lakehouse.contracts.streams import StreamSpec, json_contract
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
@@ -137,7 +140,6 @@ class AvroStreamDecoder(StreamDecoder):
 
     def __init__(self, spark, settings, spec):
         super().__init__(spark, settings, spec)
-        from lakehouse.contracts.registry import registry_for
 
         self.registry = registry_for(settings)
         self._types: dict[str, StructType] = {}
@@ -149,7 +151,6 @@ class AvroStreamDecoder(StreamDecoder):
 
     def _subject_schemas(self) -> tuple[tuple[int, str], ...]:
         """The subject's (id, schema) pairs, read again only when the registry may have changed."""
-        from lakehouse.contracts.registry import LocalSchemaRegistry
 
         if isinstance(self.registry, LocalSchemaRegistry):
             try:
@@ -209,21 +210,18 @@ class ProtobufStreamDecoder(StreamDecoder):
     _proto_seen: object = None
 
     def _descriptor_path(self) -> Path:
-        from lakehouse.contracts import protobuf
 
         return protobuf.GENERATED_DIR / f"{protobuf.module_name(self.spec.schema_path)}.desc"
 
     def _current_version(self) -> object:
         proto = _file_version(self.spec.schema_path)  # a clear error if the .proto is gone
         if proto != self._proto_seen:
-            from lakehouse.contracts import protobuf
 
             protobuf.compile_all(schemas_dir=self.spec.schema_path.parent)  # a no-op when up to date
             self._proto_seen = proto
         return proto, _file_version(self._descriptor_path())
 
     def _load(self, version) -> list[str]:
-        from ingestion.protobuf_udf import register_udf
 
         function = f"lakehouse_decode_{self.spec.name}"
         result = register_udf(self.spark, function, self._descriptor_path().read_bytes(), self.spec.message)

@@ -35,6 +35,7 @@ from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, topic_names
 from lakehouse.core.settings import Settings
+from lakehouse.core.spark import ensure_namespaces, get_spark
 
 log = logging.getLogger("lakehouse.ingest")
 
@@ -480,7 +481,6 @@ def normalize_trigger(text: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    from lakehouse.core.spark import ensure_namespaces, get_spark
 
     # Everything the configuration can get wrong is checked before paying for a Spark start-up.
     names = stream_names() if args.streams == ["all"] else args.streams

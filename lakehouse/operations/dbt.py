@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings
 
 
@@ -50,10 +51,9 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             capture: bool = False) -> subprocess.CompletedProcess:
     """Run `dbt <args>` at the project root; raise with dbt's own error lines if it fails.
 
-    Holds the dbt-tables lock (lakehouse/locks.py) so maintenance never compacts a table
+    Holds the dbt-tables lock (lakehouse/core/locks.py) so maintenance never compacts a table
     under a running MERGE.
     """
-    from lakehouse.core.locks import dbt_run_lock
 
     with dbt_run_lock(settings):
         result = subprocess.run(
@@ -131,7 +131,6 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
     """
     from dbt.cli.main import dbtRunner
 
-    from lakehouse.core.locks import dbt_run_lock
 
     os.environ.update(dbt_env(settings, target_dir))
     project = ["--project-dir", str(PROJECT_ROOT), "--profiles-dir", str(PROJECT_ROOT)]

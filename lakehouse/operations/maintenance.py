@@ -35,8 +35,12 @@ from pathlib import Path
 import yaml
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
+from ingestion import bronze
+from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.locks import dbt_tables_lock
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
+from lakehouse.core.spark import get_spark
 from lakehouse.operations.status import human_bytes
 
 log = logging.getLogger("lakehouse.maintain")
@@ -507,8 +511,6 @@ class TableMaintenance:
         self.result.actions.append(f"manifests: {row.rewritten_manifests_count:,} -> {row.added_manifests_count:,}")
 
     def expire_snapshots(self) -> None:
-        from ingestion import bronze
-
         # Snapshots committed from here on are newer than the cutoff, so the markers written
         # now cover every batch an expiry can take away.
         marked_at = datetime.now(UTC)
@@ -597,8 +599,6 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
              all_partitions: bool = False, policies: Policies | None = None, lock_wait_seconds: float = 600,
              now: datetime | None = None) -> list[TableResult]:
     """One maintenance pass over the chosen tables (default: every table of the lakehouse)."""
-    from lakehouse.core.console import progress
-    from lakehouse.core.locks import dbt_tables_lock
 
     policies = policies or load_policies()
     existing = table_names(spark, (*NAMESPACES, QUALITY_NAMESPACE))
@@ -678,7 +678,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    from lakehouse.core.spark import get_spark
 
     policies = load_policies()  # a bad policy file fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-maintain")

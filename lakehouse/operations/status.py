@@ -28,8 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ingestion import checkpoint
+from ingestion.checkpoint import batch_offsets
+from ingestion.job import checkpoint_location
+from lakehouse.contracts.streams import resolve_streams
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.settings import NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
+from lakehouse.core.kafka_admin import end_offsets
+from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
 
 DEAD_LETTER_TABLE = "bronze.dead_letters"  # ingestion.dead_letters.TABLE, without importing pyspark
 QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.RESULTS_TABLE
@@ -391,7 +396,6 @@ def pyiceberg_catalog(settings: Settings):
     """The catalog the Spark jobs use, opened by pyiceberg (same SQLite database, same name)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from lakehouse.core.settings import CATALOG_NAME
 
     if settings.catalog_type == "rest":
         from pyiceberg.catalog.rest import RestCatalog
@@ -438,7 +442,6 @@ def last_batch_throughput(checkpoint: str | Path, batch_id: int, topic: str) -> 
 
     Its offsets file is written when the batch starts and its commit file when it is done.
     """
-    from ingestion.checkpoint import batch_offsets
 
     folder = Path(checkpoint)
     end = batch_offsets(folder, batch_id).get(topic, {})
@@ -481,10 +484,6 @@ def broker_accepts_connections(bootstrap_servers: str, timeout: float = BROKER_P
 def stream_status(settings: Settings, names: list[str] | None = None, catalog=None) -> list[StreamStatus]:
     """The streams part; ``catalog`` is opened here when not given (None), False when the
     caller already found there is none."""
-    from ingestion import checkpoint
-    from ingestion.job import checkpoint_location
-    from lakehouse.contracts.streams import resolve_streams
-    from lakehouse.core.kafka_admin import end_offsets
 
     specs = resolve_streams(names or ["all"])
     if catalog is None:
@@ -655,7 +654,6 @@ def _guarded(problems: list[str] | dict[str, str], part: str, read: Callable[[],
 
 def collect_status(settings: Settings, names: list[str] | None = None) -> StatusReport:
     """Every part of the status; a part that cannot be read says why in ``problems``."""
-    from lakehouse.contracts.streams import resolve_streams
 
     resolve_streams(names or ["all"])  # an unknown stream name is the user's error: refuse it now
     problems: dict[str, str] = {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from lakehouse.contracts.error_codes import ERROR_CODES
+from lakehouse.contracts.streams import stream_names
 from lakehouse.core.errors import LakehouseError
 from lakehouse.operations.dead_letters.text import format_time, iso
 
@@ -95,10 +96,6 @@ class Filters:
 
 
 def _configured_streams() -> list[str]:
-    # Imported here for start-up speed: lakehouse.contracts.streams imports pyspark, which
-    # `lakehouse --help` and most argument checks never need.
-    from lakehouse.contracts.streams import stream_names
-
     return stream_names()
 
 
