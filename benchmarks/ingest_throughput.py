@@ -55,7 +55,7 @@ from benchmarks._machine import status_kb as _status_kb  # noqa: E402
 from lakehouse.core import local_kafka  # noqa: E402
 from lakehouse.core.errors import LakehouseError  # noqa: E402
 from lakehouse.core.settings import Settings, default_home  # noqa: E402
-from producers.faults import DEAD_LETTER_CODES, FaultRates  # noqa: E402
+from producers.faults import FaultRates  # noqa: E402
 
 DEFAULT_STREAMS = ("employees", "purchases", "user_events")
 ALL_STREAMS = ("employees", "purchases", "user_events", "customers", "accounts")
@@ -349,9 +349,12 @@ def load_topic(settings: Settings, stream: str, count: int, rate: float, process
     seconds = time.perf_counter() - started
     if report.failed:
         raise LakehouseError(f"{stream}: {report.failed} messages not delivered: {report.errors}")
-    expected_dead = sum(1 for fault in report.faults if DEAD_LETTER_CODES.get(fault.kind))
+    # The coordinates and reason of every record that must end in dead letters (the producer's
+    # fault manifest): the run's check compares them one by one, not only their count.
+    expected_dead = {(d["partition"], d["offset"]): d["error_code"] for d in report.manifest()["dead_letters"]}
     return {"produced": report.delivered, "value_bytes": report.bytes, "load_seconds": round(seconds, 2),
-            "load_msgs_per_s": round(report.delivered / seconds), "expected_dead_letters": expected_dead,
+            "load_msgs_per_s": round(report.delivered / seconds), "expected_dead_letters": len(expected_dead),
+            "expected_dead_coordinates": expected_dead,
             "processes": processes, "fault_rates": {k: v for k, v in faults.as_dict().items() if v}}
 
 
@@ -387,9 +390,61 @@ def probe(spark, settings: Settings, stream: str, source_options: dict[str, str]
             "decode_only_s": round(decode_s - read_s, 2), "kafka_messages": stats.n, "kafka_value_bytes": stats.b}
 
 
+def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
+                      expected_dead: dict[tuple[int, int], str]) -> dict:
+    """Bronze and dead letters against the topic, offset for offset: each (partition, offset) of
+    the topic in exactly one of them, once, and the dead letters exactly the injected faults'
+    coordinates with their reason codes. Counts alone would let a loss and a duplicate cancel out.
+
+    Per partition, coordinates that are distinct, all within [0, end) and as many as ``end`` are
+    exactly the offsets 0..end-1; Spark computes that without bringing a million rows to Python.
+    """
+    from pyspark.sql import functions as F
+
+    from lakehouse.core.kafka_admin import end_offsets
+
+    ends = end_offsets(settings, spec.topic)
+    bronze = spark.table(spec.bronze_table).select(F.col("_kafka_partition").alias("partition"),
+                                                   F.col("_kafka_offset").alias("offset"))
+    dead_rows = (spark.table(dead_letter_table).where(F.col("stream") == spec.name)
+                 .select("partition", "offset", "error_code").collect())
+    dead = {(r.partition, r.offset): r.error_code for r in dead_rows}
+    per_partition = {r.partition: r for r in (
+        bronze.union(spark.createDataFrame(list(dead) or [(-1, -1)], "partition int, offset long")
+                     .where("partition >= 0"))
+        .groupBy("partition")
+        .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("offset").alias("distinct"),
+             F.min("offset").alias("low"), F.max("offset").alias("high"))
+        .collect())}
+    bronze_rows = bronze.count()
+    problems = []
+    for partition in sorted(set(ends) | set(per_partition)):
+        end, row = ends.get(partition, 0), per_partition.get(partition)
+        if row is None:
+            if end:
+                problems.append(f"partition {partition}: all {end:,} offsets missing")
+            continue
+        if row.n != row.distinct:
+            problems.append(f"partition {partition}: {row.n - row.distinct:,} offsets twice (bronze, dead "
+                            "letters or both)")
+        if row.low < 0 or row.high >= end or row.distinct != end:
+            problems.append(f"partition {partition}: {row.distinct:,} distinct offsets in [{row.low}, {row.high}], "
+                            f"the topic has 0..{end - 1}")
+    if len(dead) != len(dead_rows):
+        problems.append(f"{len(dead_rows) - len(dead):,} dead letters twice")
+    unexpected = dead.keys() - expected_dead.keys()
+    missing = expected_dead.keys() - dead.keys()
+    other_reason = [k for k in dead.keys() & expected_dead.keys() if dead[k] != expected_dead[k]]
+    if unexpected or missing or other_reason:
+        problems.append(f"dead letters against the injected faults: {len(unexpected):,} unexpected, "
+                        f"{len(missing):,} missing, {len(other_reason):,} with another reason "
+                        f"(e.g. {sorted(unexpected or missing or other_reason)[:3]})")
+    return {"bronze_rows": bronze_rows, "dead_letters": len(dead_rows), "correct": not problems,
+            "topic_offsets": sum(ends.values()), "problems": problems}
+
+
 def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
            broker_pid: int | None) -> dict:
-    from pyspark.sql import functions as F
 
     from ingestion import dead_letters, job
     from lakehouse.contracts.streams import get_stream
@@ -424,9 +479,10 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
     phases_ms["outside_triggers"] = max(round(seconds * 1000) - trigger_ms, 0)
     in_batch_ms = {key: round(inside.get(key, 0.0) * 1000) for key in BATCH_PHASES}
 
-    bronze_rows = spark.table(spec.bronze_table).count()
-    dead = spark.table(dead_letters.TABLE).where(F.col("stream") == stream).count()
-    correct = bronze_rows + dead == in_topic and dead == loaded["expected_dead_letters"]
+    check = every_offset_once(spark, settings, spec, dead_letters.TABLE, loaded["expected_dead_coordinates"])
+    bronze_rows, dead, correct = check.pop("bronze_rows"), check.pop("dead_letters"), check.pop("correct")
+    if not correct:
+        log.error("%s: bronze + dead letters differ from the topic: %s", stream, check)
     result = {
         "stream": stream, "format": spec.format, "messages": in_topic, "value_bytes": loaded["value_bytes"],
         "avg_message_bytes": round(loaded["value_bytes"] / max(in_topic, 1), 1),
@@ -437,7 +493,7 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
         "triggers": len(triggers), "batches": len(batches), "rows_per_batch": [b["rows"] for b in batches][:50],
         "phases_ms": phases_ms, "add_batch_ms": in_batch_ms,
         "bronze_rows": bronze_rows, "dead_letters": dead, "expected_dead_letters": loaded["expected_dead_letters"],
-        "correct": correct, **cpu_use,
+        "correct": correct, "offset_check": check, **cpu_use,
         "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1),
         "load": {k: loaded[k] for k in ("load_seconds", "load_msgs_per_s", "processes", "fault_rates")},
     }
@@ -811,7 +867,8 @@ def main(argv=None) -> int:
             log.info("loading %s: %s messages, fault rate %s", stream, f"{count:,}", args.fault_rate)
             loads[stream] = load_topic(settings, stream, count, args.fault_rate, args.processes,
                                        args.seed * 100 + number)
-            log.info("loaded %s: %s", stream, loads[stream])
+            log.info("loaded %s: %s", stream,
+                     {k: v for k, v in loads[stream].items() if k != "expected_dead_coordinates"})
 
         from lakehouse.core.spark import ensure_namespaces, get_spark
 

@@ -12,7 +12,6 @@ replay, never lands a record twice. One MERGE then marks the selected dead lette
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from datetime import UTC, datetime
 from filelock import FileLock, Timeout
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incrementing
 
 from ingestion import bronze, job
 from ingestion.dead_letters import PARTITIONING as DEAD_LETTER_PARTITIONING
@@ -329,19 +329,18 @@ def _mark(spark: SparkSession, report: ReplayReport, outcomes: list[DataFrame], 
     statement = _mark_statement(report, view, oldest, newest)
     total = sum(s.selected for s in report.streams)
     log.info("marking %d dead letter(s) in %s", total, TABLE)
+    # A concurrent commit to the same partitions makes Iceberg refuse the MERGE; planned again
+    # from the latest snapshot, it is safe to retry. Any other error is raised at once.
+    merge = Retrying(
+        stop=stop_after_attempt(MERGE_ATTEMPTS), wait=wait_incrementing(start=1, increment=1), reraise=True,
+        retry=retry_if_exception(lambda exc: any(word in str(exc) for word in
+                                                 ("ValidationException", "CommitFailedException", "conflicting"))),
+        before_sleep=lambda state: log.warning(
+            "marking the dead letters conflicted with another commit (%s); retrying",
+            str(state.outcome.exception()).strip().splitlines()[0][:200]),
+    )
     try:
-        for attempt in range(1, MERGE_ATTEMPTS + 1):
-            try:
-                spark.sql(statement)
-                break
-            except Exception as exc:  # a concurrent commit to the same partitions: plan again
-                text = str(exc)
-                if attempt == MERGE_ATTEMPTS or not any(
-                        word in text for word in ("ValidationException", "CommitFailedException", "conflicting")):
-                    raise
-                log.warning("marking the dead letters conflicted with another commit (%s); retrying",
-                            text.strip().splitlines()[0][:200])
-                time.sleep(attempt)
+        merge(spark.sql, statement)
     finally:
         spark.catalog.dropTempView(view)
     return total
