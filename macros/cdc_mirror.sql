@@ -29,8 +29,10 @@
     own (`<mirror>__dbt_changes`), partitioned by the same bucket(n, key) as the mirror, which
     the count and the MERGE then read. Being bucketed like the mirror, the MERGE joins it with
     the mirror bucket by bucket (a storage-partitioned join): the mirror is read once, column-
-    pruned, and never shuffled. benchmarks/RESULTS.md ("dbt scaling") has the measurements that
-    chose this over a cached view.
+    pruned, and never shuffled. The alternative, a cached view whose stored plan the count and
+    the MERGE reuse, stays behind `var('cdc_changes_storage')` so that the two can be measured
+    side by side (`benchmarks/merge_scaling.py --dbt-vars`); which wins is recorded in
+    benchmarks/RESULTS.md once measured.
 -#}
 
 {% macro cdc_mirror_table_properties() -%}
@@ -124,8 +126,8 @@
                 as {{ sql }}
             {%- endcall -%}
         {%- else -%}
-            {#- the alternative measured against it: a cached temporary view whose stored plan the
-                count and the MERGE reuse (benchmarks/RESULTS.md, "dbt scaling") -#}
+            {#- the alternative to measure against it: a cached temporary view whose stored plan
+                the count and the MERGE reuse (see the header) -#}
             {%- set changes_relation = api.Relation.create(identifier=this.identifier ~ '__dbt_changes', type='view') -%}
             {%- set previous_view_setting = set_session_settings({'spark.sql.legacy.storeAnalyzedPlanForView': 'true'}) -%}
             {%- call statement('changes') -%}
