@@ -227,7 +227,7 @@ def _offsets(value) -> dict[str, dict[int, int]] | None:
         return None
 
 
-# Read tasks per core (benchmarks/RESULTS.md, ingestion: measured 1, 2 and 3).
+# Read tasks per core: 2 (six tasks on two cores) read 7% faster than 1 (benchmarks/RESULTS.md, "minPartitions=6").
 READ_TASKS_PER_CORE = 2
 # Records per micro-batch and stream unless --max-offsets-per-trigger says otherwise: a backlog
 # (an availableNow run, a restart after downtime) is read in batches of this size. A batch
