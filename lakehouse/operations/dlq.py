@@ -22,8 +22,6 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import get_spark
 from lakehouse.operations.dead_letters.filters import TIME_HELP, Filters, parse_filters, parse_record
-from lakehouse.operations.dead_letters.queries import find_dead_letters, list_dead_letters, stats
-from lakehouse.operations.dead_letters.replay import replay
 from lakehouse.operations.dead_letters.text import (
     DEFAULT_MAX_BYTES,
     format_list,
@@ -152,12 +150,20 @@ def run(args: argparse.Namespace, settings: Settings, spark) -> int:
     return 0
 
 
+# The Spark side (pyspark, the ingestion's decoders) is imported by the functions below, when
+# a command runs, so that this module and its argument checks load without pyspark
+# (tests/unit/test_dlq.py holds it to that).
+
 def _stats(spark, filters: Filters, as_json: bool) -> None:
+    from lakehouse.operations.dead_letters.queries import stats
+
     summary = stats(spark, filters)
     print(json.dumps(summary, indent=2) if as_json else format_stats(summary))
 
 
 def _list(spark, filters: Filters, limit: int, as_json: bool) -> None:
+    from lakehouse.operations.dead_letters.queries import list_dead_letters
+
     letters, total = list_dead_letters(spark, filters, limit)
     if as_json:
         print(json.dumps({"total": total, "shown": len(letters), "filters": filters.to_dict(),
@@ -168,6 +174,8 @@ def _list(spark, filters: Filters, limit: int, as_json: bool) -> None:
 
 def _show(spark, filters: Filters, record: tuple[str, int, int] | None, limit: int, max_bytes: int | None,
           as_json: bool) -> None:
+    from lakehouse.operations.dead_letters.queries import find_dead_letters, list_dead_letters
+
     if record is not None:
         letters = find_dead_letters(spark, *record, filters)
         if not letters:
@@ -186,5 +194,7 @@ def _show(spark, filters: Filters, record: tuple[str, int, int] | None, limit: i
 
 
 def _replay(spark, settings: Settings, filters: Filters, dry_run: bool, as_json: bool) -> None:
+    from lakehouse.operations.dead_letters.replay import replay
+
     report = replay(spark, settings, filters, dry_run=dry_run)
     print(json.dumps(report.to_dict(), indent=2) if as_json else format_replay(report))

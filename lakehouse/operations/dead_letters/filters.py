@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from lakehouse.contracts.error_codes import ERROR_CODES
-from lakehouse.contracts.streams import stream_names
 from lakehouse.core.errors import LakehouseError
 from lakehouse.operations.dead_letters.text import format_time, iso
 
@@ -96,6 +95,10 @@ class Filters:
 
 
 def _configured_streams() -> list[str]:
+    # Imported here: lakehouse.contracts.streams imports pyspark, which the dead-letter
+    # filters and their checks never need (tests/unit/test_dlq.py).
+    from lakehouse.contracts.streams import stream_names
+
     return stream_names()
 
 
