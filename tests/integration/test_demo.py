@@ -237,7 +237,8 @@ def test_planted_bad_data_fails_the_right_checks_with_the_right_exit_status(demo
                            "mismatch", "critical")]
     assert reconciliation["success"] is False
     # the samples name the measures that differ: the planted row's currency, revenue and count
-    assert {m.split(":")[0] for m in json.loads(reconciliation["unexpected_sample"])} == {
+    # (each sample is "<measure> <currency>, <days checked>: <values>")
+    assert {m.split(",")[0] for m in json.loads(reconciliation["unexpected_sample"])} == {
         f"revenue {duplicate.currency}", f"purchases {duplicate.currency}"}
     critical = {key[:2] for key, r in rows.items() if not r["success"] and r["severity"] == "critical"}
     assert critical == {("silver.purchases", "expect_column_values_to_be_unique"),
