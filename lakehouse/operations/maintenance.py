@@ -38,6 +38,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from ingestion import bronze
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.files import append_atomically
 from lakehouse.core.locks import dbt_tables_lock
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
 from lakehouse.core.spark import get_spark
@@ -588,11 +589,12 @@ def log_path(settings: Settings) -> Path:
 
 
 def append_log(settings: Settings, results: list[TableResult]) -> None:
+    """One line per table appended to the log, all or none: the whole new log replaces the old
+    (lakehouse/core/files.py), so a failure (a full disk, a kill, an entry that does not
+    serialize) leaves the previous log, never a torn last line `lakehouse status` would skip."""
     path = log_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        for result in results:
-            handle.write(json.dumps(result.log_entry()) + "\n")
+    append_atomically(path, "".join(json.dumps(result.log_entry()) + "\n" for result in results))
 
 
 def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_run: bool = False,
