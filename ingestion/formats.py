@@ -60,7 +60,7 @@ def _missing_check(payload: Column, required: tuple[str, ...]) -> tuple[Column, 
 
 def _event_time_check(event_time: Column, name: str, now: datetime | None) -> tuple[Column, str, Column]:
     """Event times before 2000 or more than a day ahead of ``now`` are out of range. ``now`` is a
-    literal (the batch's timestamp), never the clock: a batch read twice classifies alike."""
+    literal (the batch's timestamp), never the clock: the passes over one batch classify alike."""
     latest = F.lit(now or datetime.now(UTC)).cast("timestamp") + F.expr(MAX_CLOCK_SKEW)
     return ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp")) | (event_time > latest),
             "EVENT_TIME_OUT_OF_RANGE",
