@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.contracts.streams import JsonContract
+from lakehouse.core.sql import quote
 
 CORRUPT_COLUMN = "_corrupt_record"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -349,7 +350,7 @@ def bronze_columns(decoded: DataFrame) -> list[str]:
 def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
     """Bronze rows of a decoded batch: good records with their Kafka metadata (ARCHITECTURE §6)."""
     return decoded.where(F.col("_error_code").isNull()).select(
-        *bronze_columns(decoded),
+        *[F.col(quote(name)) for name in bronze_columns(decoded)],  # quoted: a field name may hold `.`
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").cast("int").alias("_kafka_partition"),
         F.col("offset").cast("long").alias("_kafka_offset"),

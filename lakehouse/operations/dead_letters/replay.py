@@ -34,8 +34,9 @@ from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import relation_exists
+from lakehouse.core.sql import quote_table, sql_string, timestamp_sql
 from lakehouse.operations.dead_letters import REPLAY_COLUMNS, TABLE
-from lakehouse.operations.dead_letters.filters import Filters, sql_string, timestamp_sql
+from lakehouse.operations.dead_letters.filters import Filters
 from lakehouse.operations.dead_letters.text import iso
 
 log = logging.getLogger("lakehouse.dlq")
@@ -171,7 +172,7 @@ def _replay(spark: SparkSession, settings: Settings, report: ReplayReport) -> Re
 
 
 def _current_snapshot(spark: SparkSession, table: str) -> int | None:
-    rows = spark.sql(f"select snapshot_id from {table}.refs where name = 'main'").collect()
+    rows = spark.sql(f"select snapshot_id from {quote_table(table)}.refs where name = 'main'").collect()
     return rows[0].snapshot_id if rows else None
 
 
@@ -182,7 +183,8 @@ def _pinned_selection(spark: SparkSession, filters: Filters) -> DataFrame | None
     snapshot = _current_snapshot(spark, TABLE)
     if snapshot is None:
         return None
-    pinned = bronze.conform_to_schema(spark.sql(f"select * from {TABLE} version as of {snapshot}"), DEAD_LETTER_SCHEMA)
+    pinned = bronze.conform_to_schema(spark.sql(f"select * from {quote_table(TABLE)} version as of {int(snapshot)}"),
+                                      DEAD_LETTER_SCHEMA)
     return pinned.where(filters.where_sql(has_replay))
 
 
