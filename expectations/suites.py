@@ -48,6 +48,7 @@ from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import NAMESPACES
 from lakehouse.core.spark import relation_exists
+from lakehouse.core.sql import quote_table, sql_string
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -232,12 +233,12 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
         # counted there (with the replay's _ingested_at).
         query=f"""
             with landed as (
-                select count(*) as records from {stream.bronze_table}
+                select count(*) as records from {quote_table(stream.bronze_table)}
                 where _ingested_at >= {{dead_letter_window_start}}
             ),
             dead as (
                 select count(*) as records from {DEAD_LETTERS_TABLE}
-                where stream = '{stream.name}' and ingested_at >= {{dead_letter_window_start}}
+                where stream = {sql_string(stream.name)} and ingested_at >= {{dead_letter_window_start}}
                     and replayed_at is null
             )
             select
@@ -468,12 +469,11 @@ def last_passed(spark: SparkSession, suite: str) -> str | None:
 
     if not relation_exists(spark, RESULTS_TABLE):
         return None
-    escaped = suite.replace("'", "''")
     row = spark.sql(f"""
         select cast(max(run_at) - interval {int(RECONCILE_MARGIN.total_seconds())} seconds as string)
         from (
             select run_id, max(run_at) as run_at from {RESULTS_TABLE}
-            where suite = '{escaped}' group by run_id having bool_and(success)
+            where suite = {sql_string(suite)} group by run_id having bool_and(success)
         )
     """).first()
     return row[0] if row else None

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.sql import quote, quote_table, sql_string
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
@@ -37,12 +38,25 @@ STREAMING_TABLE_PROPERTIES = {
 }
 
 
+def sql_type(data_type: DataType) -> str:
+    """A column type as DDL, the names of nested fields quoted (``simpleString`` leaves them bare:
+    a struct field named ``a b`` or ``x>y`` would not parse, or parse as something else)."""
+    if isinstance(data_type, StructType):
+        return "struct<" + ", ".join(f"{quote(f.name)}: {sql_type(f.dataType)}" for f in data_type.fields) + ">"
+    if isinstance(data_type, ArrayType):
+        return f"array<{sql_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"map<{sql_type(data_type.keyType)}, {sql_type(data_type.valueType)}>"
+    return data_type.simpleString()
+
+
 def create_table_ddl(table: str, schema: StructType, partitioning: tuple[str, ...],
                      properties: dict[str, str]) -> str:
-    columns = ",\n  ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
-    props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    """``partitioning``: transforms whose column names are quoted already (`StreamSpec.partitioning`)."""
+    columns = ",\n  ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in schema.fields)
+    props = ",\n  ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
     return (
-        f"create table if not exists {table} (\n  {columns}\n) using iceberg\n"
+        f"create table if not exists {quote_table(table)} (\n  {columns}\n) using iceberg\n"
         f"partitioned by ({', '.join(partitioning)})\n"
         f"tblproperties (\n  {props}\n)"
     )
@@ -71,14 +85,14 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
     clauses = []
     existing = {f.name: f.dataType for f in current.fields}
     for field in wanted.fields:
-        path = f"{prefix}`{field.name}`"
+        path = f"{prefix}{quote(field.name)}"
         old = existing.get(field.name)
         if old is None:
-            clauses.append(f"add column {path} {field.dataType.simpleString()}")
+            clauses.append(f"add column {path} {sql_type(field.dataType)}")
         elif isinstance(old, StructType) and isinstance(field.dataType, StructType):
             clauses.extend(schema_changes(old, field.dataType, f"{path}."))
         elif old != field.dataType and is_widening(old, field.dataType):
-            clauses.append(f"alter column {path} type {field.dataType.simpleString()}")
+            clauses.append(f"alter column {path} type {sql_type(field.dataType)}")
         elif old != field.dataType and not is_widening(field.dataType, old):
             raise LakehouseError(
                 f"column {path} changed type from {old.simpleString()} to {field.dataType.simpleString()}, "
@@ -89,7 +103,7 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
 def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[str]:
     clauses = schema_changes(spark.table(table).schema, schema)
     for clause in clauses:
-        spark.sql(f"alter table {table} {clause}")
+        spark.sql(f"alter table {quote_table(table)} {clause}")
     return [f"{table}: {clause}" for clause in clauses]
 
 
@@ -107,7 +121,7 @@ def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
     """The rows in the table's column order and types; columns the rows lack are null."""
     have = {f.name: f.dataType for f in rows.schema.fields}
     return rows.select(*[
-        (_conformed_column(F.col(f"`{f.name}`"), have[f.name], f.dataType) if f.name in have
+        (_conformed_column(F.col(quote(f.name)), have[f.name], f.dataType) if f.name in have
          else F.lit(None).cast(f.dataType)).alias(f.name)
         for f in table_schema.fields])
 
@@ -117,14 +131,14 @@ def committed_batches_in_snapshots(spark: SparkSession, table: str) -> dict[str,
     rows = spark.sql(
         f"select summary['{WRITER_PROPERTY}'] as query_id, "
         f"max(cast(summary['{BATCH_PROPERTY}'] as bigint)) as batch_id "
-        f"from {table}.snapshots where summary['{WRITER_PROPERTY}'] is not null group by 1"
+        f"from {quote_table(table)}.snapshots where summary['{WRITER_PROPERTY}'] is not null group by 1"
     ).collect()
     return {row.query_id: int(row.batch_id) for row in rows if row.batch_id is not None}
 
 
 def committed_batches_in_properties(spark: SparkSession, table: str) -> dict[str, int]:
     """The markers `record_committed_batches` left in the table's properties."""
-    rows = spark.sql(f"show tblproperties {table}").collect()
+    rows = spark.sql(f"show tblproperties {quote_table(table)}").collect()
     return {row.key.removeprefix(COMMITTED_PROPERTY_PREFIX): int(row.value)
             for row in rows if row.key.startswith(COMMITTED_PROPERTY_PREFIX) and row.value.isdigit()}
 
@@ -144,12 +158,13 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
         wanted = {q: b for q, b in wanted.items() if q in live_query_ids}
     changed = {q: b for q, b in wanted.items() if marked.get(q) != b}
     if changed:
-        props = ", ".join(f"'{COMMITTED_PROPERTY_PREFIX}{q}' = '{b}'" for q, b in sorted(changed.items()))
-        spark.sql(f"alter table {table} set tblproperties ({props})")
+        props = ", ".join(f"{sql_string(COMMITTED_PROPERTY_PREFIX + q)} = '{int(b)}'"
+                          for q, b in sorted(changed.items()))
+        spark.sql(f"alter table {quote_table(table)} set tblproperties ({props})")
     stale = sorted(set(marked) - set(wanted))
     if stale:
-        keys = ", ".join(f"'{COMMITTED_PROPERTY_PREFIX}{q}'" for q in stale)
-        spark.sql(f"alter table {table} unset tblproperties if exists ({keys})")
+        keys = ", ".join(sql_string(COMMITTED_PROPERTY_PREFIX + q) for q in stale)
+        spark.sql(f"alter table {quote_table(table)} unset tblproperties if exists ({keys})")
     return wanted
 
 

@@ -46,9 +46,14 @@ SCHEMA = StructType([
 PARTITIONING = ("days(ingested_at)", "stream")
 
 
-def to_dead_letters(
-    decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column, schema_id: Column | None = None,
-) -> DataFrame:
+def schema_id(decoded: DataFrame) -> Column:
+    """The schema id each decoded record's header names, for formats whose messages carry one
+    (Avro in the Confluent wire format: ``_schema_id``); null for the others, and for a record
+    too short or without the magic byte to have one."""
+    return (F.col("_schema_id") if "_schema_id" in decoded.columns else F.lit(None)).cast("int")
+
+
+def to_dead_letters(decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column) -> DataFrame:
     """Dead-letter rows of a decoded batch (rows whose ``_error_code`` is set), bytes untouched."""
     return decoded.where(F.col("_error_code").isNotNull()).select(
         F.lit(stream).alias("stream"),
@@ -60,7 +65,7 @@ def to_dead_letters(
         F.col("value"),
         F.col("_error_code").alias("error_code"),
         F.col("_error_detail").alias("error_detail"),
-        (schema_id if schema_id is not None else F.lit(None)).cast("int").alias("schema_id"),
+        schema_id(decoded).alias("schema_id"),
         ingested_at.alias("ingested_at"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.lit(None).cast("timestamp").alias("replayed_at"),

@@ -57,8 +57,10 @@ class StreamDecoder:
 
     def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
         """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
-        checked against: a batch passes its own timestamp, so every pass over the batch (and a
-        replay of it) classifies each record the same way."""
+        checked against: a batch passes its own timestamp, so its passes (dead letters, then
+        bronze) classify each record the same way. A replay of the batch after a crash is not
+        so bound: it takes a new timestamp, and the schemas current then, so a record may change
+        sides; ingestion/job.py ``_write_once`` keeps what the first run committed."""
         if self._decode is None:
             self.refresh()
         return self._decode(raw, now or datetime.now(UTC))

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.contracts.streams import JsonContract
+from lakehouse.core.sql import quote
 
 CORRUPT_COLUMN = "_corrupt_record"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -60,7 +61,7 @@ def _missing_check(payload: Column, required: tuple[str, ...]) -> tuple[Column, 
 
 def _event_time_check(event_time: Column, name: str, now: datetime | None) -> tuple[Column, str, Column]:
     """Event times before 2000 or more than a day ahead of ``now`` are out of range. ``now`` is a
-    literal (the batch's timestamp), never the clock: a batch read twice classifies alike."""
+    literal (the batch's timestamp), never the clock: the passes over one batch classify alike."""
     latest = F.lit(now or datetime.now(UTC)).cast("timestamp") + F.expr(MAX_CLOCK_SKEW)
     return ((event_time < F.lit(EARLIEST_EVENT_TIME).cast("timestamp")) | (event_time > latest),
             "EVENT_TIME_OUT_OF_RANGE",
@@ -349,7 +350,7 @@ def bronze_columns(decoded: DataFrame) -> list[str]:
 def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
     """Bronze rows of a decoded batch: good records with their Kafka metadata (ARCHITECTURE §6)."""
     return decoded.where(F.col("_error_code").isNull()).select(
-        *bronze_columns(decoded),
+        *[F.col(quote(name)) for name in bronze_columns(decoded)],  # quoted: a field name may hold `.`
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").cast("int").alias("_kafka_partition"),
         F.col("offset").cast("long").alias("_kafka_offset"),

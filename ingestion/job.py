@@ -149,8 +149,8 @@ def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchApp
 
     Bronze is committed last, so a batch in bronze has its dead letters committed too (or had
     none): it is skipped whole, never decoded again. Two tables cannot commit atomically, so a
-    crash can fall between the two commits. The replay then decodes the batch again, perhaps
-    with a newer schema: anything already in dead letters stays there and is kept out of
+    crash can fall between the two commits. The replay then decodes the batch again, with a new
+    timestamp and perhaps a newer schema: anything already in dead letters stays there and is kept out of
     bronze, so no record lands on both sides.
     """
     if tables.includes(spec.bronze_table, query_id, batch_id):

@@ -15,6 +15,7 @@ from ingestion import job
 from lakehouse.core import local_kafka
 from lakehouse.core.entry import run_command
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.files import write_atomically
 from lakehouse.core.settings import PREFIX, SETTINGS, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
 from lakehouse.operations import dlq, maintenance, status
@@ -96,6 +97,12 @@ def _add_produce(sub) -> None:
     parser.set_defaults(func=_produce)
 
 
+def write_manifest(path: str, manifests: list[dict]) -> None:
+    """The fault manifest (one stream's, or a list of them), serialized first and then written
+    whole: a failure leaves the previous manifest, never a truncated one a check would misread."""
+    write_atomically(path, json.dumps(manifests if len(manifests) > 1 else manifests[0], indent=2))
+
+
 def _produce(args, settings: Settings) -> int:
     from producers.faults import FaultRates
     from producers.run import CDC_STREAMS, PRODUCERS, produce
@@ -126,8 +133,7 @@ def _produce(args, settings: Settings) -> int:
         if report.failed:
             print(f"  delivery errors: {'; '.join(report.errors)}", file=sys.stderr)
     if args.manifest:
-        with open(args.manifest, "w") as handle:
-            json.dump(manifests if len(manifests) > 1 else manifests[0], handle, indent=2)
+        write_manifest(args.manifest, manifests)
         print(f"fault manifest: {args.manifest}")
     if failed:
         raise LakehouseError(f"{failed} message(s) were not delivered")

@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.sql import TABLE_NAME_RULE, check_table_name, quote
 
 DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
 PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"
@@ -62,7 +63,8 @@ class StreamSpec:
     @property
     def partitioning(self) -> tuple[str, ...]:
         # CDC: by ingestion day, so a MERGE's increment reads few partitions (ARCHITECTURE §6).
-        return ("days(_ingested_at)",) if self.is_cdc else (f"days({self.event_time_column})",)
+        # DDL: the column quoted, as it comes from the pipeline file.
+        return ("days(_ingested_at)",) if self.is_cdc else (f"days({quote(self.event_time_column)})",)
 
 
 def pipeline_file() -> Path:
@@ -104,12 +106,13 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         partitions = int(entry.get("partitions", 3))
     except (TypeError, ValueError):
         raise LakehouseError(f"{where}.partitions: expected a number, got {entry.get('partitions')!r}") from None
+    bronze_table = _bronze_table(name, entry, where)
     return StreamSpec(
         name=name,
         topic=topic,
         format=fmt,
         schema_path=schema_path,
-        bronze_table=str(entry.get("bronze_table", f"bronze.{name}")),
+        bronze_table=bronze_table,
         event_time_column=str(event_time),
         identity_columns=identity,
         required_columns=required,
@@ -118,6 +121,20 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         source_table=entry.get("source_table", name) if fmt in CDC_FORMATS else None,
         partitions=partitions,
     )
+
+
+def _bronze_table(name: str, entry: dict, where: str) -> str:
+    """The stream's bronze table: a plain name (lakehouse/core/sql.py), since it lands in SQL and
+    in dbt's sources; the default, bronze.<stream>, only when the stream's name makes one."""
+    table = entry.get("bronze_table", f"bronze.{name}")
+    try:
+        return check_table_name(table)
+    except LakehouseError:
+        if "bronze_table" not in entry:
+            raise LakehouseError(f"{where}: the stream name does not make a valid table name (bronze.{name}): "
+                                 f"set `bronze_table`, {TABLE_NAME_RULE}") from None
+        raise LakehouseError(f"{where}.bronze_table: invalid table name {table!r}: "
+                             f"expected {TABLE_NAME_RULE}") from None
 
 
 @cache

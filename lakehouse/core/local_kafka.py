@@ -8,7 +8,6 @@ reuse the data. `start` returns only once the broker answers a metadata request.
 from __future__ import annotations
 
 import base64
-import os
 import socket
 import subprocess
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.files import write_atomically
 from lakehouse.core.preflight import PreflightError, check_java, port_is_free
 from lakehouse.core.settings import Settings
 
@@ -110,6 +110,13 @@ def log4j_properties(logs_dir: Path) -> str:
     ])
 
 
+def write_configs(paths: BrokerPaths, port: int, controller_port: int) -> None:
+    """The broker's configuration files, each replaced whole: a start that fails half-way (a
+    full disk) leaves the previous configuration, never a truncated one Kafka would misread."""
+    write_atomically(paths.config, server_properties(paths.data, port, controller_port))
+    write_atomically(paths.log4j, log4j_properties(paths.logs))
+
+
 def broker_process(settings: Settings) -> psutil.Process | None:
     """The broker of this state folder, or None when it is not running.
 
@@ -131,13 +138,6 @@ def broker_process(settings: Settings) -> psutil.Process | None:
 def running_pid(settings: Settings) -> int | None:
     process = broker_process(settings)
     return None if process is None else process.pid
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers see the old content or the new, never an empty or half-written file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def _tcp_open(bootstrap: str, timeout_s: float) -> bool:
@@ -203,8 +203,7 @@ def start(settings: Settings, log=print) -> int:
     controller_port = free_port()
     for folder in (paths.data, paths.logs):
         folder.mkdir(parents=True, exist_ok=True)
-    paths.config.write_text(server_properties(paths.data, port, controller_port))
-    paths.log4j.write_text(log4j_properties(paths.logs))
+    write_configs(paths, port, controller_port)
     jvm = [java, BROKER_HEAP, f"-Dlog4j2.configurationFile=file:{paths.log4j}", "-cp", classpath]
 
     if not (paths.data / "meta.properties").exists():
@@ -222,7 +221,7 @@ def start(settings: Settings, log=print) -> int:
             stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI; stopped by `lakehouse kafka stop`
         )
-    _write_atomically(paths.pid, str(proc.pid))
+    write_atomically(paths.pid, str(proc.pid))
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

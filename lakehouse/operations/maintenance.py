@@ -38,9 +38,11 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from ingestion import bronze
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.files import append_atomically
 from lakehouse.core.locks import dbt_tables_lock
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
 from lakehouse.core.spark import get_spark
+from lakehouse.core.sql import NAME_PART, TABLE_NAME_RULE, quote, quote_table, sql_string
 from lakehouse.operations.status import human_bytes
 
 log = logging.getLogger("lakehouse.maintain")
@@ -165,10 +167,6 @@ _DAYS = re.compile(r"^days\((\w+)\)$")
 _IDENTITY = re.compile(r"^(\w+)$")
 
 
-def _quote(value) -> str:
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def partition_predicate(transforms: list[str], values: tuple) -> str | None:
     """A Spark SQL condition selecting exactly one partition, or None if a transform has no
     such condition here (then the table's partitions cannot be compacted one by one)."""
@@ -176,7 +174,7 @@ def partition_predicate(transforms: list[str], values: tuple) -> str | None:
     for transform, value in zip(transforms, values, strict=True):
         day = _DAYS.match(transform)
         if day:
-            column = f"`{day.group(1)}`"
+            column = quote(day.group(1))
             if value is None:
                 terms.append(f"{column} is null")
                 continue
@@ -187,8 +185,8 @@ def partition_predicate(transforms: list[str], values: tuple) -> str | None:
             terms.append(f"{column} >= timestamp'{start:%Y-%m-%d %H:%M:%S}+00:00' and "
                          f"{column} < timestamp'{end:%Y-%m-%d %H:%M:%S}+00:00'")
         elif _IDENTITY.match(transform):
-            column = f"`{transform}`"
-            terms.append(f"{column} is null" if value is None else f"{column} = {_quote(value)}")
+            column = quote(transform)
+            terms.append(f"{column} is null" if value is None else f"{column} = {sql_string(str(value))}")
         else:
             return None
     return "(" + " and ".join(terms or ["true"]) + ")"
@@ -291,16 +289,22 @@ def format_result(result: TableResult) -> str:
 # ---- I/O: reading tables -------------------------------------------------------------------
 
 def table_names(spark, namespaces: tuple[str, ...]) -> list[str]:
-    """The Iceberg tables (not views) of the namespaces, sorted."""
+    """The Iceberg tables (not views) of the namespaces, sorted. A table whose name is not plain
+    (lakehouse/core/sql.py; made by hand, not by this project) is left alone, with a warning."""
     names = []
-    existing = {row[0] for row in spark.sql(f"show namespaces in {CATALOG_NAME}").collect()}
+    existing = {row[0] for row in spark.sql(f"show namespaces in {quote(CATALOG_NAME)}").collect()}
     for namespace in namespaces:
         if namespace not in existing:
             continue
-        tables = {row.tableName for row in spark.sql(f"show tables in {CATALOG_NAME}.{namespace}").collect()
-                  if not row.isTemporary}
-        views = {row.viewName for row in spark.sql(f"show views in {CATALOG_NAME}.{namespace}").collect()}
-        names += [f"{namespace}.{table}" for table in sorted(tables - views)]
+        where = f"{quote(CATALOG_NAME)}.{quote(namespace)}"
+        tables = {row.tableName for row in spark.sql(f"show tables in {where}").collect() if not row.isTemporary}
+        views = {row.viewName for row in spark.sql(f"show views in {where}").collect()}
+        for table in sorted(tables - views):
+            if NAME_PART.fullmatch(table):
+                names.append(f"{namespace}.{table}")
+            else:
+                log.warning("%s: table %r not maintained: its name is not plain (%s)", namespace, table,
+                            TABLE_NAME_RULE)
     return names
 
 
@@ -316,21 +320,22 @@ def _single_row(spark, sql: str):
 def table_stats(spark, table: str, policy: Policy) -> TableStats:
     small = int(policy.target_file_size_bytes * SMALL_FILE_RATIO)
     files = _single_row(spark, f"select count(*) as n, coalesce(sum(if(file_size_in_bytes < {small}, 1, 0)), 0) "
-                               f"as small, coalesce(sum(record_count), 0) as rows from {table}.data_files")
+                               f"as small, coalesce(sum(record_count), 0) as rows from {quote_table(table)}.data_files")
     stored = _single_row(spark, "select coalesce(sum(size), 0) as bytes from ("
-                                f"select distinct file_path, file_size_in_bytes as size from {table}.all_files "
-                                f"union all select distinct path, length from {table}.all_manifests)")
+                                "select distinct file_path, file_size_in_bytes as size from "
+                                f"{quote_table(table)}.all_files "
+                                f"union all select distinct path, length from {quote_table(table)}.all_manifests)")
     return TableStats(
         data_files=files.n, small_files=files.small,
-        delete_files=_single_row(spark, f"select count(*) as n from {table}.delete_files").n,
-        manifests=_single_row(spark, f"select count(*) as n from {table}.manifests").n,
-        snapshots=_single_row(spark, f"select count(*) as n from {table}.snapshots").n,
+        delete_files=_single_row(spark, f"select count(*) as n from {quote_table(table)}.delete_files").n,
+        manifests=_single_row(spark, f"select count(*) as n from {quote_table(table)}.manifests").n,
+        snapshots=_single_row(spark, f"select count(*) as n from {quote_table(table)}.snapshots").n,
         rows=files.rows, stored_bytes=int(stored.bytes),
     )
 
 
 def partition_transforms(spark, table: str) -> list[str]:
-    rows = spark.sql(f"describe table {table}").collect()
+    rows = spark.sql(f"describe table {quote_table(table)}").collect()
     transforms, in_partitioning = [], False
     for row in rows:
         if row.col_name.startswith("# Partitioning"):
@@ -344,8 +349,8 @@ def partition_transforms(spark, table: str) -> list[str]:
 
 def partition_files(spark, table: str) -> list[PartitionFiles]:
     # An unpartitioned table's `partitions` has one row and no `partition` column.
-    key = "partition" if "partition" in spark.table(f"{table}.partitions").columns else "null as partition"
-    rows = spark.sql(f"select {key}, file_count, last_updated_at from {table}.partitions").collect()
+    key = "partition" if "partition" in spark.table(f"{quote_table(table)}.partitions").columns else "null as partition"
+    rows = spark.sql(f"select {key}, file_count, last_updated_at from {quote_table(table)}.partitions").collect()
     return [PartitionFiles(tuple(row.partition) if row.partition is not None else (), row.file_count,
                            row.last_updated_at.replace(tzinfo=UTC) if row.last_updated_at else None)
             for row in rows]
@@ -412,7 +417,7 @@ class TableMaintenance:
     def _call(self, procedure: str, *arguments: str) -> list:
         """Rows of an Iceberg procedure on this table. The table is named with its catalog:
         a bare `bronze.x` makes Iceberg try `bronze` as a catalog first and log a stack trace."""
-        arguments = (f"table => '{CATALOG_NAME}.{self.table}'", *arguments)
+        arguments = (f"table => {sql_string(f'{CATALOG_NAME}.{self.table}')}", *arguments)
         return self.spark.sql(f"call {CATALOG_NAME}.system.{procedure}({', '.join(arguments)})").collect()
 
     def compact(self) -> None:
@@ -463,7 +468,7 @@ class TableMaintenance:
                     f"would compact {len(crowded)} partition(s), {sum(p.file_count for p in crowded):,} files"
                     + (f", and apply {deletes:,} delete files" if deletes else ""))
                 return
-        where_arg = f", where => {_quote(where)}" if where else ""
+        where_arg = f", where => {sql_string(where)}" if where else ""
         [row] = self._call("rewrite_data_files", f"options => {_options(options)}{where_arg}")
         self.result.files_rewritten += row.rewritten_data_files_count
         self.result.files_added += row.added_data_files_count
@@ -478,7 +483,7 @@ class TableMaintenance:
                                         "they are retried next pass")
 
     def rewrite_position_deletes(self) -> None:
-        deletes = _single_row(self.spark, f"select count(*) as n from {self.table}.delete_files").n
+        deletes = _single_row(self.spark, f"select count(*) as n from {quote_table(self.table)}.delete_files").n
         if not deletes:
             return
         if self.dry_run:
@@ -490,7 +495,7 @@ class TableMaintenance:
                                    f"{row.added_delete_files_count:,}")
 
     def rewrite_manifests(self) -> None:
-        manifests = _single_row(self.spark, f"select count(*) as n from {self.table}.manifests").n
+        manifests = _single_row(self.spark, f"select count(*) as n from {quote_table(self.table)}.manifests").n
         if manifests < 2:
             return
         if self.dry_run:
@@ -516,7 +521,7 @@ class TableMaintenance:
         marked_at = datetime.now(UTC)
         older_than = min(self.now - timedelta(hours=self.policy.snapshot_retention_hours), marked_at)
         committed = [row.committed_at.replace(tzinfo=UTC) for row in
-                     self.spark.sql(f"select committed_at from {self.table}.snapshots").collect()]
+                     self.spark.sql(f"select committed_at from {quote_table(self.table)}.snapshots").collect()]
         expected = snapshots_to_expire(committed, older_than, self.policy.snapshots_to_keep)
         if self.dry_run:
             self.result.actions.append(f"would expire about {expected:,} snapshot(s) older than "
@@ -531,7 +536,7 @@ class TableMaintenance:
         before = len(committed)
         [row] = self._call("expire_snapshots", f"older_than => {_timestamp_literal(older_than)}",
                            f"retain_last => {self.policy.snapshots_to_keep}")
-        after = _single_row(self.spark, f"select count(*) as n from {self.table}.snapshots").n
+        after = _single_row(self.spark, f"select count(*) as n from {quote_table(self.table)}.snapshots").n
         self.result.snapshots_expired = max(0, before - after)
         self.result.actions.append(
             f"snapshots: {self.result.snapshots_expired:,} expired (older than {older_than:%Y-%m-%d %H:%M:%S} UTC), "
@@ -588,11 +593,12 @@ def log_path(settings: Settings) -> Path:
 
 
 def append_log(settings: Settings, results: list[TableResult]) -> None:
+    """One line per table appended to the log, all or none: the whole new log replaces the old
+    (lakehouse/core/files.py), so a failure (a full disk, a kill, an entry that does not
+    serialize) leaves the previous log, never a torn last line `lakehouse status` would skip."""
     path = log_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        for result in results:
-            handle.write(json.dumps(result.log_entry()) + "\n")
+    append_atomically(path, "".join(json.dumps(result.log_entry()) + "\n" for result in results))
 
 
 def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_run: bool = False,

@@ -3,8 +3,10 @@
 The real purchases stream (Avro, Confluent wire format) in a lakehouse of its own (state
 folder, catalog, registry, broker): good v1 and v2 purchases, purchases of a "v3" (v2 plus an
 optional field) framed with a schema id the `purchases-value` subject does not list yet
-(UNKNOWN_SCHEMA_ID), one payload that is not Avro at all (CORRUPT_PAYLOAD). A replay before
-the fix changes only the attempt counters; after v3 is registered under the subject, the
+(UNKNOWN_SCHEMA_ID), one payload that is not Avro at all (CORRUPT_PAYLOAD), one v2 purchase of
+1990 (EVENT_TIME_OUT_OF_RANGE). Each dead letter records the schema id its header names, known
+or not. A replay before the fix changes only the attempt counters (and fills a schema id a dead
+letter lacks); after v3 is registered under the subject, the
 replay (the real command line) evolves bronze, puts the v3 purchases there at their original
 Kafka coordinates, marks their dead letters, and the next incremental dbt run carries them
 into silver. A second replay changes nothing.
@@ -47,6 +49,9 @@ GOOD, PENDING = 20, 6
 COUPON = "SPRING-24"
 CORRUPT_KEY = b"bad\x1bkey"
 CORRUPT_VALUE = b"\x1b[2J\x07not avro \xff\xfe\x00"  # no wire-format header: CORRUPT_PAYLOAD
+STALE_KEY = b"purchase-of-1990"  # a known schema id, an event time out of range
+STALE_TIME_MS = 631_152_000_000  # 1990-01-01, before the earliest event time accepted
+FAILING = {"CORRUPT_PAYLOAD": 1, "EVENT_TIME_OUT_OF_RANGE": 1}  # still failing after the fix
 # No overlap window: the incremental run after the replay must find the replayed rows by
 # their _ingested_at alone (the default 10 minutes would re-read everything in this test).
 NO_OVERLAP = ["--vars", '{"overlap_minutes": 0}']
@@ -77,7 +82,8 @@ def v3_schema() -> str:
 
 @pytest.fixture(scope="module")
 def ingested(lake):
-    """Purchases produced and ingested once: (ids of the good ones, ids of the v3 ones, v3's schema id)."""
+    """Purchases produced and ingested once: (ids of the good ones, ids of the v3 ones, v3's schema id,
+    v2's schema id)."""
     own, session, _ = lake
     registry = registry_for(own)
     ids = purchases.register_schemas(registry)  # v1 and v2 under purchases-value, as the producer does
@@ -92,7 +98,9 @@ def ingested(lake):
     messages = ([(purchases.key(p), purchases.encode(p, ids[v], parsed[v]))
                  for p in good for v in [2 if "payment_method" in p else 1]]
                 + [(purchases.key(p), purchases.encode(p, v3_id, avro.parsed(v3_schema()))) for p in pending]
-                + [(CORRUPT_KEY, CORRUPT_VALUE)])
+                + [(CORRUPT_KEY, CORRUPT_VALUE),
+                   (STALE_KEY, purchases.encode({**purchases.make_purchase(rng, now, 2),
+                                                 "transaction_time": STALE_TIME_MS}, ids[2], parsed[2]))])
     from confluent_kafka import Producer
 
     ensure_topic(own, purchases.TOPIC)
@@ -101,7 +109,7 @@ def ingested(lake):
         producer.produce(purchases.TOPIC, value, key)
     assert producer.flush(30) == 0
     job.run(session, own, ["purchases"], available_now=True)
-    return {p["transaction_id"] for p in good}, {p["transaction_id"] for p in pending}, v3_id
+    return {p["transaction_id"] for p in good}, {p["transaction_id"] for p in pending}, v3_id, ids[2]
 
 
 def dead_letters(session) -> dict[bytes, dict]:
@@ -116,17 +124,23 @@ def snapshots(session, table: str) -> list[int]:
 
 def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_silver(lake, ingested):
     own, session, target = lake
-    good_ids, pending_ids, v3_id = ingested
+    good_ids, pending_ids, v3_id, v2_id = ingested
     keys = {tid.encode() for tid in pending_ids}
 
     # --- ingested: the good ones in bronze, the v3 ones dead letters with UNKNOWN_SCHEMA_ID
     assert session.table("bronze.purchases").count() == GOOD
     dead = dead_letters(session)
-    assert set(dead) == keys | {CORRUPT_KEY}
+    assert set(dead) == keys | {CORRUPT_KEY, STALE_KEY}
     assert {dead[k]["error_code"] for k in keys} == {"UNKNOWN_SCHEMA_ID"}
     assert dead[CORRUPT_KEY]["error_code"] == "CORRUPT_PAYLOAD"
+    assert dead[STALE_KEY]["error_code"] == "EVENT_TIME_OUT_OF_RANGE"
     assert all(d["replayed_at"] is None and d["replay_attempts"] is None for d in dead.values())
+    # the schema id each header names, whether the subject lists it or not; none without a header
+    assert {k: dead[k]["schema_id"] for k in dead} == {**{k: v3_id for k in keys}, CORRUPT_KEY: None,
+                                                       STALE_KEY: v2_id}
     first = dead
+    # dead letters written before the ingestion recorded schema ids have none: a replay fills them
+    session.sql("update bronze.dead_letters set schema_id = null where stream = 'purchases'")
     # silver before the replay (the replayed rows are what the next incremental run must see),
     # built meanwhile: until the fix, the replays below write nothing it reads
     pool = ThreadPoolExecutor(1)
@@ -136,13 +150,13 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     # --- a replay before the fix: nothing reaches bronze, the attempt is recorded
     bronze_before = snapshots(session, "bronze.purchases")
     report = replay(session, own, parse_filters(["purchases"]))
-    assert (report.selected, report.replayed) == (PENDING + 1, 0)
-    assert report.streams[0].still_failing == {"UNKNOWN_SCHEMA_ID": PENDING, "CORRUPT_PAYLOAD": 1}
+    assert (report.selected, report.replayed) == (PENDING + 2, 0)
+    assert report.streams[0].still_failing == {"UNKNOWN_SCHEMA_ID": PENDING, **FAILING}
     assert snapshots(session, "bronze.purchases") == bronze_before
     dead = dead_letters(session)
     for key, row in dead.items():
         assert row["replayed_at"] is None and row["replay_attempts"] == 1 and row["last_replay_at"] is not None
-        assert row["error_code"] == first[key]["error_code"]
+        assert row["error_code"] == first[key]["error_code"] and row["schema_id"] == first[key]["schema_id"]
         assert (row["partition"], row["offset"], bytes(row["value"])) == (
             first[key]["partition"], first[key]["offset"], bytes(first[key]["value"]))  # bytes untouched
 
@@ -151,7 +165,7 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     assert registry_for(own).register(purchases.SUBJECT, v3_schema()) == v3_id
     dead_before = snapshots(session, "bronze.dead_letters")
     dry = replay(session, own, parse_filters(["purchases"]), dry_run=True)
-    assert (dry.selected, dry.replayed, dry.streams[0].still_failing) == (PENDING + 1, PENDING, {"CORRUPT_PAYLOAD": 1})
+    assert (dry.selected, dry.replayed, dry.streams[0].still_failing) == (PENDING + 2, PENDING, FAILING)
     assert snapshots(session, "bronze.purchases") == bronze_before  # a dry run writes nothing
     assert snapshots(session, "bronze.dead_letters") == dead_before
     silver_built.result()
@@ -161,8 +175,8 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     # --- the replay, by the command line
     result = lakehouse(own, "dlq", "replay", "--stream", "purchases")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert (f"purchases: {PENDING + 1} selected, {PENDING} replayed into bronze.purchases, "
-            "1 still failing: CORRUPT_PAYLOAD 1") in result.stdout, result.stdout
+    assert (f"purchases: {PENDING + 2} selected, {PENDING} replayed into bronze.purchases, "
+            "2 still failing: CORRUPT_PAYLOAD 1, EVENT_TIME_OUT_OF_RANGE 1") in result.stdout, result.stdout
 
     # bronze: evolved with v3's column, the v3 purchases at their original coordinates
     bronze = session.table("bronze.purchases")
@@ -182,16 +196,16 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     marked = session.sql("select summary from bronze.purchases.snapshots order by committed_at desc limit 1").first()
     assert REPLAY_ID_PROPERTY in marked.summary and "lakehouse.query-id" not in marked.summary
 
-    # dead letters: kept, the replayed ones marked, the corrupt one still pending
+    # dead letters: kept, the replayed ones marked, the two still failing pending
     dead = dead_letters(session)
-    assert set(dead) == keys | {CORRUPT_KEY}
+    assert set(dead) == keys | {CORRUPT_KEY, STALE_KEY}
     for key in keys:
         row = dead[key]
         assert row["replayed_at"] is not None and row["replay_attempts"] == 2
         assert row["last_replay_at"] == row["replayed_at"] and row["error_code"] == "UNKNOWN_SCHEMA_ID"
-    corrupt = dead[CORRUPT_KEY]
-    assert corrupt["replayed_at"] is None and corrupt["replay_attempts"] == 2
-    assert corrupt["error_code"] == "CORRUPT_PAYLOAD"
+    for key, code in ((CORRUPT_KEY, "CORRUPT_PAYLOAD"), (STALE_KEY, "EVENT_TIME_OUT_OF_RANGE")):
+        assert dead[key]["replayed_at"] is None and dead[key]["replay_attempts"] == 2
+        assert dead[key]["error_code"] == code and dead[key]["schema_id"] == first[key]["schema_id"]
 
     # the same through pyiceberg, as another reader of the catalog sees it
     catalog = pyiceberg_catalog(own)
@@ -235,12 +249,12 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     stats = queries.stats(session, parse_filters(["purchases"], include_replayed=True))
     reasons = stats["streams"]["purchases"]["reasons"]
     assert {code: (r["pending"], r["replayed"]) for code, r in reasons.items()} == {
-        "CORRUPT_PAYLOAD": (1, 0), "UNKNOWN_SCHEMA_ID": (0, PENDING)}
+        "CORRUPT_PAYLOAD": (1, 0), "EVENT_TIME_OUT_OF_RANGE": (1, 0), "UNKNOWN_SCHEMA_ID": (0, PENDING)}
 
-    # every pending purchase dead letter again (only the corrupt one is): tried, nothing lands twice
+    # every pending purchase dead letter again (only the two still failing are): tried, nothing lands twice
     everything = replay(session, own, parse_filters(["purchases"]))
-    assert (everything.selected, everything.replayed) == (1, 0)
-    assert everything.streams[0].still_failing == {"CORRUPT_PAYLOAD": 1}
+    assert (everything.selected, everything.replayed) == (2, 0)
+    assert everything.streams[0].still_failing == FAILING
     assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
     assert session.table("bronze.purchases").count() == counts["bronze.purchases"]
     assert dead_letters(session)[CORRUPT_KEY]["replay_attempts"] == 3
@@ -272,11 +286,11 @@ def test_list_stats_and_show_on_a_session(lake, ingested, capsys):
     lines = listed.splitlines()
     assert lines[0].split()[:2] == ["STREAM", "PARTITION:OFFSET"] and len(lines) == 4
     assert lines[1].startswith("purchases ") and lines[3] == (
-        f"showing 2 of {PENDING + 1}: {PENDING - 1} more (--limit 0 shows all, or narrow the filters)")
+        f"showing 2 of {PENDING + 2}: {PENDING} more (--limit 0 shows all, or narrow the filters)")
     listed = json.loads(command("list", "--reason", "corrupt_payload", "--include-replayed", "--json"))
     assert listed["total"] == 1 and listed["dead_letters"][0]["error_code"] == "CORRUPT_PAYLOAD"
     stats = json.loads(command("stats", "--json", "--include-replayed"))
-    assert stats["total"]["pending"] + stats["total"]["replayed"] == PENDING + 1
+    assert stats["total"]["pending"] + stats["total"]["replayed"] == PENDING + 2
     assert "purchases" in command("stats", "--include-replayed")
     shown = command("show", "--reason", "CORRUPT_PAYLOAD", "--include-replayed", "--max-bytes", "4")
     assert "  00000000  1b 5b 32 4a" in shown and "... 13 more bytes" in shown

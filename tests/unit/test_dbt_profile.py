@@ -40,3 +40,12 @@ def test_profile_defaults_to_the_state_folder_under_the_project_root():
     params = profile["lakehouse"]["outputs"]["local"]["server_side_parameters"]
     uri = _render(params["spark.sql.catalog.lake.uri"], {"PWD": str(REPO_ROOT)})
     assert uri == f"jdbc:sqlite:{REPO_ROOT}/.lakehouse/catalog.db"
+
+
+def test_every_folder_dbt_project_yml_names_exists():
+    """dbt skips a missing folder silently: a typo there loses models, macros or tests unseen."""
+    project = yaml.safe_load((REPO_ROOT / "dbt_project.yml").read_text())
+    named = {key: project[key] for key in project if key.endswith("-paths") and key != "clean-targets"}
+    assert {"model-paths", "macro-paths", "seed-paths", "test-paths"} <= set(named)
+    missing = [f"{key}: {path}" for key, paths in named.items() for path in paths if not (REPO_ROOT / path).is_dir()]
+    assert missing == []

@@ -35,6 +35,14 @@ def ingest(tmp_path, streams: dict, *args: str) -> subprocess.CompletedProcess:
     ({"events": {**STREAM, "format": "avro"}}, ["events"], "a avro stream takes a .avsc schema"),
     ({"events": {**STREAM, "colour": "red"}}, ["events"], "unknown setting(s) colour"),
     ({"events": {k: v for k, v in STREAM.items() if k != "identity"}}, ["events"], "`identity` is required"),
+    # names that would end their identifier, or the statement, in the DDL
+    ({"events": {**STREAM, "bronze_table": "bronze.ev`ents"}}, ["events"],
+     "streams.events.bronze_table: invalid table name 'bronze.ev`ents': expected namespace.table"),
+    ({"events": {**STREAM, "bronze_table": "bronze.events; drop table bronze.purchases"}}, ["events"],
+     "invalid table name 'bronze.events; drop table bronze.purchases'"),
+    ({"events": {**STREAM, "bronze_table": "events"}}, ["events"], "invalid table name 'events'"),
+    ({"my events": STREAM}, ["my events"],
+     "streams.my events: the stream name does not make a valid table name (bronze.my events): set `bronze_table`"),
     ({"events": STREAM}, ["events", "--trigger", "soon"], "invalid trigger interval 'soon'"),
     ({"events": STREAM}, ["events"], "cannot reach Kafka at 127.0.0.1:"),
 ])
@@ -52,7 +60,7 @@ def test_the_shipped_pipeline_declares_every_demo_stream():
         "accounts": "dms"}
     assert all(spec.schema_path.is_file() for spec in streams.values())
     assert streams["customers"].partitioning == ("days(_ingested_at)",)
-    assert streams["purchases"].partitioning == ("days(transaction_time)",)
+    assert streams["purchases"].partitioning == ("days(`transaction_time`)",)
 
 
 @pytest.mark.parametrize("text, expected", [("30s", "30 seconds"), ("500ms", "500 milliseconds"),

@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from lakehouse.contracts.error_codes import ERROR_CODES
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.sql import sql_string, timestamp_sql
 from lakehouse.operations.dead_letters.text import format_time, iso
 
 TIME_HELP = ("an ISO time (2024-05-01T12:00, UTC unless it says otherwise), a date (2024-05-01) "
@@ -39,16 +40,6 @@ def parse_time(text: str, option: str = "--since", now: datetime | None = None) 
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
-
-
-def sql_string(text: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def timestamp_sql(at: datetime) -> str:
-    """A Spark SQL timestamp literal of an aware datetime."""
-    return f"timestamp'{at.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 from ingestion import bronze, job
 from ingestion.dead_letters import PARTITIONING as DEAD_LETTER_PARTITIONING
 from ingestion.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
+from ingestion.dead_letters import schema_id
 from ingestion.decoders import KAFKA_SOURCE_SCHEMA, StreamDecoder, decoder_for
 from ingestion.formats import to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream
@@ -33,8 +34,9 @@ from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import relation_exists
+from lakehouse.core.sql import quote_table, sql_string, timestamp_sql
 from lakehouse.operations.dead_letters import REPLAY_COLUMNS, TABLE
-from lakehouse.operations.dead_letters.filters import Filters, sql_string, timestamp_sql
+from lakehouse.operations.dead_letters.filters import Filters
 from lakehouse.operations.dead_letters.text import iso
 
 log = logging.getLogger("lakehouse.dlq")
@@ -170,7 +172,7 @@ def _replay(spark: SparkSession, settings: Settings, report: ReplayReport) -> Re
 
 
 def _current_snapshot(spark: SparkSession, table: str) -> int | None:
-    rows = spark.sql(f"select snapshot_id from {table}.refs where name = 'main'").collect()
+    rows = spark.sql(f"select snapshot_id from {quote_table(table)}.refs where name = 'main'").collect()
     return rows[0].snapshot_id if rows else None
 
 
@@ -181,7 +183,8 @@ def _pinned_selection(spark: SparkSession, filters: Filters) -> DataFrame | None
     snapshot = _current_snapshot(spark, TABLE)
     if snapshot is None:
         return None
-    pinned = bronze.conform_to_schema(spark.sql(f"select * from {TABLE} version as of {snapshot}"), DEAD_LETTER_SCHEMA)
+    pinned = bronze.conform_to_schema(spark.sql(f"select * from {quote_table(TABLE)} version as of {int(snapshot)}"),
+                                      DEAD_LETTER_SCHEMA)
     return pinned.where(filters.where_sql(has_replay))
 
 
@@ -267,13 +270,15 @@ def _already_in_bronze(spark: SparkSession, spec: StreamSpec, span: Row, decoded
 
 
 def _outcomes(name: str, decoded: DataFrame, in_bronze: DataFrame) -> DataFrame:
-    """Per record: replayed (it reads now, or bronze has it already), and the reason it still fails."""
-    return (decoded.select(*COORDINATES, "_error_code", "_error_detail")
+    """Per record: replayed (it reads now, or bronze has it already), the reason it still fails,
+    and the schema id its header names (null for formats without one)."""
+    return (decoded.select(*COORDINATES, "_error_code", "_error_detail", schema_id(decoded).alias("schema_id"))
             .join(in_bronze, list(COORDINATES), "left")
             .select(F.lit(name).alias("stream"), *COORDINATES,
                     (F.col("_error_code").isNull() | F.col("_in_bronze").isNotNull()).alias("replayed"),
                     F.col("_in_bronze").isNotNull().alias("in_bronze"),
-                    F.col("_error_code").alias("error_code"), F.col("_error_detail").alias("error_detail")))
+                    F.col("_error_code").alias("error_code"), F.col("_error_detail").alias("error_detail"),
+                    F.col("schema_id")))
 
 
 def _as_bronze_coordinates() -> list[Column]:
@@ -299,7 +304,9 @@ def _append_to_bronze(spark: SparkSession, spec: StreamSpec, result: StreamRepla
 
 def _mark_statement(report: ReplayReport, view: str, oldest: int, newest: int) -> str:
     """The MERGE of the outcomes in ``view`` into the dead letters: replayed ones get
-    replayed_at; still-failing ones their new reason; both one more attempt."""
+    replayed_at; still-failing ones their new reason; both one more attempt. A schema id the
+    dead letter lacks (written before the ingestion recorded it) is filled from the header;
+    the bytes are the same, so an id already there is never changed."""
     now = timestamp_sql(report.started_at)
     streams = ", ".join(sql_string(s.stream) for s in report.streams)
     # The stream and ingestion-time bounds prune the partitions read, and keep dead letters
@@ -315,7 +322,8 @@ def _mark_statement(report: ReplayReport, view: str, oldest: int, newest: int) -
             replay_attempts = coalesce(t.replay_attempts, 0) + 1,
             last_replay_at = {now},
             error_code = case when s.replayed then t.error_code else s.error_code end,
-            error_detail = case when s.replayed then t.error_detail else s.error_detail end
+            error_detail = case when s.replayed then t.error_detail else s.error_detail end,
+            schema_id = coalesce(t.schema_id, s.schema_id)
     """
 
 
