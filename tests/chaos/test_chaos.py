@@ -16,6 +16,7 @@ def test_kill_9_the_ingestion_driver_ten_times(lake):
     lake.baseline()
     facts = scenarios.kill_ingestion_driver(lake, kills=12, events=600_000, changes=2000)
     assert facts["kills"] >= 10, facts
+    assert facts["kills_during_a_batch"] >= 12 // 2, facts  # every second kill, by construction
     check_invariants(lake, "kill -9 ingestion driver", facts)
 
 
@@ -43,6 +44,7 @@ def test_maintenance_while_streaming_and_dbt(lake, tmp_path):
 def test_several_writers_on_the_sqlite_catalog(lake):
     lake.baseline()
     facts = scenarios.contend_for_the_catalog(lake, writers=4, events=40_000, rate=800)
+    assert facts["failed_batches"] == 0 and facts["busy_or_conflict_log_lines"] == 0, facts  # also in the scenario
     check_invariants(lake, "catalog contention", facts)
 
 

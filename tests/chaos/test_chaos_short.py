@@ -6,7 +6,7 @@ SQLite catalog, both appending dead letters to the same table. While producers s
 faults on (5% corrupt payloads, unknown schema ids, invalid records among them):
 1. the events' driver is killed with SIGKILL twice, at a random moment of a batch;
 2. a maintenance pass (compaction and snapshot expiry, on partitions being written) runs;
-3. the broker is stopped and started again; both jobs must carry on;
+3. the broker is stopped and started again; both jobs must carry on and read what is sent after;
 4. a burst of a purchases schema registered mid-run arrives; the job evolves bronze;
 5. the checkpoints' disk fills up: both jobs stop with one clear error line; freed, restarted;
 6. after they caught up and stopped, `dbt run` is killed in the middle of a mirror's MERGE.
@@ -61,9 +61,10 @@ def test_every_fault_once_then_every_invariant(lake, tmp_path):
             planned = checkpoint_batches(lake.settings, "employees")
             wait_for(lambda planned=planned: checkpoint_batches(lake.settings, "employees") > planned,
                      "a new batch", 240, events_job, lake.ingest_log)
-            time.sleep(rng.uniform(0.0, 3.0))
+            time.sleep(rng.uniform(0.0, 3.0))  # the random moment of the kill, not a wait for something
             facts["kills"] += kill_group(events_job)
             events_job = start(EVENTS)
+        assert facts["kills"] == 2, "the events' job was not running when it was to be killed\n" + lake.ingest_log()
 
         # 2. a maintenance pass, compacting partitions being written and expiring snapshots
         policy = tmp_path / "maintenance.yml"
@@ -74,19 +75,35 @@ def test_every_fault_once_then_every_invariant(lake, tmp_path):
         assert not failed, failed
         facts["maintenance"] = {"files_rewritten": sum(r.files_rewritten for r in passes),
                                 "snapshots_expired": sum(r.snapshots_expired for r in passes)}
+        # Work there is, whatever the timing: since the baseline every bronze table has had more than
+        # 2 commits (snapshots to expire), each adding files to the partition of the day (2+ to compact).
+        assert facts["maintenance"]["files_rewritten"] > 0 and facts["maintenance"]["snapshots_expired"] > 0, facts
         scenarios.join(producing, errors)
 
-        # 3. the broker stopped (controlled shutdown) while producers send, then started again
+        # 3. the broker stopped (controlled shutdown) while producers send, then started again.
+        # Waits on what can be seen, not on the clock: the broker stops once both jobs have read
+        # some of the new feed; it is down from when its port refuses connections until it
+        # answers again (start() waits for that); both jobs must then read what was sent after.
+        marks = scenarios.topic_ends(lake, ["employees", "customers"])
         producing = feed(lake, errors, 200)
-        time.sleep(3)
+        wait_for(lambda: scenarios.read_past(lake, marks), "both jobs reading the new feed", 240, events_job,
+                 lake.ingest_log)
+        facts["producers_sending_at_broker_stop"] = any(thread.is_alive() for thread in producing)
         local_kafka.stop(lake.settings, log=lambda _: None)
-        time.sleep(6)
+        wait_for(lambda: scenarios.broker_refuses(lake), "the broker's port refusing connections", 60)
+        down_at = time.monotonic()
         assert events_job.poll() is None and cdc_job.poll() is None, lake.ingest_log()
         local_kafka.start(lake.settings, log=lambda _: None)
+        facts["broker_down_seconds"] = round(time.monotonic() - down_at, 1)
 
-        # 4. a burst of a schema registered while the job runs
+        # 4. a burst of a schema registered while the job runs (and changes, both sent after the restart)
         burst = scenarios.send_new_purchase_schema(lake, 500)
+        lake.produce("customers", 30, seed=250)
         scenarios.join(producing, errors)
+        sent = scenarios.topic_ends(lake, EVENTS + CDC)
+        wait_for(lambda: scenarios.read_up_to(lake, sent), "both jobs reading what was sent after the restart",
+                 300, events_job, lake.ingest_log)
+        assert cdc_job.poll() is None, lake.ingest_log()
 
         # 5. the checkpoints' disk full (without root: unwritable): both jobs stop with one clear line
         name, breaks, repairs, expected = lake.disk.faults()[0]

@@ -2,6 +2,10 @@
 
 producer -> Kafka broker -> Structured Streaming job -> Iceberg bronze (+ dead letters)
 -> dbt silver/gold (its own Spark process) -> pyiceberg and Spark read back -> GX suite.
+
+The module has a lakehouse of its own (broker, topics, catalog, tables): its checks compare
+whole tables with what it produced, so no other module's user_events may be in them, in
+whatever order the modules run.
 """
 
 import dataclasses
@@ -15,6 +19,7 @@ from ingestion import job
 from lakehouse.operations.dbt import run_dbt
 from producers import user_events
 from producers.faults import FaultRates
+from tests.integration.own_lakehouse import own_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +31,30 @@ FAULTS = FaultRates(duplicate=0.02, late=0.02, out_of_order=0.02, corrupt=0.01, 
 
 
 @pytest.fixture(scope="module")
-def produced(kafka, settings):
-    report = user_events.produce(settings, EVENTS, FAULTS, seed=SEED, progress=False)
+def lake(spark, settings, tmp_path_factory):
+    """(its settings, a Spark session on its catalog, its dbt target folder)."""
+    with own_lakehouse(spark, settings, tmp_path_factory, "end-to-end") as lakehouse:
+        yield lakehouse
+
+
+@pytest.fixture(scope="module")
+def own(lake):
+    return lake[0]
+
+
+@pytest.fixture(scope="module")
+def session(lake):
+    return lake[1]
+
+
+@pytest.fixture(scope="module")
+def dbt_target(lake):
+    return lake[2]
+
+
+@pytest.fixture(scope="module")
+def produced(own):
+    report = user_events.produce(own, EVENTS, FAULTS, seed=SEED, progress=False)
     manifest = report.manifest()
     assert report.failed == 0 and report.delivered == EVENTS + manifest["faults"]["duplicate"]
     assert len(manifest["dead_letters"]) > 20
@@ -36,30 +63,25 @@ def produced(kafka, settings):
 
 
 @pytest.fixture(scope="module")
-def ingested(spark, settings, produced):
-    job.run(spark, settings, ["user_events"], available_now=True)
+def ingested(session, own, produced):
+    job.run(session, own, ["user_events"], available_now=True)
     return produced
 
 
 @pytest.fixture(scope="module")
-def dbt_target(tmp_path_factory):
-    return tmp_path_factory.mktemp("dbt-target")
-
-
-@pytest.fixture(scope="module")
-def built(ingested, settings, dbt_target):
-    run_dbt(settings, ["run", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
+def built(ingested, own, dbt_target):
+    run_dbt(own, ["run", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
     return ingested
 
 
-def pyiceberg_catalog(settings) -> SqlCatalog:
-    db = settings.catalog_uri.removeprefix("jdbc:sqlite:")
-    return SqlCatalog("lake", uri=f"sqlite:///{db}", warehouse=settings.warehouse)
+def pyiceberg_catalog(own) -> SqlCatalog:
+    db = own.catalog_uri.removeprefix("jdbc:sqlite:")
+    return SqlCatalog("lake", uri=f"sqlite:///{db}", warehouse=own.warehouse)
 
 
-def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(spark, ingested):
-    bronze = spark.table("bronze.user_events").select("_kafka_partition", "_kafka_offset").collect()
-    dead = spark.table("bronze.dead_letters").where("stream = 'user_events'") \
+def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(session, ingested):
+    bronze = session.table("bronze.user_events").select("_kafka_partition", "_kafka_offset").collect()
+    dead = session.table("bronze.dead_letters").where("stream = 'user_events'") \
         .select("partition", "offset", "error_code").collect()
     bronze_coords = {(r._kafka_partition, r._kafka_offset) for r in bronze}
     dead_coords = {(r.partition, r.offset): r.error_code for r in dead}
@@ -70,9 +92,9 @@ def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(spark, ingest
     assert dead_coords == expected  # the right records, with the right reasons
 
 
-def test_duplicates_late_and_evolved_records_are_kept_in_bronze(spark, ingested):
+def test_duplicates_late_and_evolved_records_are_kept_in_bronze(session, ingested):
     faults = ingested.manifest()["faults"]
-    bronze = spark.table("bronze.user_events")
+    bronze = session.table("bronze.user_events")
     assert bronze.count() - bronze.select("event_id").distinct().count() == faults["duplicate"]
     rescued = bronze.where("_rescued is not null").collect()
     assert len(rescued) >= faults["evolved"]  # re-sends of evolved records carry it too
@@ -81,34 +103,34 @@ def test_duplicates_late_and_evolved_records_are_kept_in_bronze(spark, ingested)
     assert late >= faults["late"]
 
 
-def test_replayed_batch_is_not_written_twice(spark, settings, ingested):
+def test_replayed_batch_is_not_written_twice(session, own, ingested):
     """Iceberg's own sink test, applied to ours: lose the last checkpoint commit, restart."""
-    checkpoint = Path(job.checkpoint_location(settings, job.get_stream("user_events")))
+    checkpoint = Path(job.checkpoint_location(own, job.get_stream("user_events")))
     commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
     assert commits, "the ingestion left no checkpoint commits"
-    rows_before = spark.table("bronze.user_events").count()
-    dead_before = spark.table("bronze.dead_letters").count()
-    snapshots_before = spark.table("bronze.user_events.snapshots").count()
+    rows_before = session.table("bronze.user_events").count()
+    dead_before = session.table("bronze.dead_letters").count()
+    snapshots_before = session.table("bronze.user_events.snapshots").count()
     commits[-1].unlink()
     (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum sidecar
-    job.run(spark, settings, ["user_events"], available_now=True)
-    assert spark.table("bronze.user_events").count() == rows_before
-    assert spark.table("bronze.dead_letters").count() == dead_before
-    assert spark.table("bronze.user_events.snapshots").count() == snapshots_before
+    job.run(session, own, ["user_events"], available_now=True)
+    assert session.table("bronze.user_events").count() == rows_before
+    assert session.table("bronze.dead_letters").count() == dead_before
+    assert session.table("bronze.user_events.snapshots").count() == snapshots_before
     assert (checkpoint / "commits" / commits[-1].name).exists()  # the batch is committed again
 
 
-def test_dbt_builds_silver_and_gold_from_bronze(spark, built):
-    bronze_ids = spark.table("bronze.user_events").select("event_id").distinct().count()
-    silver = spark.table("silver.user_events")
+def test_dbt_builds_silver_and_gold_from_bronze(session, built):
+    bronze_ids = session.table("bronze.user_events").select("event_id").distinct().count()
+    silver = session.table("silver.user_events")
     assert silver.count() == bronze_ids
     assert silver.select("event_id").distinct().count() == bronze_ids
-    gold_total = spark.sql("select sum(event_count) as n from gold.events_by_type_daily").collect()[0].n
+    gold_total = session.sql("select sum(event_count) as n from gold.events_by_type_daily").collect()[0].n
     assert gold_total == bronze_ids
 
 
-def test_pyiceberg_reads_the_same_catalog(settings, built):
-    catalog = pyiceberg_catalog(settings)
+def test_pyiceberg_reads_the_same_catalog(own, built):
+    catalog = pyiceberg_catalog(own)
     assert {ns[0] for ns in catalog.list_namespaces()} >= {"bronze", "silver", "gold"}
     assert ("bronze", "user_events") in catalog.list_tables("bronze")
     assert ("silver", "user_events") in catalog.list_tables("silver")
@@ -118,38 +140,38 @@ def test_pyiceberg_reads_the_same_catalog(settings, built):
     assert len(set(silver.column("event_id").to_pylist())) == silver.num_rows
 
 
-def test_one_catalog_on_sqlite_in_wal_mode_and_no_derby(settings, built):
+def test_one_catalog_on_sqlite_in_wal_mode_and_no_derby(own, built):
     import sqlite3
 
     from tests.conftest import REPO_ROOT
 
-    db = settings.catalog_uri.removeprefix("jdbc:sqlite:")
+    db = own.catalog_uri.removeprefix("jdbc:sqlite:")
     with sqlite3.connect(db) as connection:
         assert connection.execute("pragma journal_mode").fetchone()[0] == "wal"
         catalogs = {row[0] for row in connection.execute("select distinct catalog_name from iceberg_tables")}
     assert catalogs == {"lake"}
-    for folder in (REPO_ROOT, settings.home):
+    for folder in (REPO_ROOT, own.home):
         assert not (folder / "metastore_db").exists() and not (folder / "derby.log").exists()
 
 
-def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings, kafka, built, dbt_target):
-    silver_before = spark.table("silver.user_events").count()
-    first_snapshot = spark.sql(
+def test_second_run_is_incremental_and_duplicates_do_not_double(session, own, built, dbt_target):
+    silver_before = session.table("silver.user_events").count()
+    first_snapshot = session.sql(
         "select snapshot_id from silver.user_events.snapshots order by committed_at limit 1").collect()[0][0]
-    bronze_before = spark.table("bronze.user_events").count()
+    bronze_before = session.table("bronze.user_events").count()
     # Same seed, same fault rates: the first 500 events again, faults included (the original
     # run evolved its schema only after event 1,500, so the re-send must not evolve at all).
     # Every readable one is a duplicate: bronze keeps it (dedup is silver's job), silver must not.
-    resent = user_events.produce(settings, 500, dataclasses.replace(FAULTS, evolve_after=None), seed=SEED,
+    resent = user_events.produce(own, 500, dataclasses.replace(FAULTS, evolve_after=None), seed=SEED,
                                  progress=False)
     assert resent.failed == 0
-    job.run(spark, settings, ["user_events"], available_now=True)
-    run_dbt(settings, ["run", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
+    job.run(session, own, ["user_events"], available_now=True)
+    run_dbt(own, ["run", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
 
     unreadable = len(resent.manifest()["dead_letters"])
-    assert spark.table("bronze.user_events").count() == bronze_before + resent.delivered - unreadable
-    assert spark.table("silver.user_events").count() == silver_before
-    history = {r.snapshot_id for r in spark.sql("select snapshot_id from silver.user_events.history").collect()}
+    assert session.table("bronze.user_events").count() == bronze_before + resent.delivered - unreadable
+    assert session.table("silver.user_events").count() == silver_before
+    history = {r.snapshot_id for r in session.sql("select snapshot_id from silver.user_events.history").collect()}
     assert first_snapshot in history, "silver was recreated instead of updated incrementally"
     results = json.loads((dbt_target / "run_results.json").read_text())
     assert {r["status"] for r in results["results"]} == {"success"}
@@ -159,18 +181,18 @@ def test_second_run_is_incremental_and_duplicates_do_not_double(spark, settings,
     assert materialized == {"user_events": "incremental", "events_by_type_daily": "incremental"}
 
 
-def test_dbt_docs_catalog_has_columns(settings, built, dbt_target):
-    run_dbt(settings, ["docs", "generate"], target_dir=dbt_target, capture=True)
+def test_dbt_docs_catalog_has_columns(own, built, dbt_target):
+    run_dbt(own, ["docs", "generate"], target_dir=dbt_target, capture=True)
     catalog = json.loads((dbt_target / "catalog.json").read_text())
     columns = {key.split(".")[-1]: set(node["columns"]) for key, node in catalog["nodes"].items()}
     assert {"event_id", "event_at", "event_type", "_kafka_offset"} <= columns["user_events"]
     assert {"event_date", "event_type", "event_count"} <= columns["events_by_type_daily"]
 
 
-def test_quality_suite_passes_on_the_built_tables(spark, settings, built):
+def test_quality_suite_passes_on_the_built_tables(session, own, built):
     from expectations.runner import run_quality
 
     # this test builds only the user_events models
-    report = run_quality(spark, settings, layer="silver", stream="user_events")
+    report = run_quality(session, own, layer="silver", stream="user_events")
     assert report.passed and report.critical_failures == 0
     assert report.docs_index.exists()
