@@ -202,9 +202,8 @@ def _print_mirror_checks(spark, settings: Settings, streams: dict[str, StreamSpe
     for name, spec in streams.items():
         if spec.is_cdc:
             check = check_mirror(spark, simulator_source(settings, name))
-            verdict = "equals the source database" if check.equal else (
-                f"DIFFERS from the source database: {check.missing} missing, {check.extra} extra, "
-                f"{check.different} different")
+            verdict = "equals the source database" if check.equal else \
+                f"DIFFERS from the source database: {check.describe()}"
             mismatched += [] if check.equal else [f"silver.{name}"]
             print(f"  silver.{name} (CDC mirror, {check.mirror_rows:,} live rows) {verdict}")
     return mismatched
