@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from expectations.history import append_results, recent_results
-from expectations.mirror import MirrorSource
+from expectations.mirror import MirrorSource, source_comparison
 from expectations.report import write_landing_page
 from expectations.suites import (
     CRITICAL,
@@ -76,12 +76,6 @@ SUITE_RUNS = "suite_runs"
 # collect every unexpected value to the driver.
 RESULT_FORMAT = {"result_format": "SUMMARY"}
 EVENT_TIME_FLOOR = datetime(2000, 1, 1, tzinfo=UTC)  # as the ingestion's EVENT_TIME_OUT_OF_RANGE
-CDC_STREAMS = ("customers", "accounts")  # streams whose mirror can be checked against a source
-# Why a parameter can be missing, for the "skipped" notes.
-MISSING_PARAMETER_REASONS = {
-    f"{stream}_source_rows": f"no source database was given for {stream} (no oracle)"
-    for stream in CDC_STREAMS
-}
 
 
 @dataclass(frozen=True)
@@ -195,7 +189,8 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     `suites` is the catalogue to select from (the project's suites unless a caller, e.g. a
     test, brings its own). `record`: append the results to quality.results and rewrite the
     landing page from the history. `sources`: {CDC stream: the source its mirror must equal}
-    (see expectations.mirror); a stream without one skips its source checks. Never stops or
+    (see expectations.mirror), compared row by row by the stream's ``.source`` suite; a
+    stream without one skips that suite and says so. Never stops or
     reconfigures `spark`. A suite whose table does not exist is reported as a failed critical
     ``table_exists`` check. Raises LakehouseError for a selection that matches no suite.
     `full`: daily reconciliations check every day, not only the days touched since they last
@@ -205,7 +200,7 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     started = time.monotonic()
     run_at = datetime.now(UTC)
     run_id = f"{run_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    parameters = {**quality_parameters(settings, run_at, sources), FULL_RECONCILIATION: full}
+    parameters = {**quality_parameters(settings, run_at), FULL_RECONCILIATION: full}
     context = _gx_context(settings)
     datasource = _spark_datasource(context)
     suite_results, validation_ids = [], []
@@ -214,7 +209,8 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
         for number, spec in enumerate(specs, 1):
             log.info("quality %d/%d: %s", number, len(specs), spec.name)
             advance(0, description=f"quality {spec.name}")
-            suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, run_id, run_at)
+            suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, sources or {},
+                                           run_id, run_at)
             suite_results.append(suite_result)
             validation_ids += ids
             advance()
@@ -231,14 +227,9 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     return report
 
 
-def quality_parameters(settings: Settings, now: datetime,
-                       sources: Mapping[str, MirrorSource] | None = None) -> dict[str, Any]:
-    """The values of the suites' parameters for a run at `now`.
-
-    ``<stream>_source_rows`` is present only for the CDC streams of `sources`: the source
-    database is the oracle the live mirror is compared with.
-    """
-    parameters: dict[str, Any] = {
+def quality_parameters(settings: Settings, now: datetime) -> dict[str, Any]:
+    """The values of the suites' parameters for a run at `now`."""
+    return {
         "event_time_floor": EVENT_TIME_FLOOR,
         "event_time_ceiling": now + timedelta(days=1),
         "oldest_expected_event_time": now - timedelta(days=settings.quality_max_event_age_days),
@@ -246,9 +237,6 @@ def quality_parameters(settings: Settings, now: datetime,
         "dead_letter_rate_critical": settings.quality_dead_letter_rate_critical,
         "dead_letter_window_start": now - timedelta(hours=settings.quality_dead_letter_window_hours),
     }
-    for stream, source in (sources or {}).items():
-        parameters[f"{stream}_source_rows"] = source.row_count()
-    return parameters
 
 
 # --- GX setup -------------------------------------------------------------------------------
@@ -342,8 +330,8 @@ def _docs_index(context: FileDataContext) -> Path:
 # --- validation -----------------------------------------------------------------------------
 
 def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkDatasource,
-               spec: SuiteSpec, parameters: dict[str, Any], run_id: str, run_at: datetime
-               ) -> tuple[SuiteResult, list[Any]]:
+               spec: SuiteSpec, parameters: dict[str, Any], sources: Mapping[str, MirrorSource],
+               run_id: str, run_at: datetime) -> tuple[SuiteResult, list[Any]]:
     """The suite's result, and the ids of the GX validation results it stored (for Data Docs)."""
     from great_expectations.core.run_identifier import RunIdentifier
     from pyspark.errors import AnalysisException
@@ -360,15 +348,20 @@ def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkD
     if missing:
         return not_run(TABLE_EXISTS, f"{', '.join(missing)} does not exist (not created yet?): suite not run")
 
+    if spec.compares_with_source and spec.stream not in sources:
+        return result([], [f"{e.type}({e.column or ''}): no source database was given for {spec.stream} (no oracle)"
+                           for e in spec.expectations]), []
     runnable = [e for e in spec.expectations if all(p in parameters for p in e.parameters)]
     skipped = [f"{e.type}({e.column or ''}): "
-               + "; ".join(MISSING_PARAMETER_REASONS.get(p, f"no value for parameter {p}")
-                           for p in e.parameters if p not in parameters)
+               + "; ".join(f"no value for parameter {p}" for p in e.parameters if p not in parameters)
                for e in spec.expectations if e not in runnable]
     spec = dataclasses.replace(spec, expectations=tuple(runnable))
     checkpoint = _checkpoint(context, datasource, spec)
     try:
-        dataframe = spark.sql(render_query(spark, spec, parameters)) if spec.query else spark.table(spec.table)
+        if spec.compares_with_source:  # the live view against its source, one row per key
+            dataframe = source_comparison(spark, sources[spec.stream])
+        else:
+            dataframe = spark.sql(render_query(spark, spec, parameters)) if spec.query else spark.table(spec.table)
     except AnalysisException as exc:  # a column renamed under the suite's query, say
         return not_run(SUITE_RUNS, f"Spark cannot run the suite's query: {str(exc).splitlines()[0]}")
     # Cached for the validation only: GX computes its metrics in several Spark jobs, and the

@@ -3,7 +3,7 @@
 Kafka (started here unless already running) -> produce every stream of the pipeline with
 the demo's fault mix -> ingest them all into bronze in one Spark application
 (available-now) -> dbt run (silver, gold) -> quality checks -> a summary that checks, per
-stream, that every message produced is in bronze or in dead letters, with the right reason
+stream, that every offset produced is in bronze or in dead letters exactly once, with the right reason
 -> a maintenance pass over every table -> the status view.
 Whatever the demo started is stopped at the end, also on failure or Ctrl-C.
 """
@@ -16,9 +16,11 @@ import time
 from expectations.mirror import check_mirror
 from expectations.runner import QualityReport, format_summary, run_quality
 from ingestion import job
+from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import admin_client, end_offsets, topic_names
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import ensure_namespaces, get_spark, relation_exists
 from lakehouse.operations import maintenance, status
@@ -46,9 +48,9 @@ def _step(number: int, text: str) -> float:
     return time.monotonic()
 
 
-def _count(spark, table: str, where: str = "true") -> int:
+def _count(spark, table: str) -> int:
     """Rows of a table or view; 0 when it does not exist (yet)."""
-    return spark.table(table).where(where).count() if relation_exists(spark, table) else 0
+    return spark.table(table).count() if relation_exists(spark, table) else 0
 
 
 def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
@@ -82,11 +84,11 @@ def main(settings: Settings, events: int = 20_000) -> int:
 
         _step(2, f"produce {', '.join(streams)} with the demo's faults (duplicates, late, out of order, "
                  "corrupt, invalid, unknown schema ids, schema evolution)")
-        produced = _produce(settings, streams, events)
+        produced, ranges = _produce(settings, streams, events)
 
         _step(3, "ingest Kafka -> bronze, every stream in one Spark application (available-now)")
         spark = get_spark(settings, app_name="lakehouse-demo")
-        before = _ingest(spark, settings, streams)
+        _ingest(spark, settings, streams)
 
         _step(4, "dbt build (seed, silver and gold models, their data and unit tests)")
         run_dbt(settings, ["build"])
@@ -94,7 +96,7 @@ def main(settings: Settings, events: int = 20_000) -> int:
         _step(5, "quality checks (Great Expectations)")
         report = run_quality(spark, settings, sources=simulator_sources(settings))
         print(format_summary(report))
-        mismatched = _print_summary(spark, settings, streams, produced, before, report)
+        mismatched = _print_summary(spark, settings, streams, produced, ranges, report)
 
         _step(6, "maintenance: compaction, manifest rewrite, snapshot expiry, orphan files (lakehouse maintain)")
         # The demo's ingestion has finished, so no partition is still being written.
@@ -121,37 +123,43 @@ def _start_kafka(settings: Settings) -> bool:
     return True
 
 
-def _produce(settings: Settings, streams: dict[str, StreamSpec], events: int) -> dict[str, dict]:
-    """Every stream's messages with the demo's faults; each stream's fault manifest."""
+def _produce(settings: Settings, streams: dict[str, StreamSpec], events: int
+             ) -> tuple[dict[str, dict], dict[str, dict[int, tuple[int, int]]]]:
+    """Every stream's messages with the demo's faults; each stream's fault manifest and the
+    offsets it produced ({partition: (first, end)}: a reused broker's topics hold earlier runs)."""
     faults = FaultRates.demo()
-    produced = {}
+    produced, ranges = {}, {}
     for name, spec in streams.items():
         count = events // CDC_SHARE if spec.is_cdc else events
+        start = _end_offsets_if_any(settings, spec.topic)
         report = produce(settings, name, count, faults=faults)
         if report.failed:
             raise LakehouseError(f"{name}: {report.failed} messages were not delivered")
         produced[name] = report.manifest(faults.as_dict())
+        ranges[name] = offset_ranges(start, end_offsets(settings, spec.topic))
         print(f"  {name}: delivered {report.delivered:,}; injected: "
               + (", ".join(f"{kind} {n:,}" for kind, n in produced[name]["faults"].items()) or "none"))
-    return produced
+    return produced, ranges
 
 
-def _ingest(spark, settings: Settings, streams: dict[str, StreamSpec]) -> dict[str, tuple[int, int]]:
-    """Ingest every stream (available-now); the bronze and dead-letter rows each had before."""
+def _end_offsets_if_any(settings: Settings, topic: str) -> dict[int, int]:
+    """The topic's end offsets; none when it does not exist yet (the producer creates it)."""
+    return end_offsets(settings, topic) if topic in topic_names(admin_client(settings), settings) else {}
+
+
+def _ingest(spark, settings: Settings, streams: dict[str, StreamSpec]) -> None:
+    """Ingest every stream (available-now)."""
     ensure_namespaces(spark)
-    before = {name: (_count(spark, spec.bronze_table), _count(spark, "bronze.dead_letters", f"stream = '{name}'"))
-              for name, spec in streams.items()}
     job.run(spark, settings, list(streams), available_now=True)
-    return before
 
 
 def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], produced: dict[str, dict],
-                   before: dict[str, tuple[int, int]], report: QualityReport) -> list[str]:
+                   ranges: dict[str, dict[int, tuple[int, int]]], report: QualityReport) -> list[str]:
     """The demo's summary; the streams and mirrors that do not hold what their sources sent."""
     print("\n" + "=" * 64)
     print("lakehouse demo summary")
     print("=" * 64)
-    mismatched = _print_stream_counts(spark, streams, produced, before)
+    mismatched = _print_stream_counts(spark, streams, produced, ranges)
     for name in streams:
         reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
         print(f"  dead letters of {name}: {reasons or 'none'}")
@@ -166,21 +174,25 @@ def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], pr
 
 
 def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[str, dict],
-                         before: dict[str, tuple[int, int]]) -> list[str]:
-    """Per stream: every message produced is in bronze or in dead letters, with the manifest's
-    reason at its coordinates; the streams where it is not."""
+                         ranges: dict[str, dict[int, tuple[int, int]]]) -> list[str]:
+    """Per stream: each offset the demo produced is in bronze or pending in dead letters exactly
+    once (coordinates, not counts: a loss and a duplicate would cancel out in a count), the
+    dead letters are at the manifest's coordinates with its reasons; the streams where not."""
     print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
     mismatched = []
     for name, spec in streams.items():
         manifest = produced[name]
-        bronze = _count(spark, spec.bronze_table) - before[name][0]
-        dead = _count(spark, "bronze.dead_letters", f"stream = '{name}'") - before[name][1]
+        check = check_every_offset_once(spark, spec, ranges[name])
         expected = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
-        ok = bronze + dead == manifest["produced"] and dead == len(expected) \
-            and dead_letters_at(spark, name, expected) == expected
-        mismatched += [] if ok else [name]
-        verdict = "every message in bronze or dead letters, reasons match" if ok else "MISMATCH"
-        print(f"  {name:<12} {manifest['produced']:>10,} {bronze:>10,} {dead:>7,}  {verdict}")
+        problems = [check.describe()] if not check.holds else []
+        if check.expected != manifest["produced"]:  # another producer wrote to the topic meanwhile
+            problems.append(f"the topic holds {check.expected:,} new offsets, {manifest['produced']:,} delivered")
+        if check.dead_letters != len(expected) or dead_letters_at(spark, name, expected) != expected:
+            problems.append(f"dead letters differ from the {len(expected):,} the faults call for")
+        mismatched += [name] if problems else []
+        verdict = "MISMATCH: " + "; ".join(problems) if problems else \
+            "every offset once in bronze or dead letters, reasons match"
+        print(f"  {name:<12} {manifest['produced']:>10,} {check.bronze:>10,} {check.dead_letters:>7,}  {verdict}")
     return mismatched
 
 
@@ -190,9 +202,8 @@ def _print_mirror_checks(spark, settings: Settings, streams: dict[str, StreamSpe
     for name, spec in streams.items():
         if spec.is_cdc:
             check = check_mirror(spark, simulator_source(settings, name))
-            verdict = "equals the source database" if check.equal else (
-                f"DIFFERS from the source database: {check.missing} missing, {check.extra} extra, "
-                f"{check.different} different")
+            verdict = "equals the source database" if check.equal else \
+                f"DIFFERS from the source database: {check.describe()}"
             mismatched += [] if check.equal else [f"silver.{name}"]
             print(f"  silver.{name} (CDC mirror, {check.mirror_rows:,} live rows) {verdict}")
     return mismatched

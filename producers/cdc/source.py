@@ -7,7 +7,6 @@ read back exactly as stored: one dict per row, keyed by primary key, nothing con
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -107,12 +106,6 @@ class SimulatorSource:
         key_column(table)  # an unknown table fails here, not in the middle of a check
         self.path = Path(db_path)
         self.table = table
-
-    def row_count(self) -> int:
-        # Read-only: the simulator may be committing to it right now.
-        with closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)) as connection:
-            [(rows,)] = connection.execute(f"select count(*) from {self.table}").fetchall()
-        return rows
 
     def rows(self) -> dict[int, dict]:
         return read_tables(self.path)[self.table]

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestion import job
+from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.core.settings import Settings
@@ -154,30 +155,27 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180, pro
 
 
 def assert_every_offset_once(lake: Lake, stream: str) -> dict:
-    """Bronze + dead letters hold each offset of each partition exactly once; counts."""
+    """Bronze + pending dead letters hold each offset of each partition exactly once, nothing
+    outside the topic's offsets, and the dead letters are the injected faults; counts."""
     spec = get_stream(stream)
     session, report = lake.session, lake.ledger[stream]
     assert report.failed == 0, f"{stream}: the producers could not deliver {report.failed}: {report.errors}"
-    ends = end_offsets(lake.settings, spec.topic)
-    bronze = [(r._kafka_partition, r._kafka_offset) for r in
-              session.table(spec.bronze_table).select("_kafka_partition", "_kafka_offset").collect()]
+    check = check_every_offset_once(session, spec, offset_ranges({}, end_offsets(lake.settings, spec.topic)))
+    assert check.holds, f"{stream}: {check.describe()}"
+    bronze_rows = session.table(spec.bronze_table).count()
     dead = {(r.partition, r.offset): r.error_code for r in session.table("bronze.dead_letters")
             .where(f"stream = '{stream}'").select("partition", "offset", "error_code").collect()}
-    dead_rows = session.table("bronze.dead_letters").where(f"stream = '{stream}'").count()
-    assert len(bronze) == len(set(bronze)), f"{stream}: {len(bronze) - len(set(bronze))} records twice in bronze"
-    assert dead_rows == len(dead), f"{stream}: {dead_rows - len(dead)} records twice in dead letters"
-    assert not set(bronze) & dead.keys(), f"{stream}: records both in bronze and in dead letters"
-    produced = {(p, o) for p, end in ends.items() for o in range(end)}
-    landed = set(bronze) | dead.keys()
-    assert landed == produced, f"{stream}: {len(produced - landed)} offsets missing, {len(landed - produced)} unknown"
-    assert len(produced) == report.delivered, \
-        f"{stream}: the topic holds {len(produced)} records, the producers had {report.delivered} acknowledged"
+    assert (bronze_rows, len(dead)) == (check.bronze, check.dead_letters), \
+        f"{stream}: {bronze_rows - check.bronze} bronze rows and {len(dead) - check.dead_letters} dead letters " \
+        "outside the topic's offsets (or replayed)"
+    assert check.expected == report.delivered, \
+        f"{stream}: the topic holds {check.expected} records, the producers had {report.delivered} acknowledged"
     expected = {(d["partition"], d["offset"]): d["error_code"] for d in report.manifest()["dead_letters"]}
     assert dead == expected, (f"{stream}: dead letters differ from the injected faults: "
                               f"{len(dead.keys() - expected.keys())} unexpected, {len(expected.keys() - dead.keys())} "
                               f"missing, {sum(dead[k] != expected[k] for k in dead.keys() & expected.keys())} "
                               "with another reason")
-    return {"produced": report.delivered, "bronze": len(bronze), "dead_letters": len(dead)}
+    return {"produced": report.delivered, "bronze": check.bronze, "dead_letters": check.dead_letters}
 
 
 def assert_offsets(lake: Lake) -> dict:

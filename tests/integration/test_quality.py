@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 
 from expectations import run_quality
 from expectations.history import RESULTS_TABLE
+from expectations.mirror import check_mirror
 from expectations.runner import TABLE_EXISTS, format_summary
 from expectations.suites import SILVER_SUITES, SuiteSpec, expect, not_null, param, project_suites, select_suites
 from lakehouse.core.errors import LakehouseError
@@ -194,7 +196,7 @@ def test_every_result_is_appended_to_the_history_table(spark, settings):
     assert SUITE in page and "refund" in page and report.run_id in page
 
 
-def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, settings, tmp_path):
+def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, settings):
     write_events(spark, CLEAN)
     counted = SuiteSpec(
         layer="silver", stream="qa_counts", table=TABLE, name=f"{TABLE}.counts",
@@ -203,12 +205,10 @@ def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, sett
               f"from {TABLE}",
         expectations=(
             expect("column_max_to_be_between", column="events", max_value=param("dead_letter_rate_critical")),
-            expect("table_row_count_to_equal", value=param("customers_source_rows")),
+            expect("table_row_count_to_equal", value=param("qa_never_given")),
             expect("column_values_to_be_between", "warning", column="recent", min_value=1),
         ))
-    # A state folder without CDC source databases (other tests put some in the shared one).
-    elsewhere = dataclasses.replace(settings, home=tmp_path)
-    report = run_quality(spark, elsewhere, stream="qa_counts", suites=(counted,), record=False)
+    report = run_quality(spark, settings, stream="qa_counts", suites=(counted,), record=False)
 
     [suite] = report.suites
     # 7 events against the critical dead-letter rate (0.10): fails, and shows the observed value
@@ -217,13 +217,86 @@ def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, sett
     # the test events were "ingested" in 2024, before the dead-letter window: none is recent
     recent = report.result(counted.name, "expect_column_values_to_be_between", "recent")
     assert (recent.success, recent.severity, recent.unexpected_count) == (False, "warning", 1)
-    # no CDC source database: the oracle check is skipped, and said so
+    # a parameter the run has no value for: its check is skipped, and said so
     assert [r.expectation for r in suite.results] == [
         "expect_column_max_to_be_between", "expect_column_values_to_be_between"]
     [note] = suite.skipped
-    assert "expect_table_row_count_to_equal" in note and "no oracle" in note
+    assert "expect_table_row_count_to_equal" in note and "no value for parameter qa_never_given" in note
     assert "Skipped:" in format_summary(report)
     assert report.report_path is None and report.recorded_rows == 0
+
+
+class MemorySource:
+    """A source table held in memory, spelled as the live view spells it (a MirrorSource)."""
+
+    table = "qa_customers"
+
+    def __init__(self, rows: list[dict]):
+        self._rows = rows
+
+    def rows(self) -> dict:
+        return {row["customer_id"]: dict(row) for row in self._rows}
+
+    def spelled(self, live_rows: list[dict]) -> dict:
+        return {row["customer_id"]: row for row in live_rows}
+
+
+def write_mirror(spark, rows: list[dict]) -> None:
+    spark.createDataFrame(rows, MIRROR_SCHEMA).writeTo(MIRROR).using("iceberg").createOrReplace()
+
+
+MIRROR = "silver.qa_customers"
+MIRROR_SCHEMA = "customer_id bigint, email string, tier string, balance decimal(10,2)"
+[REAL_SOURCE_SUITE] = [s for s in SILVER_SUITES if s.name == "silver.customers.source"]
+SOURCE_SUITE = dataclasses.replace(REAL_SOURCE_SUITE, stream="qa_customers", table=MIRROR, name=f"{MIRROR}.source",
+                                   reads=(MIRROR,))
+IS_NULL = "expect_column_values_to_be_null"
+
+
+def test_a_mirror_with_the_source_count_but_a_value_changed_fails_naming_the_key(spark, settings):
+    truth = [{"customer_id": n, "email": f"c{n}@example.com", "tier": "gold", "balance": Decimal(f"{n}.50")}
+             for n in range(1, 9)]
+    changed = [dict(row) for row in truth]
+    changed[4]["email"] = "someone.else@example.com"  # key 5
+    changed[6]["balance"] = Decimal("0.00")  # key 7
+    write_mirror(spark, changed)
+    source = MemorySource(truth)
+    # what the check compared before: as many live rows as the source has, so it passed
+    assert spark.table(MIRROR).count() == len(source.rows())
+
+    report = run_quality(spark, settings, stream="qa_customers", suites=(SOURCE_SUITE,),
+                         sources={"qa_customers": source})
+
+    check = report.result(SOURCE_SUITE.name, IS_NULL, "difference")
+    assert (check.success, check.severity, check.unexpected_count, check.element_count) == (False, "critical", 2, 8)
+    assert check.unexpected_sample == ("5: values differ", "7: values differ")
+    assert report.passed is False
+    assert "5: values differ" in format_summary(report)
+    assert "5: values differ" in report.report_path.read_text()  # the landing page names the key
+    # the same comparison as the demo and the chaos tests run it
+    mirror = check_mirror(spark, source)
+    assert (mirror.equal, mirror.source_rows, mirror.mirror_rows) == (False, 8, 8)
+    assert mirror.first_differing == ((5, "values differ"), (7, "values differ"))
+
+    # a missing and an extra key, the count still equal
+    write_mirror(spark, [*truth[:2], *truth[3:], {**truth[0], "customer_id": 99}])
+    report = run_quality(spark, settings, stream="qa_customers", suites=(SOURCE_SUITE,),
+                         sources={"qa_customers": source}, record=False)
+    assert report.result(SOURCE_SUITE.name, IS_NULL, "difference").unexpected_sample == (
+        "3: missing from the mirror", "99: not in the source")
+
+    write_mirror(spark, truth)
+    report = run_quality(spark, settings, stream="qa_customers", suites=(SOURCE_SUITE,),
+                         sources={"qa_customers": source}, record=False)
+    check = report.result(SOURCE_SUITE.name, IS_NULL, "difference")
+    assert (check.success, check.unexpected_count, check.element_count) == (True, 0, 8)
+    assert check_mirror(spark, source).equal
+
+    # no source database for the stream: the suite is skipped, and says so
+    report = run_quality(spark, settings, stream="qa_customers", suites=(SOURCE_SUITE,), record=False)
+    [suite] = report.suites
+    assert suite.results == () and len(suite.skipped) == 1 and "no oracle" in suite.skipped[0]
+    spark.sql(f"drop table {MIRROR}")
 
 
 def test_project_suites_cover_every_layer_and_stream():

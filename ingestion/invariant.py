@@ -1,0 +1,128 @@
+"""The exactly-once invariant read back from the tables (ARCHITECTURE §7, §8): each offset of a
+topic is in bronze or pending in dead letters, never both, never neither.
+
+A count (bronze rows + dead letters = records produced) cannot see it: a record lost and another
+landed twice cancel out. So this compares coordinates: within the offset ranges a caller names
+(per partition, first offset to end offset, end excluded), every (partition, offset) must be
+there exactly once, in bronze or among the stream's pending dead letters (a replayed dead
+letter's record is in bronze now, `lakehouse dlq replay`). The demo checks the ranges it
+produced; the chaos tests whole topics.
+
+The counting runs in Spark (a group-by over the coordinates); only the totals and a few
+examples of each failure come back to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ingestion.dead_letters import TABLE as DEAD_LETTERS_TABLE
+from lakehouse.contracts.streams import StreamSpec
+from lakehouse.core.spark import relation_exists
+
+EXAMPLES = 5  # coordinates shown per kind of failure
+
+Coordinate = tuple[int, int]  # (partition, offset)
+
+
+@dataclass(frozen=True)
+class OffsetCheck:
+    """Where the offsets of the ranges landed; `holds` when each is there exactly once."""
+
+    stream: str
+    expected: int  # offsets in the ranges
+    bronze: int  # bronze rows at those offsets
+    dead_letters: int  # pending dead letters at those offsets
+    missing: int  # offsets neither in bronze nor pending in dead letters
+    duplicated: int  # offsets there more than once (twice in a table, or in both)
+    missing_examples: tuple[Coordinate, ...] = ()  # the first few, in offset order
+    duplicated_examples: tuple[tuple[int, int, int, int], ...] = ()  # (partition, offset, bronze, dead)
+
+    @property
+    def holds(self) -> bool:
+        return self.missing == 0 and self.duplicated == 0
+
+    def describe(self) -> str:
+        """The failures in one line, with examples ('' when the invariant holds)."""
+        parts = []
+        if self.missing:
+            parts.append(f"{self.missing:,} missing (e.g. {', '.join(f'{p}:{o}' for p, o in self.missing_examples)})")
+        if self.duplicated:
+            shown = ", ".join(f"{p}:{o} {b}x bronze {d}x dead" for p, o, b, d in self.duplicated_examples)
+            parts.append(f"{self.duplicated:,} duplicated (e.g. {shown})")
+        return "; ".join(parts)
+
+
+def offset_ranges(start: Mapping[int, int], end: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """{partition: (first, end)} between two readings of a topic's end offsets; a partition
+    missing from `start` (the topic or the partition did not exist yet) starts at 0."""
+    return {partition: (start.get(partition, 0), stop) for partition, stop in sorted(end.items())}
+
+
+def check_every_offset_once(spark, spec: StreamSpec, ranges: Mapping[int, tuple[int, int]],
+                            examples: int = EXAMPLES) -> OffsetCheck:
+    """Counts each (partition, offset) of `ranges` in spec's bronze table and its pending dead letters."""
+    ranges = {p: (first, end) for p, (first, end) in ranges.items() if end > first}
+    expected = sum(end - first for first, end in ranges.values())
+    landed = _coordinates(spark, spec).where(_within(ranges))
+    counted = (landed.groupBy("partition", "offset")
+               .agg(F.sum("in_bronze").alias("bronze"), F.sum("in_dead").alias("dead"))
+               .withColumn("n", F.col("bronze") + F.col("dead"))).cache()
+    try:
+        totals = counted.agg(F.count(F.lit(1)).alias("present"), F.count_if(F.col("n") > 1).alias("duplicated"),
+                             F.coalesce(F.sum("bronze"), F.lit(0)).alias("bronze"),
+                             F.coalesce(F.sum("dead"), F.lit(0)).alias("dead")).first()
+        missing = expected - totals.present
+        duplicates = () if not totals.duplicated else tuple(
+            (r.partition, r.offset, r.bronze, r.dead) for r in
+            counted.where("n > 1").orderBy("partition", "offset").limit(examples).collect())
+        absent = () if not missing else tuple(
+            (r.partition, r.offset) for r in
+            _expected(spark, ranges).join(counted, ["partition", "offset"], "left_anti")
+            .orderBy("partition", "offset").limit(examples).collect())
+    finally:
+        counted.unpersist()
+    return OffsetCheck(spec.name, expected, int(totals.bronze), int(totals.dead), missing,
+                       int(totals.duplicated), absent, duplicates)
+
+
+def _coordinates(spark, spec: StreamSpec) -> DataFrame:
+    """(partition, offset, in_bronze, in_dead) of every bronze row and pending dead letter of the stream."""
+    parts = []
+    if relation_exists(spark, spec.bronze_table):
+        parts.append(spark.table(spec.bronze_table).where(F.col("_kafka_topic") == spec.topic).select(
+            F.col("_kafka_partition").cast("int").alias("partition"),
+            F.col("_kafka_offset").cast("long").alias("offset"),
+            F.lit(1).alias("in_bronze"), F.lit(0).alias("in_dead")))
+    if relation_exists(spark, DEAD_LETTERS_TABLE):
+        dead = spark.table(DEAD_LETTERS_TABLE).where(F.col("stream") == spec.name)
+        if "replayed_at" in dead.columns:  # tables from before replay existed: all pending
+            dead = dead.where(F.col("replayed_at").isNull())
+        parts.append(dead.select(F.col("partition").cast("int"), F.col("offset").cast("long"),
+                                 F.lit(0).alias("in_bronze"), F.lit(1).alias("in_dead")))
+    if not parts:
+        return spark.createDataFrame([], "partition int, offset long, in_bronze int, in_dead int")
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+
+
+def _within(ranges: Mapping[int, tuple[int, int]]):
+    condition = F.lit(False)
+    for partition, (first, end) in ranges.items():
+        condition = condition | ((F.col("partition") == partition) & (F.col("offset") >= first)
+                                 & (F.col("offset") < end))
+    return condition
+
+
+def _expected(spark, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+    """Every coordinate of the ranges, generated in Spark (a topic may hold millions)."""
+    frames = [spark.range(first, end).select(F.lit(partition).cast("int").alias("partition"),
+                                              F.col("id").alias("offset"))
+              for partition, (first, end) in ranges.items()]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result

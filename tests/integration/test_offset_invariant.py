@@ -1,0 +1,84 @@
+"""The demo's end-to-end check compares coordinates, not counts (ingestion/invariant.py).
+
+Bronze and dead letters written by hand in a catalog of the module's own (no broker needed:
+the demo's check takes the offset ranges it produced), so every failure is placed exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ingestion.dead_letters import SCHEMA as DEAD_LETTERS_SCHEMA
+from ingestion.dead_letters import TABLE as DEAD_LETTERS
+from ingestion.invariant import check_every_offset_once, offset_ranges
+from lakehouse.commands import demo
+from lakehouse.contracts.streams import get_stream
+from lakehouse.core.settings import Settings
+from lakehouse.core.spark import ensure_namespaces, session_on
+
+pytestmark = pytest.mark.integration
+
+SPEC = get_stream("purchases")
+RANGES = {0: (0, 5), 1: (0, 5)}  # ten offsets produced
+AT = dt.datetime(2024, 5, 1, 12, 0, 0)
+MANIFEST = {"produced": 10, "dead_letters": [{"partition": 1, "offset": 4, "error_code": "CORRUPT_PAYLOAD"}]}
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    """A Spark session on a catalog of this module's own."""
+    home = tmp_path_factory.mktemp("offsets-home")
+    (home / "jars").symlink_to(settings.jars_dir.resolve())
+    session = session_on(spark, Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}))
+    ensure_namespaces(session)
+    return session
+
+
+def write(session, bronze: list[tuple[int, int]], dead: list[tuple[int, int, bool]]) -> None:
+    """Bronze rows at (partition, offset); dead letters at (partition, offset, replayed)."""
+    session.createDataFrame([(SPEC.topic, p, o) for p, o in bronze],
+                            "_kafka_topic string, _kafka_partition int, _kafka_offset long") \
+        .writeTo(SPEC.bronze_table).using("iceberg").createOrReplace()
+    rows = [(SPEC.name, SPEC.topic, p, o, AT, None, b"\xff", "CORRUPT_PAYLOAD", "garbled", None, AT, 0,
+             AT if replayed else None, 1 if replayed else None, AT if replayed else None) for p, o, replayed in dead]
+    session.createDataFrame(rows, DEAD_LETTERS_SCHEMA).writeTo(DEAD_LETTERS).using("iceberg").createOrReplace()
+
+
+def test_a_loss_and_a_duplicate_that_cancel_out_in_the_counts_fail_the_demo_check(lake, capsys):
+    # 0:3 lost, 1:2 landed twice, 1:4 dead-lettered as the manifest says
+    write(lake, [(0, 0), (0, 1), (0, 2), (0, 4), (1, 0), (1, 1), (1, 2), (1, 2), (1, 3)], [(1, 4, False)])
+    # what the old check summed: bronze + dead letters = produced, so it passed
+    assert lake.table(SPEC.bronze_table).count() + lake.table(DEAD_LETTERS).count() == MANIFEST["produced"]
+
+    check = check_every_offset_once(lake, SPEC, RANGES)
+    assert (check.expected, check.bronze, check.dead_letters) == (10, 9, 1)
+    assert (check.missing, check.missing_examples) == (1, ((0, 3),))
+    assert (check.duplicated, check.duplicated_examples) == (1, ((1, 2, 2, 0),))
+    assert not check.holds
+
+    mismatched = demo._print_stream_counts(lake, {SPEC.name: SPEC}, {SPEC.name: MANIFEST}, {SPEC.name: RANGES})
+    assert mismatched == [SPEC.name]
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith(SPEC.name))
+    assert "MISMATCH: 1 missing (e.g. 0:3); 1 duplicated (e.g. 1:2 2x bronze 0x dead)" in line
+
+
+def test_an_offset_both_in_bronze_and_pending_in_dead_letters_is_a_duplicate(lake):
+    write(lake, [(0, o) for o in range(5)] + [(1, o) for o in range(5)], [(1, 4, False)])
+    check = check_every_offset_once(lake, SPEC, RANGES)
+    assert (check.missing, check.duplicated, check.duplicated_examples) == (0, 1, ((1, 4, 1, 1),))
+
+
+def test_every_offset_once_passes_with_replays_and_earlier_offsets_outside_the_range(lake, capsys):
+    # 0:1 was dead-lettered, then replayed into bronze; 0:0 and 1:0 are an earlier run's
+    bronze = [(0, 0), (1, 0)] + [(p, o) for p in (0, 1) for o in range(1, 6) if (p, o) != (1, 5)]
+    write(lake, bronze, [(0, 1, True), (1, 5, False), (0, 0, False)])
+    ranges = offset_ranges({0: 1, 1: 1}, {0: 6, 1: 6})
+    assert ranges == {0: (1, 6), 1: (1, 6)}
+    manifest = {"produced": 10, "dead_letters": [{"partition": 1, "offset": 5, "error_code": "CORRUPT_PAYLOAD"}]}
+
+    check = check_every_offset_once(lake, SPEC, ranges)
+    assert check.holds and (check.expected, check.bronze, check.dead_letters) == (10, 9, 1), check
+    assert demo._print_stream_counts(lake, {SPEC.name: SPEC}, {SPEC.name: manifest}, {SPEC.name: ranges}) == []
+    assert "every offset once in bronze or dead letters, reasons match" in capsys.readouterr().out
