@@ -18,7 +18,7 @@ import re
 import signal
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.errors import AnalysisException, StreamingQueryException
@@ -63,7 +63,8 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
     raise RuntimeError(f"streaming query {name} is not active")
 
 
-def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None):
+def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None,
+                 fault_point: str | None = None):
     """The foreachBatch function of a stream: dead letters, then bronze, each at most once.
 
     Nothing of the batch is cached: a first pass keeps only the failing rows (about 1%) and
@@ -73,6 +74,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
+    ``fault_point``: tests only (`read_fault_point`), where to kill the process.
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
@@ -90,9 +92,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        # One timestamp for the whole batch: its ingested_at, and the "now" its checks use.
-        now = datetime.now(UTC)
-        counts = _write_once(spark, spec, decoder.decode(batch, now), batch_id, query_id, now, tables)
+        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point)
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
@@ -100,6 +100,8 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         read, dead = counts
         log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
                  f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}")
+        # Spark commits the checkpoint once this function returns.
+        _crash_if(fault_point, AFTER_ICEBERG_COMMITS, spec, batch_id)
 
     return write
 
@@ -143,37 +145,67 @@ class _BatchAppender:
         self.last[(table, query_id)] = batch_id
 
 
-def _write_once(spark, spec, decoded, batch_id, query_id, now, tables: _BatchAppender) -> tuple[int, int] | None:
-    """Dead letters, then bronze, each skipped if this batch is already in it (ARCHITECTURE §8);
-    (records read, dead letters), or None when the batch was already in bronze.
+def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
+                tables: _BatchAppender, fault_point: str | None = None) -> tuple[int, int] | None:
+    """Dead letters, then bronze, each holding every offset of the batch at most once, and
+    together exactly once (ARCHITECTURE §8); (records read, dead letters), or None when the
+    batch was already in bronze.
 
     Bronze is committed last, so a batch in bronze has its dead letters committed too (or had
     none): it is skipped whole, never decoded again. Two tables cannot commit atomically, so a
-    crash can fall between the two commits. The replay then decodes the batch again, with a new
-    timestamp and perhaps a newer schema: anything already in dead letters stays there and is kept out of
-    bronze, so no record lands on both sides.
+    crash can fall between the two commits. The replay then decides per offset, whatever
+    changed meanwhile (a schema, the required fields): an offset already in the dead letters
+    of this batch stays there and is kept out of bronze; any other offset goes to the dead
+    letters if it fails now, else to bronze. The replay decodes with the instant the first
+    attempt fixed (its dead letters' ``ingested_at``), so the batch keeps one ``_ingested_at``
+    and its event times are checked against the same "now".
     """
     if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
-    ingested_at = F.lit(now).cast("timestamp")
-    in_dead = tables.includes(dead_letters.TABLE, query_id, batch_id)
-    counts = None
-    if not in_dead:
-        failing, counts = _failing_rows(decoded, spec, batch_id, ingested_at)
+    already, now = None, datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
+    if tables.includes(dead_letters.TABLE, query_id, batch_id):
+        already, now = _committed_dead_letters(spark, spec, batch_id)
+    try:
+        decoded = decoder.decode(batch, now)
+        ingested_at = F.lit(now).cast("timestamp")
+        failing, read, dead = _failing_rows(decoded, spec, batch_id, ingested_at, already)
         try:
-            if counts[1]:
+            if dead:
                 tables.append(dead_letters.TABLE, failing, query_id, batch_id)
+                _crash_if(fault_point, AFTER_DEAD_LETTERS, spec, batch_id)
         finally:
             failing.unpersist()
-    counted, observation = _observed(decoded)
-    good = to_bronze(counted, batch_id, ingested_at)
-    if in_dead:
-        already = (spark.table(dead_letters.TABLE)
-                   .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
-                   .select(F.col("partition").alias("_kafka_partition"), F.col("offset").alias("_kafka_offset")))
-        good = good.join(already, ["_kafka_partition", "_kafka_offset"], "left_anti")
-    tables.append(spec.bronze_table, good, query_id, batch_id)
-    return counts or (observation.get["read"], observation.get["dead"])
+        counted, _ = _observed(decoded)
+        good = to_bronze(counted, batch_id, ingested_at)
+        if already is not None:
+            # Dead letters appended just now fail the checks of this pass too: to_bronze drops them.
+            offsets = already.select(F.col("partition").alias("_kafka_partition"),
+                                     F.col("offset").alias("_kafka_offset"))
+            good = good.join(offsets, ["_kafka_partition", "_kafka_offset"], "left_anti")
+            dead += already.count()
+        tables.append(spec.bronze_table, good, query_id, batch_id)
+        return read, dead
+    finally:
+        if already is not None:
+            already.unpersist()
+
+
+def _committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int) -> tuple[DataFrame, datetime]:
+    """The dead letters an earlier attempt at this batch committed, as (partition, offset),
+    read once (kept in memory: this attempt may append more), and the batch's instant, which
+    that attempt fixed: their ``ingested_at``. The newest one: a reset checkpoint restarts the
+    batch ids, and an older query's dead letters of the same batch id are older."""
+    rows = (spark.table(dead_letters.TABLE)
+            .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
+            .select("partition", "offset", F.unix_micros("ingested_at").alias("micros"))
+            .persist())
+    newest = rows.agg(F.max("micros")).first()[0]
+    if newest is None:  # the batch committed no dead letters (maintenance cannot delete them)
+        return rows, datetime.now(UTC)
+    return rows, EPOCH + timedelta(microseconds=newest)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
@@ -188,15 +220,44 @@ def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
                            F.count("_error_code").alias("dead")), observation
 
 
-def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int,
-                  ingested_at) -> tuple[DataFrame, tuple[int, int]]:
-    """The batch's dead letters, found by one pass over it and kept (in memory, ~1% of the
-    batch) for their append, and the batch's counts (records, dead letters): an empty append
-    (a snapshot per batch) is skipped."""
+def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int, ingested_at,
+                  already: DataFrame | None = None) -> tuple[DataFrame, int, int]:
+    """The batch's new dead letters, found by one pass over it and kept (in memory, ~1% of the
+    batch) for their append, the records read and the dead letters to append (an empty
+    append, a snapshot per batch, is skipped). ``already``: the dead letters an earlier
+    attempt committed (partition, offset), not appended again."""
     counted, observation = _observed(decoded)
-    failing = dead_letters.to_dead_letters(counted, spec.name, batch_id, ingested_at).persist()
-    failing.count()
-    return failing, (observation.get["read"], observation.get["dead"])
+    failing = dead_letters.to_dead_letters(counted, spec.name, batch_id, ingested_at)
+    if already is not None:
+        failing = failing.join(already.select("partition", "offset"), ["partition", "offset"], "left_anti")
+    failing = failing.persist()
+    dead = failing.count()
+    return failing, observation.get["read"], dead
+
+
+# Fault points (ARCHITECTURE §8), for tests only: the job kills itself with SIGKILL there, as a
+# crash would, so a test can restart it on the exact state a crash between two commits leaves.
+FAULT_POINT_VARIABLE = "LAKEHOUSE_FAULT_POINT"
+AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed, bronze not
+AFTER_ICEBERG_COMMITS = "after-iceberg-commits"  # bronze committed, the checkpoint not
+FAULT_POINTS = (AFTER_DEAD_LETTERS, AFTER_ICEBERG_COMMITS)
+
+
+def read_fault_point(environ=os.environ) -> str | None:
+    """The fault point a test set (``LAKEHOUSE_FAULT_POINT``), or None; read once, at job start."""
+    value = environ.get(FAULT_POINT_VARIABLE, "").strip()
+    if not value:
+        return None
+    if value not in FAULT_POINTS:
+        raise LakehouseError(f"{FAULT_POINT_VARIABLE}={value!r} is not a fault point; known: {', '.join(FAULT_POINTS)}")
+    return value
+
+
+def _crash_if(fault: str | None, point: str, spec: StreamSpec, batch_id: int) -> None:
+    if fault == point:
+        log.warning("%s batch %d: fault point %s: killing the job (%s is set, tests only)",
+                    spec.name, batch_id, point, FAULT_POINT_VARIABLE)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def progress_lag(query_progress: dict) -> int | None:
@@ -275,11 +336,12 @@ def build_query(
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
     decoder: StreamDecoder | None = None,
+    fault_point: str | None = None,
 ) -> DataStreamWriter:
     writer = (
         kafka_source(spark, settings, spec, max_offsets_per_trigger, starting_offsets)
         .load().writeStream.queryName(query_name(spec))
-        .foreachBatch(batch_writer(spark, settings, spec, decoder))
+        .foreachBatch(batch_writer(spark, settings, spec, decoder, fault_point))
         .option("checkpointLocation", checkpoint_location(settings, spec))
     )
     if available_now:
@@ -301,8 +363,10 @@ def run(
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: str = "earliest",
+    fault_point: str | None = None,
 ) -> None:
-    """Start one query per stream in this Spark application and wait for them."""
+    """Start one query per stream in this Spark application and wait for them. ``fault_point``:
+    tests only, where the job kills itself (`read_fault_point`; only `main` reads it)."""
     specs = resolve_streams(names)
     for spec in specs:
         check_topic(settings, spec.topic)
@@ -312,7 +376,7 @@ def run(
             log.info("%s: %s", spec.name, change)
     queries = [
         build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets,
-                    decoders[spec.name]).start()
+                    decoders[spec.name], fault_point).start()
         for spec in specs
     ]
     log.info("ingesting %s (%s)", ", ".join(spec.name for spec in specs),
@@ -488,6 +552,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise LakehouseError("--max-offsets-per-trigger must be at least 1")
     trigger = normalize_trigger(args.trigger or (None if args.available_now else settings.trigger_interval))
+    fault = read_fault_point()  # read here only: a job run inside a test process never kills it
     for spec in specs:
         check_topic(settings, spec.topic)
         location = checkpoint_location(settings, spec)
@@ -497,7 +562,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     ensure_namespaces(spark)
     try:
         run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger,
-            args.starting_offsets)
+            args.starting_offsets, fault)
     except LakehouseError:
         # Stopped queries' tasks are cancelled asynchronously and Spark logs each one; stopping
         # the session first lets them finish, so the error line is the last thing printed.
