@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # seed derives from the test), few of them where a test leaves the number to the profile (the
 # CDC mirror property runs dbt per increment). `deep`: fresh random examples, many more;
 # HYPOTHESIS_PROFILE=deep selects it (or pytest's --hypothesis-profile=deep).
-hypothesis.settings.register_profile("ci", derandomize=True, max_examples=15, print_blob=True)
+hypothesis.settings.register_profile("ci", derandomize=True, max_examples=20, print_blob=True)
 hypothesis.settings.register_profile("deep", derandomize=False, max_examples=150, print_blob=True)
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

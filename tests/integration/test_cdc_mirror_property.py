@@ -71,15 +71,27 @@ def seq_of(position: int, shape: str) -> tuple[int, ...]:
 
 # --- drawing a source history and its delivery --------------------------------------------------
 
+@dataclass(frozen=True)
+class History:
+    shape: str  # of the sequence: lsn or dms
+    changes: list[Change]  # in commit order
+    old: int  # changes[:old] were committed (and ingested) long before the tombstone retention
+
+
 @st.composite
-def histories(draw) -> tuple[str, list[Change]]:
+def histories(draw) -> History:
     shape = draw(st.sampled_from(sorted(MODELS)))
     lives = {key: ["I"] for key in range(1, draw(st.integers(1, 4)) + 1)}
     for ops in lives.values():
         for _ in range(draw(st.integers(0, 4))):
             ops.append("I" if ops[-1] == "D" else draw(st.sampled_from(["U", "U", "D"])))
+        if ops[-1] != "D" and draw(st.booleans()):  # deleted for good: a tombstone, or purged
+            ops.append("D")
     total = sum(len(ops) for ops in lives.values())
-    added_at = draw(st.integers(0, total))  # changes from here on carry the column (total: none)
+    # a long old part more often than not, so that whole lives, deletes included, are old
+    old = draw(st.one_of(st.just(0), st.integers(total // 2, total - 1)))
+    # the source adds the column after the old part (total: never), so the mirror grows it
+    added_at = draw(st.integers(old, total))
     pending = {key: list(ops) for key, ops in lives.items()}
     changes: list[Change] = []
     while pending:  # interleave the keys' lives into one commit order
@@ -89,26 +101,22 @@ def histories(draw) -> tuple[str, list[Change]]:
             del pending[key]
         n = len(changes)
         changes.append(Change(n, key, op, f"k{key} v{n}", f"t{n}" if n >= added_at else None, seq_of(n, shape)))
-    return shape, changes
-
-
-@dataclass(frozen=True)
-class Delivery:
-    old_changes: int  # changes[:old_changes] came in the first increment, long ago
-    increments: list[list[tuple[Change, datetime]]]  # (change, _ingested_at), in landing order
+    return History(shape, changes, old)
 
 
 @st.composite
-def deliveries(draw, changes: list[Change], now: datetime) -> Delivery:
+def deliveries(draw, history: History, now: datetime) -> list[list[tuple[Change, datetime]]]:
+    """The increments, in landing order, of (change, _ingested_at)."""
+    changes, old = history.changes, history.old
     copies = {c.position: draw(st.integers(1, 3)) for c in changes}
 
     def sent(part: list[Change]) -> list[Change]:
         return draw(st.permutations([c for c in part for _ in range(copies[c.position])]))
 
-    old = draw(st.integers(0, len(changes) - 1))
     increments: list[list[tuple[Change, datetime]]] = []
     if old:
-        # ingested well before the retention: the run that reads them purges their tombstones
+        # all in the first increment, ingested well before the retention: the run that reads
+        # them purges their tombstones (and nothing of theirs comes later)
         start = now - timedelta(hours=RETENTION_HOURS + 6)
         increments.append([(c, start + timedelta(seconds=draw(st.integers(0, 600)))) for c in sent(changes[:old])])
     recent = sent(changes[old:])
@@ -122,7 +130,7 @@ def deliveries(draw, changes: list[Change], now: datetime) -> Delivery:
         increment = [(c, seen + timedelta(seconds=draw(offsets))) for c in recent[a:b]]
         seen = max(seen, *(at for _, at in increment))
         increments.append(increment)
-    return Delivery(old, increments)
+    return increments
 
 
 def source_table(changes: list[Change]) -> dict[int, tuple[str, str | None]]:
@@ -146,6 +154,7 @@ class MirrorProject:
 
         self.spark = spark
         self.folder = folder
+        spark.sql(f"create namespace if not exists {SCHEMA}")  # the test creates the changelogs first
         (folder / "macros").symlink_to(REPO / "macros")
         (folder / "models").mkdir()
         for model, _, _ in MODELS.values():
@@ -234,13 +243,14 @@ def project(spark, tmp_path_factory):
 @given(data=st.data())
 def test_any_delivery_converges_to_the_source_table(project, data):
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # Spark's session time zone is UTC
-    shape, changes = data.draw(histories(), label="history")
-    delivery = data.draw(deliveries(changes, now), label="delivery")
-    model, key, fields = MODELS[shape]
+    history = data.draw(histories(), label="history")
+    increments = data.draw(deliveries(history, now), label="delivery")
+    changes = history.changes
+    model, key, fields = MODELS[history.shape]
     project.reset(model)
 
     carried = False  # whether the changelog has the added column yet
-    for increment in delivery.increments:
+    for increment in increments:
         carried = carried or any(c.tier is not None for c, _ in increment)
         project.land(model, key, fields, increment, with_column=carried)
         project.run(model)
@@ -257,7 +267,7 @@ def test_any_delivery_converges_to_the_source_table(project, data):
     assert {k: (r["op"], tuple(r["_seq"])) for k, r in rows.items()} == {
         k: (c.op, c.seq) for k, c in last.items()
         # a key deleted by its last change keeps a tombstone, unless the delete was old: purged
-        if c.op != "D" or c.position >= delivery.old_changes}
+        if c.op != "D" or c.position >= history.old}
 
     before = project.snapshot(model)
     project.run(model)  # nothing new: no MERGE, no purge, no snapshot
