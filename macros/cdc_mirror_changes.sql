@@ -6,9 +6,8 @@
     The settings come as arguments, not from config: a dbt unit test renders the model with its
     own config, so the model passes one dict to config() and here.
 
-    Kept free of dbt-only Jinja (no return(), no adapter calls): the property test
-    (tests/unit/test_cdc_mirror_property.py) renders this same text with plain Jinja and runs
-    it on Spark against hundreds of random delivery orders.
+    The property test (tests/integration/test_cdc_mirror_property.py) runs it, with the
+    materialization, through dbt against random histories and delivery orders.
 -#}
 
 {% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,

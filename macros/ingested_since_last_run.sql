@@ -20,11 +20,11 @@
     wrote it, so the bound is as good a mark as the live rows' maximum. Only when a data file
     lacks the column's metrics is the column scanned.
 
-    Pure pieces (`high_water_mark_sql`, `as_text_sql`, `timestamp_literal`, `ingested_after`) hold the SQL and
-    are rendered with plain Jinja by tests/unit/test_cdc_mirror_property.py, which runs them on
-    Spark the way dbt does; `increment_start` is the dbt-only glue (run_query). In a dbt unit
-    test `this` is a fixture (a CTE name, not a table) and has no metadata: the bound stays the
-    subquery over the fixture there, same semantics.
+    Pure pieces (`high_water_mark_sql`, `as_text_sql`, `timestamp_literal`, `ingested_after`) hold the SQL;
+    `increment_start` is the dbt-only glue (run_query). In a dbt unit test `this` is a fixture (a
+    CTE name, not a table) and has no metadata: the bound stays the subquery over the fixture
+    there, same semantics. tests/integration/test_cdc_mirror_property.py draws rows committed up
+    to the overlap before the mark, through dbt.
 -#}
 
 {% macro high_water_mark_sql(existing, column='_ingested_at', overlap_minutes=none) -%}

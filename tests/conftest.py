@@ -9,11 +9,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 from lakehouse.core.settings import Settings, default_home
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Hypothesis profiles (docs/testing.md). `ci`, the default: the same examples every run (the
+# seed derives from the test), few of them where a test leaves the number to the profile (the
+# CDC mirror property runs dbt per increment). `deep`: fresh random examples, many more;
+# HYPOTHESIS_PROFILE=deep selects it (or pytest's --hypothesis-profile=deep).
+hypothesis.settings.register_profile("ci", derandomize=True, max_examples=20, print_blob=True)
+hypothesis.settings.register_profile("deep", derandomize=False, max_examples=150, print_blob=True)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _jars_source() -> Path:

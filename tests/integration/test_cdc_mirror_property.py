@@ -1,0 +1,274 @@
+"""Property: however a change set is delivered, dbt's CDC mirror converges to the source table.
+
+Each example draws a source table's history and a delivery of it, then runs the real thing:
+dbt (dbtRunner, in this process, on the tests' Spark session) runs the project's own mirror
+model files (models/silver/customers_mirror.sql for Debezium's {lsn} sequence,
+accounts_mirror.sql for DMS's {commit_us, transaction_id, record_id}) with the project's
+macros/: the `cdc_mirror` materialization (create, changes table, column evolution, MERGE,
+tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`. They run in a small
+private dbt project whose `<table>_changelog` is an Iceberg table the test appends each
+increment to, as ingestion appends to bronze; dbt runs once per increment.
+
+Drawn: a few keys, each through inserts, updates, deletes and re-inserts, interleaved in one
+commit order; a column the source adds part-way (changes committed after carry it, so the
+changelog grows it when the first such change arrives, between increments or not); every change
+delivered one to three times, in any order, cut into increments. The first increment may be old:
+the changes of a commit-order prefix, ingested more than the tombstone retention ago, so its
+deletes are purged (nothing of their keys arrives later, the purge's assumption). Later
+increments are recent, and each row is stamped either after everything delivered before or up
+to the overlap window before it: a micro-batch that committed after the previous dbt run had
+read past its `_ingested_at` (the case the overlap exists for).
+
+The oracle is independent of the SQL: the source table computed in plain Python by applying the
+changes in commit order. The live mirror must equal it; tombstones must be exactly the recent
+deletes that are the last change of their key; a rerun with nothing new commits nothing.
+
+Examples are few (a dbt run per increment); the profile sets how many and fixes the seed in the
+default run (tests/conftest.py, docs/testing.md): HYPOTHESIS_PROFILE=deep draws more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = "cdc_property"
+OVERLAP = timedelta(minutes=yaml.safe_load((REPO / "dbt_project.yml").read_text())["vars"]["overlap_minutes"])
+RETENTION_HOURS = 24
+# the mirror model per sequence shape: (model file, key column, sequence fields)
+MODELS = {"lsn": ("customers_mirror", "customer_id", ("lsn",)),
+          "dms": ("accounts_mirror", "account_id", ("commit_us", "transaction_id", "record_id"))}
+ADDED_COLUMN = "tier"  # the column the source adds part-way
+
+
+@dataclass(frozen=True)
+class Change:
+    position: int  # in the source's commit order
+    key: int
+    op: str  # I, U or D
+    label: str
+    tier: str | None  # None before the source had the column
+    seq: tuple[int, ...]
+
+
+def seq_of(position: int, shape: str) -> tuple[int, ...]:
+    """The source sequence of the n-th committed change; strictly increasing in n."""
+    if shape == "lsn":
+        return (1000 + 7 * position,)
+    # DMS: three changes per commit instant, two per transaction: ties on commit_us and on
+    # transaction_id, so the order rests on all three fields
+    return (position // 3, position // 2, position % 2)
+
+
+# --- drawing a source history and its delivery --------------------------------------------------
+
+@dataclass(frozen=True)
+class History:
+    shape: str  # of the sequence: lsn or dms
+    changes: list[Change]  # in commit order
+    old: int  # changes[:old] were committed (and ingested) long before the tombstone retention
+
+
+@st.composite
+def histories(draw) -> History:
+    shape = draw(st.sampled_from(sorted(MODELS)))
+    lives = {key: ["I"] for key in range(1, draw(st.integers(1, 4)) + 1)}
+    for ops in lives.values():
+        for _ in range(draw(st.integers(0, 4))):
+            ops.append("I" if ops[-1] == "D" else draw(st.sampled_from(["U", "U", "D"])))
+        if ops[-1] != "D" and draw(st.booleans()):  # deleted for good: a tombstone, or purged
+            ops.append("D")
+    total = sum(len(ops) for ops in lives.values())
+    # a long old part more often than not, so that whole lives, deletes included, are old
+    old = draw(st.one_of(st.just(0), st.integers(total // 2, total - 1)))
+    # the source adds the column after the old part (total: never), so the mirror grows it
+    added_at = draw(st.integers(old, total))
+    pending = {key: list(ops) for key, ops in lives.items()}
+    changes: list[Change] = []
+    while pending:  # interleave the keys' lives into one commit order
+        key = draw(st.sampled_from(sorted(pending)))
+        op = pending[key].pop(0)
+        if not pending[key]:
+            del pending[key]
+        n = len(changes)
+        changes.append(Change(n, key, op, f"k{key} v{n}", f"t{n}" if n >= added_at else None, seq_of(n, shape)))
+    return History(shape, changes, old)
+
+
+@st.composite
+def deliveries(draw, history: History, now: datetime) -> list[list[tuple[Change, datetime]]]:
+    """The increments, in landing order, of (change, _ingested_at)."""
+    changes, old = history.changes, history.old
+    copies = {c.position: draw(st.integers(1, 3)) for c in changes}
+
+    def sent(part: list[Change]) -> list[Change]:
+        return draw(st.permutations([c for c in part for _ in range(copies[c.position])]))
+
+    increments: list[list[tuple[Change, datetime]]] = []
+    if old:
+        # all in the first increment, ingested well before the retention: the run that reads
+        # them purges their tombstones (and nothing of theirs comes later)
+        start = now - timedelta(hours=RETENTION_HOURS + 6)
+        increments.append([(c, start + timedelta(seconds=draw(st.integers(0, 600)))) for c in sent(changes[:old])])
+    recent = sent(changes[old:])
+    cuts = sorted(draw(st.sets(st.integers(1, len(recent) - 1), max_size=2))) if len(recent) > 1 else []
+    bounds = [0, *cuts, len(recent)]
+    seen = now - timedelta(hours=6)  # the newest _ingested_at delivered so far (recent part)
+    late = st.integers(-(int(OVERLAP.total_seconds()) - 1), 0)  # committed after a run read past it
+    on_time = st.integers(1, 1800)
+    for number, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        offsets = st.integers(0, 600) if number == 0 else st.one_of(late, on_time)
+        increment = [(c, seen + timedelta(seconds=draw(offsets))) for c in recent[a:b]]
+        seen = max(seen, *(at for _, at in increment))
+        increments.append(increment)
+    return increments
+
+
+def source_table(changes: list[Change]) -> dict[int, tuple[str, str | None]]:
+    """The oracle: the source table after its changes, applied in commit order."""
+    table: dict[int, tuple[str, str | None]] = {}
+    for change in sorted(changes, key=lambda c: c.position):
+        if change.op == "D":
+            table.pop(change.key, None)
+        else:
+            table[change.key] = (change.label, change.tier)
+    return table
+
+
+# --- a private dbt project around the project's mirror models and macros -------------------------
+
+class MirrorProject:
+    """The project's macros/ and mirror model files, with changelogs the test writes as tables."""
+
+    def __init__(self, spark, folder: Path):
+        from dbt.cli.main import dbtRunner
+
+        self.spark = spark
+        self.folder = folder
+        spark.sql(f"create namespace if not exists {SCHEMA}")  # the test creates the changelogs first
+        (folder / "macros").symlink_to(REPO / "macros")
+        (folder / "models").mkdir()
+        for model, _, _ in MODELS.values():
+            (folder / "models" / f"{model}.sql").symlink_to(REPO / "models" / "silver" / f"{model}.sql")
+            # never run: the test creates and fills this relation itself, as an Iceberg table
+            (folder / "models" / f"{self.changelog(model)}.sql").write_text("select 1 as never_run\n")
+        (folder / "dbt_project.yml").write_text(yaml.safe_dump({
+            "name": "cdc_mirror_property", "version": "1.0", "config-version": 2, "profile": "cdc_mirror_property",
+            "model-paths": ["models"], "macro-paths": ["macros"], "flags": {"send_anonymous_usage_stats": False},
+            "vars": {"overlap_minutes": int(OVERLAP.total_seconds() // 60),
+                     "cdc_tombstone_retention_hours": RETENTION_HOURS},
+            "models": {"cdc_mirror_property": {"+file_format": "iceberg"}},
+        }))
+        # method session: dbt-spark takes the running Spark session (builder.getOrCreate)
+        (folder / "profiles.yml").write_text(yaml.safe_dump({"cdc_mirror_property": {
+            "target": "session",
+            "outputs": {"session": {"type": "spark", "method": "session", "host": "localhost",
+                                    "schema": SCHEMA, "threads": 1}}}}))
+        self.flags = ["--project-dir", str(folder), "--profiles-dir", str(folder),
+                      "--target-path", str(folder / "target"), "--log-path", str(folder / "logs")]
+        parsed = dbtRunner().invoke(["parse", *self.flags])
+        assert parsed.success, parsed.exception
+        self.runner = dbtRunner(manifest=parsed.result)  # parsed once, like `lakehouse dbt loop`
+
+    @staticmethod
+    def changelog(model: str) -> str:
+        return model.replace("_mirror", "_changelog")
+
+    def reset(self, model: str) -> None:
+        for table in (model, f"{model}__dbt_changes", self.changelog(model)):
+            self.spark.sql(f"drop table if exists {SCHEMA}.{table} purge")
+
+    def land(self, model: str, key: str, fields: tuple[str, ...], rows: list[tuple[Change, datetime]],
+             with_column: bool) -> None:
+        """Append one increment to the changelog (created by the first; the column added when a
+        change first carries it, as bronze's schema evolution does)."""
+        table = f"{SCHEMA}.{self.changelog(model)}"
+        seq_type = "struct<" + ", ".join(f"{f}: bigint" for f in fields) + ">"
+        self.spark.sql(f"create table if not exists {table} ({key} bigint, label string, op string, "
+                       f"_seq {seq_type}, _ingested_at timestamp, _kafka_topic string) using iceberg")
+        columns = [key, "label", "op", "_seq", "_ingested_at", "_kafka_topic"]
+        if with_column:
+            if ADDED_COLUMN not in self.spark.table(table).columns:
+                self.spark.sql(f"alter table {table} add column {ADDED_COLUMN} string")
+            columns.append(ADDED_COLUMN)
+
+        def literal(change: Change, at: datetime) -> str:
+            seq = "named_struct(" + ", ".join(f"'{f}', {v}L" for f, v in zip(fields, change.seq, strict=True)) + ")"
+            values = [str(change.key), f"'{change.label}'", f"'{change.op}'", seq,
+                      f"timestamp'{at:%Y-%m-%d %H:%M:%S}'", "'topic'"]
+            if with_column:
+                values.append("null" if change.tier is None else f"'{change.tier}'")
+            return "(" + ", ".join(values) + ")"
+
+        self.spark.sql(f"insert into {table} ({', '.join(columns)}) values "
+                       + ", ".join(literal(c, at) for c, at in rows))
+
+    def run(self, model: str) -> None:
+        result = self.runner.invoke(["run", "--select", model, *self.flags])
+        errors = [r.message for r in getattr(result.result, "results", None) or [] if str(r.status) != "success"]
+        assert result.success, f"dbt run of {model} failed: {result.exception or errors}"
+
+    def snapshot(self, model: str) -> int:
+        return self.spark.sql(f"select snapshot_id from {SCHEMA}.{model}.history where is_current_ancestor "
+                              "order by made_current_at desc limit 1").first()[0]
+
+
+@pytest.fixture(scope="module")
+def project(spark, tmp_path_factory):
+    """The private project, on the tests' Spark session tuned for a few dozen rows per query (one
+    shuffle partition, no adaptive re-planning, no code generation: compiling code for every new
+    query costs more than running it); the session's settings are restored afterwards."""
+    tuned = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+             "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    previous = {name: spark.conf.get(name) for name in tuned}  # the value in force, default or set
+    for name, value in tuned.items():
+        spark.conf.set(name, value)
+    try:
+        yield MirrorProject(spark, tmp_path_factory.mktemp("cdc-mirror-property"))
+    finally:
+        for name, value in previous.items():
+            spark.conf.set(name, value)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_any_delivery_converges_to_the_source_table(project, data):
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # Spark's session time zone is UTC
+    history = data.draw(histories(), label="history")
+    increments = data.draw(deliveries(history, now), label="delivery")
+    changes = history.changes
+    model, key, fields = MODELS[history.shape]
+    project.reset(model)
+
+    carried = False  # whether the changelog has the added column yet
+    for increment in increments:
+        carried = carried or any(c.tier is not None for c, _ in increment)
+        project.land(model, key, fields, increment, with_column=carried)
+        project.run(model)
+
+    mirror = project.spark.table(f"{SCHEMA}.{model}")
+    assert sorted(mirror.columns) == sorted(
+        [key, "label", "op", "_seq", "_ingested_at", "_is_deleted"] + ([ADDED_COLUMN] if carried else []))
+    rows = {r[key]: r for r in mirror.collect()}
+    assert len(rows) == mirror.count()  # one row per key
+    live = {k: (r["label"], r[ADDED_COLUMN] if carried else None) for k, r in rows.items() if not r["_is_deleted"]}
+    assert live == source_table(changes)
+
+    last = {c.key: c for c in changes}  # commit order: the last change of each key wins
+    assert {k: (r["op"], tuple(r["_seq"])) for k, r in rows.items()} == {
+        k: (c.op, c.seq) for k, c in last.items()
+        # a key deleted by its last change keeps a tombstone, unless the delete was old: purged
+        if c.op != "D" or c.position >= history.old}
+
+    before = project.snapshot(model)
+    project.run(model)  # nothing new: no MERGE, no purge, no snapshot
+    assert project.snapshot(model) == before
