@@ -237,13 +237,13 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
 
 
 def append(spark, table: str, rows) -> None:
-    from ingestion.bronze import align
+    from ingestion.bronze import conform_to_schema
 
     # `format_number` writes thousands separators: not in the source's decimal text
     if "balance" in rows.columns:
         from pyspark.sql import functions as F
         rows = rows.withColumn("balance", F.regexp_replace("balance", ",", ""))
-    align(rows, spark.table(table).schema).writeTo(table).append()
+    conform_to_schema(rows, spark.table(table).schema).writeTo(table).append()
 
 
 def history_slices(rows: int, start: datetime, end: datetime, recent: timedelta, batch: timedelta) -> list[tuple]:
