@@ -72,7 +72,7 @@ from benchmarks._machine import (  # noqa: E402
     progress,
     tree_of,
 )
-from lakehouse import local_kafka  # noqa: E402
+from lakehouse.core import local_kafka  # noqa: E402
 from lakehouse.core.errors import LakehouseError  # noqa: E402
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
 from lakehouse.operations.dbt import interval_seconds  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lakehouse import local_kafka  # noqa: E402
+from lakehouse.core import local_kafka  # noqa: E402
 from lakehouse.core.settings import Settings, default_home  # noqa: E402
 from producers.delivery import ensure_topic, send_all  # noqa: E402
 from producers.faults import FaultRates  # noqa: E402
