@@ -404,21 +404,23 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
     # (count(*) and count(column) are answered from manifests), gold is one row per customer.
     reconciliation("customers", "gold.customer_activity", "silver.purchases silver.user_events", """
         select 'purchases' as measure,
-               cast((select sum(purchase_count) from gold.customer_activity) as decimal(38, 2)) as gold,
+               cast(coalesce((select sum(purchase_count) from gold.customer_activity), 0) as decimal(38, 2)) as gold,
                cast((select count(*) from silver.purchases) as decimal(38, 2)) as silver
         union all
         select 'events of known customers',
-               cast((select sum(event_count) from gold.customer_activity) as decimal(38, 2)),
+               cast(coalesce((select sum(event_count) from gold.customer_activity), 0) as decimal(38, 2)),
                cast((select count(customer_id) from silver.user_events) as decimal(38, 2))
     """),
     SuiteSpec(layer="gold", stream="user_events", table="gold.events_by_type_daily", expectations=(
         unique_together("event_date", "event_type"), not_null("event_date"),
         in_set("event_type", USER_EVENT_TYPES), at_least("event_count", 1),
     )),
+    # An empty sum is null where an empty count is 0: on no touched day (or an empty gold table)
+    # both sides are empty, so the sums are coalesced to 0 (the purchases query above alike).
     reconciliation("user_events", "gold.events_by_type_daily", "silver.user_events", """
         select 'events, {scope}' as measure,
-               cast((select sum(event_count) from gold.events_by_type_daily where {gold_days}) as decimal(38, 2))
-                   as gold,
+               cast(coalesce((select sum(event_count) from gold.events_by_type_daily where {gold_days}), 0)
+                    as decimal(38, 2)) as gold,
                cast((select count(*) from silver.user_events where {silver_days}) as decimal(38, 2)) as silver
     """, TouchedDays(source="silver.user_events", silver_column="event_at", gold_column="event_date")),
     SuiteSpec(layer="gold", stream="employees", table="gold.headcount_by_team_role", expectations=(
@@ -426,7 +428,7 @@ GOLD_SUITES: tuple[SuiteSpec, ...] = (
     )),
     reconciliation("employees", "gold.headcount_by_team_role", "silver.employees", """
         select 'employees per team and role' as measure,
-               cast((select sum(headcount) from gold.headcount_by_team_role) as decimal(38, 2)) as gold,
+               cast(coalesce((select sum(headcount) from gold.headcount_by_team_role), 0) as decimal(38, 2)) as gold,
                cast((select count(distinct employee_id, team_name, team_location, role)
                      from silver.employees) as decimal(38, 2)) as silver
     """),
