@@ -1,4 +1,8 @@
-"""Producing one stream, or all, from one or several processes: what `lakehouse produce` runs."""
+"""Producing one stream, or all, from one or several processes: what `lakehouse produce` runs.
+
+A package of its own, above `producers.cdc`: it dispatches to the event streams and the CDC
+streams, and `producers.cdc` uses `producers.delivery` and `producers.faults`; as a module of
+`producers` it made the two packages import each other."""
 
 from __future__ import annotations
 
