@@ -17,11 +17,14 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    DataType,
     LongType,
     MapType,
     StringType,
     StructField,
     StructType,
+    TimestampType,
+    VariantType,
 )
 
 from lakehouse.contracts.streams import JsonContract
@@ -54,7 +57,11 @@ def _any(conditions) -> Column:
 
 
 def _missing_check(payload: Column, required: tuple[str, ...]) -> tuple[Column, str, Column]:
-    missing = {name: payload[name].isNull() for name in required}
+    return _missing_check_of({name: payload[name] for name in required}, required)
+
+
+def _missing_check_of(values: dict[str, Column], required: tuple[str, ...]) -> tuple[Column, str, Column]:
+    missing = {name: values[name].isNull() for name in required}
     return (_any(missing.values()), "MISSING_REQUIRED_FIELD",
             F.concat(F.lit("missing required field(s): "), _names_where(missing)))
 
@@ -75,6 +82,58 @@ def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Col
 
 # --- JSON ----------------------------------------------------------------------------------
 
+# Spark's JSON reader converts two kinds of token silently: a number into a timestamp (read as
+# epoch seconds: a Debezium microsecond timestamp became the year 195827) and any token into a
+# string (a number, a boolean, an object become their JSON text). So a date-time field is read
+# as the token's text and must look like an ISO 8601 date-time, which no number does; a string
+# field is read as VARIANT, which keeps the token's JSON type. A token of another type is a
+# SCHEMA_MISMATCH like any other (ARCHITECTURE §7). Every other type already refuses a token it
+# cannot hold (a string into a long, a number into a date or a boolean), through the
+# corrupt-record column. Still one parse per record.
+_LENIENT_TYPES = (StringType, TimestampType)
+_ISO_DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}"  # how every ISO 8601 date-time starts; no JSON number does
+
+
+def strict_parse_schema(declared: StructType) -> StructType:
+    """The schema to parse ``declared`` with: date-time fields as their text, strings as VARIANT."""
+    def parse_type(declared_type: DataType) -> DataType:
+        if isinstance(declared_type, TimestampType):
+            return StringType()
+        if isinstance(declared_type, StringType):
+            return VariantType()
+        return declared_type
+    return StructType([StructField(f.name, parse_type(f.dataType), True) for f in declared.fields])
+
+
+def _strict_field(parsed: Column, declared: DataType) -> tuple[Column, Column]:
+    """(the value as declared, does the token have the wrong JSON type?) of a field parsed by
+    ``strict_parse_schema``. A JSON null and an absent key are null, not wrong."""
+    if isinstance(declared, TimestampType):
+        # Spark's cast reads what from_json reads (its fallback parser is the cast's); try_cast:
+        # under ANSI mode a cast of "2026-13-45" would fail the batch instead of giving null
+        value = F.when(parsed.rlike(_ISO_DATE), parsed.try_cast("timestamp"))
+        return value, parsed.isNotNull() & value.isNull()
+    if isinstance(declared, StringType):
+        is_string = F.schema_of_variant(parsed) == F.lit("STRING")
+        value = F.when(is_string, F.try_variant_get(parsed, "$", "string"))
+        return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & ~is_string
+    return parsed, F.lit(False)
+
+
+def strict_fields(parsed: Column, declared: StructType) -> dict[str, tuple[Column, Column]]:
+    """Per field of ``declared``: (its value as declared, did its token have the wrong JSON
+    type?), from the struct ``parsed`` by ``strict_parse_schema``."""
+    return {f.name: _strict_field(parsed[f.name], f.dataType) for f in declared.fields}
+
+
+def strict_struct(parsed: Column, declared: StructType) -> tuple[Column, dict[str, Column]]:
+    """The struct ``declared`` from one parsed by ``strict_parse_schema`` (null if that is
+    null), and per field whether its token had the wrong JSON type."""
+    fields = strict_fields(parsed, declared)
+    value = F.when(parsed.isNotNull(), F.struct(*[v.alias(name) for name, (v, _) in fields.items()]))
+    return value, {name: wrong for name, (_, wrong) in fields.items()}
+
+
 def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
                 now: datetime | None = None) -> DataFrame:
     """JSON objects: parsed once against the declared schema (typed values; a field that does
@@ -82,22 +141,34 @@ def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
     listed by a scan that skips the values (is it an object at all? any undeclared key?). Only
     a record with an undeclared key is parsed again, into a map, for ``_rescued``."""
     text = F.col("value").cast("string")
-    typed_schema = StructType([*contract.schema.fields, StructField(CORRUPT_COLUMN, StringType(), True)])
+    typed_schema = StructType([*strict_parse_schema(contract.schema).fields,
+                               StructField(CORRUPT_COLUMN, StringType(), True)])
     typed = F.from_json(text, typed_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN})
     declared = [field.name for field in contract.schema.fields]
-    keys = F.json_object_keys(text)  # null: not a JSON object
-    parsed = raw.select(*KAFKA_COLUMNS, typed.alias("_typed"), keys.alias("_keys"))
-    typed_col, keys_col = F.col("_typed"), F.col("_keys")
+    fields = strict_fields(F.col("_typed"), contract.schema)
+    # The values and their type checks get columns of their own: the checks below read them
+    # several times, inside conditional branches, where Spark would compute them again.
+    value_columns = {name: f"_field_{number}" for number, name in enumerate(declared)}  # any name may be declared
+    wrong_columns = {name: f"_wrong_type_{number}" for number, name in enumerate(declared)}
+    parsed = raw.select(*KAFKA_COLUMNS, typed.alias("_typed"), F.json_object_keys(text).alias("_keys")).select(
+        *KAFKA_COLUMNS, "_keys", F.col("_typed").isNull().alias("_not_parsed"),
+        F.col("_typed")[CORRUPT_COLUMN].alias(CORRUPT_COLUMN),
+        *[value.alias(value_columns[name]) for name, (value, _) in fields.items()],
+        *[wrong.alias(wrong_columns[name]) for name, (_, wrong) in fields.items()])
+    keys_col = F.col("_keys")  # null: not a JSON object
+    payload = {name: F.col(value_columns[name]) for name in declared}
+    strict_wrong = {name: F.col(wrong_columns[name]) for name in declared}
     undeclared = F.array_except(keys_col, F.array(*[F.lit(name) for name in declared]))
     extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
     rescued = F.when(F.size(undeclared) > 0, F.to_json(extra))
-    wrong_type = {name: F.array_contains(keys_col, name) & typed_col[name].isNull() for name in declared}
-    return _with_errors(parsed, [*[typed_col[name].alias(name) for name in declared], rescued.alias("_rescued")], [
-        (keys_col.isNull() | typed_col.isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
-        (typed_col[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
+    wrong_type = {name: strict_wrong[name] if isinstance(contract.schema[name].dataType, _LENIENT_TYPES)
+                  else F.array_contains(keys_col, name) & payload[name].isNull() for name in declared}
+    return _with_errors(parsed, [*[payload[name].alias(name) for name in declared], rescued.alias("_rescued")], [
+        (keys_col.isNull() | F.col("_not_parsed"), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+        (F.col(CORRUPT_COLUMN).isNotNull() | _any(strict_wrong.values()), "SCHEMA_MISMATCH",
          F.concat(F.lit("wrong type for field(s): "), _names_where(wrong_type))),
-        _missing_check(typed_col, contract.required),
-        _event_time_check(typed_col[event_time_column], event_time_column, now),
+        _missing_check_of(payload, contract.required),
+        _event_time_check(payload[event_time_column], event_time_column, now),
     ])
 
 
@@ -239,6 +310,13 @@ def _changelog(
     ])
 
 
+def _wrong_type_detail(text: str, wrong_type: dict[str, Column]) -> Column:
+    """``text``, then the string and timestamp fields whose token was of another type (a field of
+    another type that did not convert is not named: Spark's corrupt-record column does not say)."""
+    names = _names_where(wrong_type)
+    return F.concat(F.lit(text), F.when(names != "", F.concat(F.lit(": "), names)).otherwise(F.lit("")))
+
+
 def _json_envelope(schema: StructType) -> tuple[Column, Column]:
     text = F.col("value").cast("string")
     loose = F.from_json(text, MapType(StringType(), StringType()))
@@ -254,8 +332,9 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     producers/cdc/oracle.py for why nothing else is needed).
     """
     image_schema = row.schema
+    image_parsed = strict_parse_schema(image_schema)
     envelope = StructType([
-        StructField("before", image_schema), StructField("after", image_schema),
+        StructField("before", image_parsed), StructField("after", image_parsed),
         StructField("source", StructType([
             StructField("ts_ms", LongType()), StructField("lsn", LongType()), StructField("txId", LongType()),
             StructField("snapshot", StringType()), StructField("table", StringType())])),
@@ -266,7 +345,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
                         _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
-    image = F.when(env["op"] == "d", env["before"]).otherwise(env["after"])
+    image, wrong_type = strict_struct(F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
     tombstone = F.col("value").isNull()
     envelope_gaps = {
         "op": op.isNull(), "source": source.isNull(), "source.lsn": source["lsn"].isNull(),
@@ -284,8 +363,8 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
             (~source["table"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"change of another table (expected {source_table}): "),
                       F.coalesce(source["table"], F.lit("none")))),
-            (env[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
-             F.lit("a field of the change has a value of the wrong type")),
+            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong_type.values()), "SCHEMA_MISMATCH",
+             _wrong_type_detail("a field of the change has a value of the wrong type", wrong_type)),
         ],
     )
 
@@ -298,7 +377,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     """
     image_schema = row.schema
     envelope = StructType([
-        StructField("data", image_schema),
+        StructField("data", strict_parse_schema(image_schema)),
         StructField("metadata", StructType([
             StructField(name, LongType() if name.startswith("transaction") else StringType())
             for name in ("timestamp", "record-type", "operation", "schema-name", "table-name",
@@ -310,13 +389,14 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     env, metadata = F.col("_env"), F.col("_env.metadata")
     op = _lookup(DMS_OPS, metadata["operation"])
     committed = metadata["commit-timestamp"].cast("timestamp")
+    image, wrong_type = strict_struct(env["data"], image_schema)
     envelope_gaps = {
-        "metadata": metadata.isNull(), "data": env["data"].isNull(), "operation": op.isNull(),
+        "metadata": metadata.isNull(), "data": image.isNull(), "operation": op.isNull(),
         "commit-timestamp": committed.isNull(), "transaction-id": metadata["transaction-id"].isNull(),
         "transaction-record-id": metadata["transaction-record-id"].isNull(),
     }
     return _changelog(
-        parsed, image_schema, identity, op, env["data"],
+        parsed, image_schema, identity, op, image,
         source_ts=committed,
         seq=F.struct(F.unix_micros(committed).alias("commit_us"),
                      metadata["transaction-id"].alias("transaction_id"),
@@ -333,8 +413,8 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
             (~metadata["table-name"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"record of another table (expected {source_table}): "),
                       F.coalesce(metadata["table-name"], F.lit("none")))),
-            (env[CORRUPT_COLUMN].isNotNull(), "SCHEMA_MISMATCH",
-             F.lit("a field of the record has a value of the wrong type")),
+            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong_type.values()), "SCHEMA_MISMATCH",
+             _wrong_type_detail("a field of the record has a value of the wrong type", wrong_type)),
         ],
     )
 

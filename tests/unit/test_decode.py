@@ -53,6 +53,14 @@ def test_undeclared_fields_are_rescued_not_dropped(spark):
     (None, "CORRUPT_PAYLOAD", "not a JSON object"),
     ({**GOOD, "customer_id": "seven"}, "SCHEMA_MISMATCH", "customer_id"),
     ({**GOOD, "event_timestamp": "yesterday"}, "SCHEMA_MISMATCH", "event_timestamp"),
+    # Spark's reader would take these silently: a number as epoch seconds, any token as its text
+    ({**GOOD, "event_timestamp": "2026-13-45T10:00:00Z"}, "SCHEMA_MISMATCH", "event_timestamp"),
+    ({**GOOD, "event_timestamp": 1763632800}, "SCHEMA_MISMATCH", "event_timestamp"),
+    ({**GOOD, "event_timestamp": 1763632800123456}, "SCHEMA_MISMATCH", "event_timestamp"),
+    ({**GOOD, "page": 12}, "SCHEMA_MISMATCH", "page"),
+    ({**GOOD, "event_id": True}, "SCHEMA_MISMATCH", "event_id"),
+    ({**GOOD, "device": {"os": "ios"}}, "SCHEMA_MISMATCH", "device"),
+    ({**GOOD, "session_id": ["s-1"]}, "SCHEMA_MISMATCH", "session_id"),
     ({k: v for k, v in GOOD.items() if k != "event_id"}, "MISSING_REQUIRED_FIELD", "event_id"),
     ({**GOOD, "event_type": None}, "MISSING_REQUIRED_FIELD", "event_type"),
     ({**GOOD, "event_timestamp": "1999-12-31T23:59:59Z"}, "EVENT_TIME_OUT_OF_RANGE", "1999-12-31"),
@@ -62,6 +70,14 @@ def test_unreadable_records_get_the_right_reason(spark, payload, code, detail):
     row = decode(spark, payload).collect()[0]
     assert row._error_code == code
     assert detail in row._error_detail
+
+
+def test_strings_and_nulls_of_string_and_timestamp_fields_stay_what_they_are(spark):
+    row = decode(spark, {**GOOD, "page": "12", "session_id": None, "device": "",
+                         "event_timestamp": "2026-11-20T11:00:00+01:00"}).collect()[0]
+    assert row._error_code is None, row._error_detail
+    assert (row.page, row.session_id, row.device) == ("12", None, "")
+    assert row.event_timestamp == datetime(2026, 11, 20, 10, 0, 0)
 
 
 def test_late_events_are_valid(spark):

@@ -6,10 +6,11 @@ import random
 from datetime import UTC, datetime
 
 import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from ingestion import formats
 from lakehouse.contracts import wire
-from lakehouse.contracts.streams import get_stream, json_contract
+from lakehouse.contracts.streams import JsonContract, get_stream, json_contract
 from producers import avro, purchases
 from producers.cdc import debezium, dms, stream
 from producers.cdc.simulator import CdcSimulator
@@ -172,3 +173,38 @@ def test_wrongly_typed_image_field_is_a_schema_mismatch(spark, changes):
     record["data"]["customer_id"] = "seven"
     row = _decode_cdc(spark, "accounts", [(key, json.dumps(record).encode())])[0]
     assert row._error_code == "SCHEMA_MISMATCH"
+
+
+def test_a_token_of_another_json_type_is_a_schema_mismatch_never_coerced(spark, changes):
+    """Spark's reader would store a number declared date-time as epoch seconds (Debezium's
+    microseconds became the year 195827) and any token declared string as its text."""
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType()),
+                                        StructField("updated_at", TimestampType())]), ("customer_id",))
+    key = b'{"customer_id":1}'
+
+    def event(after):
+        return json.dumps({"before": None, "after": after, "op": "c", "ts_ms": 1,
+                           "source": {"ts_ms": 1, "lsn": 10, "table": "customers"}}).encode()
+
+    messages = [
+        (key, event({"customer_id": 1, "name": "Ann", "updated_at": "2026-11-20T10:00:00.5Z"})),
+        (key, event({"customer_id": 1, "name": "Ann", "updated_at": 1763632800000000})),
+        (key, event({"customer_id": 1, "name": 7, "updated_at": None})),
+        (key, event({"customer_id": 1, "name": {"first": "Ann"}, "updated_at": "2026-11-20T10:00:00Z"})),
+    ]
+    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+        .orderBy("offset").collect()
+    assert rows[0]._error_code is None, rows[0]._error_detail
+    assert (rows[0].name, rows[0].updated_at) == ("Ann", datetime(2026, 11, 20, 10, 0, 0, 500000))
+    assert [(r._error_code, r._error_detail.rsplit(": ", 1)[-1]) for r in rows[1:]] == [
+        ("SCHEMA_MISMATCH", "updated_at"), ("SCHEMA_MISMATCH", "name"), ("SCHEMA_MISMATCH", "name")]
+
+
+def test_a_dms_string_field_holding_a_number_is_a_schema_mismatch(spark, changes):
+    key, value = dms.encode_changes(changes, table="accounts")[0]
+    record = json.loads(value)
+    string_field = next(f.name for f in json_contract(get_stream("accounts")).schema.fields
+                        if isinstance(f.dataType, StringType) and f.name in record["data"])
+    record["data"][string_field] = 12
+    row = _decode_cdc(spark, "accounts", [(key, json.dumps(record).encode())])[0]
+    assert (row._error_code, row._error_detail.rsplit(": ", 1)[-1]) == ("SCHEMA_MISMATCH", string_field)
