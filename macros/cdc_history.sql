@@ -21,15 +21,20 @@
     The history has the changelog's columns, in its order, then valid_from, valid_to and
     is_current (its first run creates it so): the stored and the new versions line up by
     position. A column added to the changelog needs a `--full-refresh` of the history.
+
+    `key` is the source's primary key: a column or a list of columns (a composite key). The
+    model's unique_key is the key's columns and the sequence.
 -#}
 {% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none) -%}
-{%- set window = 'partition by ' ~ key ~ ' order by ' ~ sequence_by -%}
+{%- set keys = [key] if key is string else key -%}
+{%- set key_list = keys | join(', ') -%}
+{%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
 {% if existing is not none %}
 , touched_keys as (
 
-    select {{ key }}, min({{ committed_at }}) as earliest_change
+    select {{ key_list }}, min({{ committed_at }}) as earliest_change
     from {{ changes }}
-    group by {{ key }}
+    group by {{ key_list }}
 
 ),
 
@@ -39,7 +44,7 @@ stored_versions as (
     select stored.*
     from {{ existing }} as stored
     inner join touched_keys
-        on touched_keys.{{ key }} = stored.{{ key }}
+        on {% for k in keys %}touched_keys.{{ k }} = stored.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
     where stored.valid_to is null or stored.valid_to >= touched_keys.earliest_change
 
 )
@@ -76,7 +81,7 @@ distinct_links as (
     select
         links.*,
         row_number() over (
-            partition by {{ key }}, {{ sequence_by }}
+            partition by {{ key_list }}, {{ sequence_by }}
             order by _is_stored desc, _ingested_at
         ) as _copy
     from links

@@ -4,7 +4,7 @@
     branch and no ordering, so the project owns the apply:
 
       {%- set cdc = {
-          'unique_key': 'customer_id',          -- the source's primary key (one column)
+          'unique_key': 'customer_id',          -- the source's primary key: a column or a list
           'sequence_by': '_seq',                -- totally orders the changes of one key
           'delete_when': "op = 'D'",            -- which changes are deletes
           'except_columns': ['_kafka_topic'],   -- changelog columns not to keep (optional)
@@ -92,10 +92,15 @@
     {%- if config.get('file_format', 'iceberg') != 'iceberg' -%}
         {% do exceptions.raise_compiler_error('cdc_mirror needs file_format iceberg (MERGE, row-level deletes)') %}
     {%- endif -%}
-    {%- if keys | length != 1 -%}
-        {#- bucket() partitions on one column; a composite key would need a derived column -#}
-        {% do exceptions.raise_compiler_error('cdc_mirror: unique_key must be one column, got ' ~ keys) %}
+    {%- if not keys -%}
+        {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
     {%- endif -%}
+    {#- bucket() takes one column: the key's first. Every change of a key has the same first
+        column, so it lands in its key's bucket, and the bucket-by-bucket join still holds
+        (spark.sql.requireAllClusterKeysForCoPartition is off: the join may use more columns
+        than the partitioning) -#}
+    {%- set key_match = [] -%}
+    {%- for key in keys -%}{%- do key_match.append('mirror.' ~ key ~ ' = change.' ~ key) -%}{%- endfor -%}
 
     {{ run_hooks(pre_hooks) }}
 
@@ -144,7 +149,7 @@
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
                 using {{ changes_relation }} as change
-                on mirror.{{ keys[0] }} = change.{{ keys[0] }}
+                on {{ key_match | join(' and ') }}
                 when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set *
                 when not matched then insert *
             {%- endcall -%}

@@ -1,0 +1,133 @@
+"""A source table whose primary key has two columns (order lines: order_id, line_no), mirrored
+and historized by the project's own `cdc_mirror` materialization and `cdc_history_versions`
+macro, run by dbt on Spark.
+
+Two lines of one order share `order_id`: a key of one column would conflate them (and the
+materialization refused a list before). Three increments bring inserts, updates, a delete and
+a re-insert of one line while the other line of its order changes, a re-sent duplicate and a
+late older change. The oracle is the source table computed in Python in commit order.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = "cdc_composite"
+KEYS = ("order_id", "line_no")
+
+MIRROR_MODEL = """
+{%- set cdc = {'unique_key': ['order_id', 'line_no'], 'sequence_by': '_seq', 'delete_when': "op = 'D'",
+               'except_columns': ['_kafka_topic']} -%}
+{{ config(materialized='cdc_mirror', buckets=4, **cdc) }}
+with changelog as (
+    select * from {{ ref('lines_changelog') }}
+    {% if is_incremental() %} where {{ ingested_since_last_run(this) }} {% endif %}
+)
+{{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}
+"""
+
+HISTORY_MODEL = """
+{{ config(materialized='incremental', incremental_strategy='merge',
+          unique_key=['order_id', 'line_no', '_seq'], partition_by=['bucket(4, order_id)'],
+          tblproperties=merge_on_read_properties(), pre_hook="{{ ensure_merge_on_read(this) }}") }}
+with changelog as (
+    select * from {{ ref('lines_changelog') }}
+    {% if is_incremental() %} where {{ ingested_since_last_run(this) }} {% endif %}
+)
+{{ cdc_history_versions('changelog', ['order_id', 'line_no'], existing=this if is_incremental() else none) }}
+"""
+
+# (lsn, op, order_id, line_no, qty), per increment in landing order; lsn is the commit order
+INCREMENTS = [
+    [(10, "I", 1, 1, 5), (11, "I", 1, 2, 7), (12, "I", 2, 1, 1), (13, "U", 1, 1, 6)],
+    [(14, "D", 1, 2, 7), (15, "U", 1, 1, 8), (13, "U", 1, 1, 6), (16, "I", 2, 2, 3)],  # 13: re-sent
+    [(17, "I", 1, 2, 9), (18, "D", 2, 1, 1), (12, "I", 2, 1, 1)],  # 12: late and older than the delete
+]
+
+
+def source_table() -> dict[tuple[int, int], int]:
+    table: dict[tuple[int, int], int] = {}
+    changes = {c[0]: c for increment in INCREMENTS for c in increment}
+    for _, op, order_id, line_no, qty in sorted(changes.values()):
+        if op == "D":
+            table.pop((order_id, line_no), None)
+        else:
+            table[(order_id, line_no)] = qty
+    return table
+
+
+@pytest.fixture(scope="module")
+def project(spark, tmp_path_factory):
+    from dbt.cli.main import dbtRunner
+
+    folder = tmp_path_factory.mktemp("cdc-composite")
+    (folder / "macros").symlink_to(REPO / "macros")
+    (folder / "models").mkdir()
+    (folder / "models" / "lines_mirror.sql").write_text(MIRROR_MODEL)
+    (folder / "models" / "lines_history.sql").write_text(HISTORY_MODEL)
+    # never run: the test creates and fills this relation itself, as ingestion fills bronze
+    (folder / "models" / "lines_changelog.sql").write_text("select 1 as never_run\n")
+    (folder / "dbt_project.yml").write_text(yaml.safe_dump({
+        "name": "cdc_composite", "version": "1.0", "config-version": 2, "profile": "cdc_composite",
+        "model-paths": ["models"], "macro-paths": ["macros"], "flags": {"send_anonymous_usage_stats": False},
+        "vars": {"overlap_minutes": 10, "cdc_tombstone_retention_hours": 168},
+        "models": {"cdc_composite": {"+file_format": "iceberg"}},
+    }))
+    (folder / "profiles.yml").write_text(yaml.safe_dump({"cdc_composite": {
+        "target": "session",
+        "outputs": {"session": {"type": "spark", "method": "session", "host": "localhost",
+                                "schema": SCHEMA, "threads": 1}}}}))
+    flags = ["--project-dir", str(folder), "--profiles-dir", str(folder),
+             "--target-path", str(folder / "target"), "--log-path", str(folder / "logs")]
+    spark.sql(f"create namespace if not exists {SCHEMA}")
+    for table in ("lines_mirror", "lines_mirror__dbt_changes", "lines_history", "lines_changelog"):
+        spark.sql(f"drop table if exists {SCHEMA}.{table} purge")
+    spark.sql(f"create table {SCHEMA}.lines_changelog (order_id bigint, line_no bigint, qty bigint, op string, "
+              "_seq struct<lsn: bigint>, _source_ts timestamp, _ingested_at timestamp, _kafka_topic string) "
+              "using iceberg")
+    runner = dbtRunner()
+
+    def run() -> None:
+        result = runner.invoke(["run", "--select", "lines_mirror", "lines_history", *flags])
+        errors = [r.message for r in getattr(result.result, "results", None) or [] if str(r.status) != "success"]
+        assert result.success, f"dbt run failed: {result.exception or errors}"
+
+    return run
+
+
+def test_a_composite_key_is_mirrored_and_historized_per_key(spark, project):
+    start = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(hours=2)
+    committed = {lsn: start + timedelta(seconds=lsn) for increment in INCREMENTS for lsn, *_ in increment}
+    for number, increment in enumerate(INCREMENTS):
+        ingested = start + timedelta(minutes=20 * (number + 1))  # beyond the 10-minute overlap
+        spark.sql(f"insert into {SCHEMA}.lines_changelog values " + ", ".join(
+            f"({order_id}, {line_no}, {qty}, '{op}', named_struct('lsn', {lsn}L), "
+            f"timestamp'{committed[lsn]}', timestamp'{ingested}', 'lines')"
+            for lsn, op, order_id, line_no, qty in increment))
+        project()
+
+    expected = source_table()
+    assert expected == {(1, 1): 8, (1, 2): 9, (2, 2): 3}  # the scenario is what it claims
+    mirror = spark.table(f"{SCHEMA}.lines_mirror").collect()
+    assert len(mirror) == len({(r.order_id, r.line_no) for r in mirror}), "a key has two rows"
+    assert {(r.order_id, r.line_no): r.qty for r in mirror if not r._is_deleted} == expected
+    assert {(r.order_id, r.line_no) for r in mirror if r._is_deleted} == {(2, 1)}, "the late insert resurrected"
+
+    history = spark.table(f"{SCHEMA}.lines_history").collect()
+    versions: dict[tuple[int, int], list] = {}
+    for row in sorted(history, key=lambda r: r._seq.lsn):
+        versions.setdefault((row.order_id, row.line_no), []).append(row)
+    assert {key: [v._seq.lsn for v in rows] for key, rows in versions.items()} == {
+        (1, 1): [10, 13, 15], (1, 2): [11, 14, 17], (2, 1): [12, 18], (2, 2): [16]}
+    for rows in versions.values():
+        assert [v.valid_to for v in rows] == [*(v.valid_from for v in rows[1:]), None]
+    current = {key: rows[-1].qty for key, rows in versions.items() if rows[-1].is_current}
+    assert current == expected
+    assert sum(v.is_current for rows in versions.values() for v in rows) == len(expected)
