@@ -129,8 +129,9 @@ def test_a_run_reads_only_the_newest_bronze_files(increments):
         # the history is larger than the two newest increments (re-sent duplicates make many small
         # files in the increments of purchases and user_events)...
         assert new["total_files"] > new["files"] and new["total_rows"] > 3 * new["rows"], new
-        # A scan node Spark planned but never ran (a branch it found empty) reports no metrics in
-        # the event log: it read nothing. Every table was read by at least one scan that ran.
+        # Some scan nodes report no metrics in the event log. Why is not confirmed: a branch Spark
+        # planned but never ran, or an aggregate answered from metadata; either way no file count
+        # to check. Every table was read by at least one scan that reports them.
         executed = [scan for scan in scans if "data_files" in scan]
         assert executed, (table, scans)
         for scan in executed:
