@@ -126,12 +126,21 @@ def strict_fields(parsed: Column, declared: StructType) -> dict[str, tuple[Colum
     return {f.name: _strict_field(parsed[f.name], f.dataType) for f in declared.fields}
 
 
-def strict_struct(parsed: Column, declared: StructType) -> tuple[Column, dict[str, Column]]:
-    """The struct ``declared`` from one parsed by ``strict_parse_schema`` (null if that is
-    null), and per field whether its token had the wrong JSON type."""
-    fields = strict_fields(parsed, declared)
-    value = F.when(parsed.isNotNull(), F.struct(*[v.alias(name) for name, (v, _) in fields.items()]))
-    return value, {name: wrong for name, (_, wrong) in fields.items()}
+def with_strict_image(parsed: DataFrame, image: Column,
+                      declared: StructType) -> tuple[DataFrame, Column, dict[str, Column]]:
+    """``parsed`` plus the fields of ``image`` (parsed by ``strict_parse_schema``) as declared;
+    the image as a struct of them (null if ``image`` is null), and per field whether its token
+    had the wrong JSON type. Each value and check is a column of its own, computed once (see
+    decode_json): the checks read them inside conditional branches."""
+    fields = strict_fields(image, declared)
+    value_columns = {name: f"_image_{number}" for number, name in enumerate(fields)}
+    wrong_columns = {name: f"_image_wrong_type_{number}" for number, name in enumerate(fields)}
+    parsed = parsed.select("*", image.isNotNull().alias("_image_present"),
+                           *[value.alias(value_columns[name]) for name, (value, _) in fields.items()],
+                           *[wrong.alias(wrong_columns[name]) for name, (_, wrong) in fields.items()])
+    struct = F.when(F.col("_image_present"),
+                    F.struct(*[F.col(value_columns[name]).alias(name) for name in fields]))
+    return parsed, struct, {name: F.col(wrong_columns[name]) for name in fields}
 
 
 def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
@@ -345,7 +354,8 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
                         _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
-    image, wrong_type = strict_struct(F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
+    parsed, image, wrong_type = with_strict_image(
+        parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
     tombstone = F.col("value").isNull()
     envelope_gaps = {
         "op": op.isNull(), "source": source.isNull(), "source.lsn": source["lsn"].isNull(),
@@ -389,7 +399,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     env, metadata = F.col("_env"), F.col("_env.metadata")
     op = _lookup(DMS_OPS, metadata["operation"])
     committed = metadata["commit-timestamp"].cast("timestamp")
-    image, wrong_type = strict_struct(env["data"], image_schema)
+    parsed, image, wrong_type = with_strict_image(parsed, env["data"], image_schema)
     envelope_gaps = {
         "metadata": metadata.isNull(), "data": image.isNull(), "operation": op.isNull(),
         "commit-timestamp": committed.isNull(), "transaction-id": metadata["transaction-id"].isNull(),
