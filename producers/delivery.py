@@ -164,9 +164,13 @@ def send_all(
                         while (ahead := report.sent / rate - (time.monotonic() - started)) > 0:
                             producer.poll(min(ahead, 0.05))
         finally:
-            # Deliver (or fail) everything handed to the client, also on Ctrl-C.
-            remaining = producer.flush(60)
-            report.failed += remaining
+            # Deliver (or fail) everything handed to the client, also on Ctrl-C. Wait until the
+            # client's queue is empty, not for a fixed time: a message still being retried (a
+            # broker restarting) is neither lost nor failed yet, and the client itself fails each
+            # message, with its reason, once message.timeout.ms has passed, so this loop ends.
+            while len(producer):
+                producer.flush(1)
+                advance(completed=delivered_so_far())
             if not track_faults:  # only failures were reported
                 report.delivered = report.sent - report.failed
             report.seconds = time.monotonic() - started
