@@ -78,6 +78,16 @@ def is_widening(old: DataType, new: DataType) -> bool:
     return (old.simpleString(), new.simpleString()) in WIDENINGS
 
 
+# A CDC changelog's order key (ARCHITECTURE §9): a struct compared field by field, so adding a
+# field to it (null in older rows) would silently reorder every change; never evolved.
+SEQUENCE_COLUMN = "_seq"
+
+
+def _field_names(data_type: DataType) -> str:
+    return "{" + ", ".join(f.name for f in data_type.fields) + "}" if isinstance(data_type, StructType) \
+        else data_type.simpleString()
+
+
 def schema_changes(current: StructType, wanted: StructType, prefix: str = "") -> list[str]:
     """ALTER clauses that make ``current`` hold ``wanted``: columns added (nested too) and
     types widened. Columns ``wanted`` lacks stay (a record of an older schema has them null);
@@ -87,6 +97,11 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
     for field in wanted.fields:
         path = f"{prefix}{quote(field.name)}"
         old = existing.get(field.name)
+        if not prefix and field.name == SEQUENCE_COLUMN and old is not None and old != field.dataType:
+            raise LakehouseError(
+                f"{SEQUENCE_COLUMN} orders the changes of this table by {_field_names(old)}; this version "
+                f"orders them by {_field_names(field.dataType)} (docs/ARCHITECTURE.md §9), and rows of the two "
+                "cannot be compared: drop the table and the stream's checkpoint, then ingest the topic again")
         if old is None:
             clauses.append(f"add column {path} {sql_type(field.dataType)}")
         elif isinstance(old, StructType) and isinstance(field.dataType, StructType):
@@ -101,7 +116,10 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
 
 
 def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[str]:
-    clauses = schema_changes(spark.table(table).schema, schema)
+    try:
+        clauses = schema_changes(spark.table(table).schema, schema)
+    except LakehouseError as exc:
+        raise LakehouseError(f"{table}: {exc}") from None
     for clause in clauses:
         spark.sql(f"alter table {quote_table(table)} {clause}")
     return [f"{table}: {clause}" for clause in clauses]

@@ -17,6 +17,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DataType,
     LongType,
     MapType,
@@ -334,11 +335,49 @@ def _json_envelope(schema: StructType) -> tuple[Column, Column]:
     return loose, typed
 
 
+DEBEZIUM_CONNECTORS = ("postgresql", "mysql", "mariadb")
+# Snapshot reads of PostgreSQL's initial snapshot (an incremental snapshot's reads are ordered
+# with the stream: they carry its position).
+_SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_data_collection")
+
+
+def debezium_seq(source: Column, op: Column) -> Column:
+    """Where a Debezium change sits in its source's commit order: ``(phase, commit_pos, change_pos)``,
+    compared field by field (ARCHITECTURE §9, "Ordering").
+
+    - PostgreSQL streams transactions in commit order, but a change's own LSN is where it was
+      written, not where its transaction committed: a transaction in flight at the snapshot point
+      commits after it with LSNs below the snapshot's. So snapshot reads come first (phase 0, at
+      the snapshot's LSN) and every streamed change after them (phase 1), ordered by
+      ``source.sequence`` = [LSN of the last commit before the change's transaction, the change's
+      LSN]; the first transaction after a snapshot has no last commit (-1). Without
+      ``sequence`` (Debezium before 1.6) the LSN alone orders the streamed changes of one key:
+      the row lock a change holds until its commit keeps two transactions from interleaving
+      changes of one row.
+    - MySQL and MariaDB write a transaction to the binlog when it commits, in commit order, and
+      a snapshot carries the binlog position it was taken at: (file number, position) then the
+      row inside the event order every change, snapshot reads included.
+    """
+    connector = source["connector"]
+    mysql = connector.isin("mysql", "mariadb")
+    last_commit = F.try_element_at(F.from_json(source["sequence"], ArrayType(StringType())), F.lit(1))
+    snapshot_read = F.coalesce((op == "r") & source["snapshot"].isin(*_SNAPSHOT_READS), F.lit(False))
+    file_number = F.regexp_extract(source["file"], r"\.([0-9]+)$", 1).try_cast("long")
+    binlog = F.shiftleft(file_number, 32) + source["pos"]  # a binlog file stays far below 4 GiB
+    postgres_commit = F.when(snapshot_read, source["lsn"]).when(
+        source["sequence"].isNull(), F.lit(-1).cast("long")).otherwise(
+        F.coalesce(last_commit.try_cast("long"), F.lit(-1).cast("long")))
+    return F.struct(
+        F.when(mysql | ~snapshot_read, F.lit(1)).otherwise(F.lit(0)).alias("phase"),
+        F.when(mysql, binlog).otherwise(postgres_commit).alias("commit_pos"),
+        F.when(mysql, F.coalesce(source["row"], F.lit(0).cast("long"))).otherwise(source["lsn"]).alias("change_pos"),
+    )
+
+
 def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """Debezium change events (JSON, no schemas) -> changelog; a null value is a tombstone.
 
-    ``_seq`` is the change's LSN: for one key, WAL order is commit order (see
-    producers/cdc/oracle.py for why nothing else is needed).
+    ``_seq`` is ``debezium_seq``: the change's place in the source's commit order.
     """
     image_schema = row.schema
     image_parsed = strict_parse_schema(image_schema)
@@ -346,7 +385,9 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         StructField("before", image_parsed), StructField("after", image_parsed),
         StructField("source", StructType([
             StructField("ts_ms", LongType()), StructField("lsn", LongType()), StructField("txId", LongType()),
-            StructField("snapshot", StringType()), StructField("table", StringType())])),
+            StructField("snapshot", StringType()), StructField("table", StringType()),
+            StructField("connector", StringType()), StructField("sequence", StringType()),
+            StructField("file", StringType()), StructField("pos", LongType()), StructField("row", LongType())])),
         StructField("op", StringType()), StructField("ts_ms", LongType()),
     ])
     loose, typed = _json_envelope(envelope)
@@ -357,19 +398,26 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
     tombstone = F.col("value").isNull()
+    seq = debezium_seq(source, env["op"])
     envelope_gaps = {
-        "op": op.isNull(), "source": source.isNull(), "source.lsn": source["lsn"].isNull(),
-        "source.ts_ms": source["ts_ms"].isNull(), "before/after image": image.isNull(),
+        "op": op.isNull(), "source": source.isNull(), "source.ts_ms": source["ts_ms"].isNull(),
+        "before/after image": image.isNull(),
+        "source position (lsn; or file and pos)": source["connector"].isin(*DEBEZIUM_CONNECTORS) & (
+            seq["commit_pos"].isNull() | seq["change_pos"].isNull()),
     }
     return _changelog(
         parsed, image_schema, identity, op, image,
         source_ts=F.timestamp_millis(source["ts_ms"]),
-        seq=F.struct(source["lsn"].alias("lsn")),
+        seq=seq,
         tombstone=tombstone, message_key=F.col("_key"),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit("not a Debezium change event, missing or invalid: "), _names_where(envelope_gaps))),
+            (source.isNotNull() & ~F.coalesce(source["connector"].isin(*DEBEZIUM_CONNECTORS), F.lit(False)),
+             "INVALID_CDC_ENVELOPE",
+             F.concat(F.lit(f"Debezium connector not supported (only {', '.join(DEBEZIUM_CONNECTORS)}): "),
+                      F.coalesce(source["connector"], F.lit("none")))),
             (~source["table"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"change of another table (expected {source_table}): "),
                       F.coalesce(source["table"], F.lit("none")))),

@@ -111,13 +111,31 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange | None:
         table = source["table"]
         op = OPS_BY_CODE[event["op"]]
         image = event["before"] if op == "D" else event["after"]
-        seq = (strict_int(source["lsn"]),)
+        seq = sequence(source, event["op"])
         source_ts_ms = strict_int(source["ts_ms"])
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a Debezium change event: {type(exc).__name__}: {exc}") from None
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
         raise InvalidChange(f"change of table {table!r} without its {'before' if op == 'D' else 'after'} image")
     return NormalizedChange(table, op, _key(key, table, image), image, seq, source_ts_ms)
+
+
+SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_data_collection")
+
+
+def sequence(source: dict, op: str) -> tuple[int, int, int]:
+    """A change's place in its source's commit order, ``(phase, commit position, change position)``:
+    the oracle of ingestion.formats.debezium_seq (read there why), written apart from it."""
+    if source["connector"] in ("mysql", "mariadb"):
+        file_number = int(str(source["file"]).rsplit(".", 1)[1])
+        return 1, (file_number << 32) + strict_int(source["pos"]), strict_int(source.get("row") or 0)
+    if source["connector"] != "postgresql":
+        raise ValueError(f"connector not supported: {source['connector']!r}")
+    lsn = strict_int(source["lsn"])
+    if op == "r" and source.get("snapshot") in SNAPSHOT_READS:
+        return 0, lsn, lsn
+    last_commit = json.loads(source["sequence"])[0] if source.get("sequence") is not None else None
+    return 1, -1 if last_commit is None else int(last_commit), lsn
 
 
 def _key(key: bytes | None, table: str, image: dict) -> int:

@@ -29,11 +29,14 @@ class NormalizedChange:
     ``seq`` totally orders the changes of one key as the source committed them; it is a tuple
     of ints compared element-wise, whose shape depends on the source format:
 
-    - Debezium (PostgreSQL): ``(lsn,)``. Every change has its own WAL position and the row lock
-      a change holds until commit means two transactions cannot interleave changes of the same
-      row, so for one key WAL order is commit order, including two changes of the key inside one
-      transaction. The position in the transaction would add nothing; the commit timestamp is
-      not usable at all (two transactions can commit in the same millisecond).
+    - Debezium: ``(phase, commit position, change position)`` (producers.cdc.debezium.sequence;
+      ARCHITECTURE §9). For the simulator's PostgreSQL changes, which carry no
+      ``source.sequence``: snapshot reads ``(0, lsn, lsn)``, streamed changes ``(1, -1, lsn)``.
+      Every change has its own WAL position and the row lock a change holds until commit means
+      two transactions cannot interleave changes of the same row, so for one key the WAL order
+      of streamed changes is commit order, including two changes of the key inside one
+      transaction; the commit timestamp is not usable at all (two transactions can commit in
+      the same millisecond).
     - AWS DMS: ``(commit timestamp in µs, transaction id, transaction record id)``. DMS gives no
       log position; the commit time orders transactions, the transaction id breaks ties between
       transactions committed at the same instant (ids are assigned in commit order by the

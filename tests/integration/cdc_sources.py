@@ -312,10 +312,46 @@ class MariaDb:
         return self.folder / "mariadb.sock"
 
     def sql(self, script: str, database: str | None = None) -> str:
-        """Runs the script as root over the socket; its output, tab-separated, no headers."""
+        """Runs the script as root over the socket; its output, tab-separated, no headers, unescaped."""
         command = [str(self.client), "--no-defaults", f"--socket={self.socket}", "--user=root", "--batch",
-                   "--skip-column-names"]
+                   "--raw", "--skip-column-names"]
         return _run([*command, *([database] if database else [])], "mariadb client", input=script)
+
+
+class MariaDbSource:
+    """A MariaDB table as the truth of its live mirror (expectations.mirror.MirrorSource), read
+    as PostgresSource reads its table: instants (TIMESTAMP columns, which Debezium sends as
+    ISO-8601 text in UTC) spelled in UTC, decimals exact."""
+
+    def __init__(self, db: MariaDb, database: str, table: str, key: str, renames: dict[str, str] | None = None):
+        self.db, self.database, self.table, self.key = db, database, table, key
+        self.renames = renames or {}
+
+    def _columns(self) -> list[tuple[str, str]]:
+        text = self.db.sql("select column_name, data_type from information_schema.columns where table_schema = "
+                           f"'{self.database}' and table_name = '{self.table}' order by ordinal_position")
+        return [tuple(line.split("\t")) for line in text.splitlines()]
+
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self._columns()]
+
+    def rows(self) -> dict[Hashable, dict]:
+        fields = ", ".join(
+            f"'{name}', " + (f"date_format({name}, '%Y-%m-%dT%H:%i:%s.%fZ')" if kind in ("timestamp", "datetime")
+                             else name)
+            for name, kind in self._columns())
+        text = self.db.sql(f"set time_zone = '+00:00'; select coalesce(json_arrayagg(json_object({fields}) "
+                           f"order by {self.key}), '[]') from {self.table};", self.database)
+        return {row[self.key]: {name: spelled(value) for name, value in row.items()}
+                for row in json.loads(text, parse_float=Decimal)}
+
+    def spelled(self, live_rows: list[dict]) -> dict[Hashable, dict]:
+        columns = self.column_names()
+        result = {}
+        for row in live_rows:
+            source_row = {self.renames.get(name, name): spelled(value) for name, value in row.items()}
+            result[source_row[self.key]] = {column: source_row.get(column) for column in columns}
+        return result
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from expectations.mirror import check_mirror
 from ingestion import job
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.cdc_sources import (
+    MariaDbSource,
     Postgres,
     PostgresSource,
     create_topics,
@@ -224,10 +225,6 @@ def stale_lake(spark, settings, tmp_path_factory):
         yield lakehouse
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 24 item 1: the mirror orders changes by source.lsn, the change's own WAL position; a "
-    "transaction in flight at the snapshot point commits after it with a lower LSN than the snapshot "
-    "reads carry, so the stale snapshot value wins"))
 def test_snapshot_taken_while_a_transaction_is_in_flight_leaves_no_stale_row(postgres, stale_lake, tmp_path):
     own, session, target = stale_lake
     bootstrap = own.kafka_bootstrap_servers
@@ -310,3 +307,99 @@ def test_mariadb_changes_reach_kafka_with_their_binlog_positions(mariadb, kafka,
     assert snapshot_read["gtid"] is None
     assert all((e["source"]["file"], e["source"]["pos"]) > (snapshot_read["file"], snapshot_read["pos"])
                for e in streamed)
+
+
+# --- (e) a MariaDB table through real Debezium into the customers mirror ------------------------
+
+MARIADB_CUSTOMERS_DDL = """
+create table customers (
+    customer_id integer primary key,
+    name varchar(100) not null,
+    email varchar(200) not null,
+    country varchar(2) not null,
+    city varchar(100),
+    tier varchar(20) not null,
+    created_at timestamp(6) not null,
+    updated_at timestamp(6) not null
+);
+"""
+UTC_SESSION = "set time_zone = '+00:00';\n"  # TIMESTAMP values are written and read in UTC
+
+
+def maria_customer(key: int, name: str, tier: str = "bronze", city: str | None = "Berlin", minute: int = 0) -> str:
+    city_sql = "null" if city is None else f"'{city}'"
+    return (f"({key}, '{name}', '{name.lower().replace(' ', '.')}@example.com', 'DE', {city_sql}, '{tier}', "
+            f"timestamp '2024-05-01 10:00:00.123456' + interval {minute} minute, "
+            f"timestamp '2024-05-01 10:00:00.654321' + interval {minute} minute)")
+
+
+MARIADB_TRANSACTIONS: list[list[Step]] = [
+    [Step("insert into customers values " + ", ".join(maria_customer(k, f"New {k}", minute=k) for k in range(101, 111)),
+          10)],
+    # one key three times in one transaction: one binlog event each, so (file, position) orders them
+    [Step("update customers set tier = 'silver' where customer_id = 101", 1),
+     Step("update customers set tier = 'gold' where customer_id = 101", 1),
+     Step("update customers set city = 'Hamburg', updated_at = updated_at + interval 1 second "
+          "where customer_id = 101", 1),
+     Step("update customers set tier = 'gold' where customer_id between 1 and 5", 5)],
+    [Step("delete from customers where customer_id in (6, 7, 105)", 6)],
+    [Step("delete from customers where customer_id = 106", 2),
+     Step("insert into customers values " + maria_customer(106, "Reborn", tier="gold", city=None, minute=600), 1)],
+]
+# after a binlog rotation: the same keys again, from the next binlog file
+MARIADB_AFTER_ROTATION: list[list[Step]] = [
+    [Step("update customers set name = 'Rotated', tier = 'bronze' where customer_id in (101, 106, 1)", 3)],
+    [Step("insert into customers values " + maria_customer(105, "Back Again", tier="silver", minute=700), 1),
+     Step("update customers set customer_id = 200 where customer_id = 102", 3)],
+]
+
+
+def run_maria_script(db, transactions: list[list[Step]]) -> int:
+    for steps in transactions:
+        db.sql(UTC_SESSION + "begin;\n" + "".join(f"{step.sql};\n" for step in steps) + "commit;\n", "crm")
+    return sum(step.messages for steps in transactions for step in steps)
+
+
+@pytest.fixture(scope="module")
+def maria_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-mariadb") as lakehouse:
+        yield lakehouse
+
+
+def test_customers_mirror_equals_the_mariadb_table_through_real_debezium(mariadb, maria_lake, tmp_path):
+    """The binlog orders MariaDB's changes: file number, position, row (issue 24, item 2)."""
+    own, session, target = maria_lake
+    bootstrap = own.kafka_bootstrap_servers
+    snapshot_rows = 20
+    mariadb.sql("create database crm;")
+    mariadb.sql(MARIADB_CUSTOMERS_DDL, "crm")
+    mariadb.sql(UTC_SESSION + "insert into customers values " + ", ".join(
+        maria_customer(k, f"Customer {k}", minute=k) for k in range(1, snapshot_rows + 1)) + ";", "crm")
+    create_topics(bootstrap, ["customers"])
+    connector = mariadb_connector(mariadb, "crm", ["customers"], "crm", tmp_path / "debezium")
+    with debezium(own.jars_dir, tmp_path / "debezium", "crm", connector, bootstrap) as engine:
+        expected = snapshot_rows + run_maria_script(mariadb, MARIADB_TRANSACTIONS)
+        wait_for_messages(bootstrap, "customers", expected, engine)
+        engine.stop()  # the rest while Debezium is down; it goes on from its binlog offset
+        files_before = mariadb.sql("show binary logs;").splitlines()
+        mariadb.sql("flush binary logs;")
+        assert len(mariadb.sql("show binary logs;").splitlines()) == len(files_before) + 1
+        expected += run_maria_script(mariadb, MARIADB_AFTER_ROTATION)
+        engine.start()
+        wait_for_messages(bootstrap, "customers", expected, engine)
+
+    events = change_events(bootstrap, "customers")
+    files = {e["source"]["file"] for key_events in events.values() for e in key_events if e}
+    assert len(files) == 2, f"the changes do not span a binlog rotation: {files}"
+    # the three updates of key 101 in one transaction are three binlog events: positions apart
+    updates = [(e["source"]["file"], e["source"]["pos"], e["source"]["row"])
+               for e in events['{"customer_id":101}'] if e["op"] == "u"]
+    assert len(updates) == 4 and updates == sorted(set(updates)), updates
+    ingest_and_apply(own, session, target)
+    source = MariaDbSource(mariadb, "crm", "customers", "customer_id", SILVER_RENAMES)
+    assert_mirror_equals(session, source)
+    # 20 + 10 inserted - 3 deleted + 105 back (106 and 200 replace themselves)
+    assert len(source.rows()) == 28
+    live = {row.customer_id: row for row in session.table("silver.customers").collect()}
+    # key 101: three updates in one transaction in the first binlog file, a fourth in the next one
+    assert (live[101].customer_name, live[101].tier, live[101].city) == ("Rotated", "bronze", "Hamburg")

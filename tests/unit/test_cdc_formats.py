@@ -38,8 +38,10 @@ def test_debezium_round_trip_gives_back_the_change(changes):
         key, value = debezium.encode_change(change)[0]
         decoded = debezium.decode(key, value)
         image = change.before if change.op == "D" else change.after
-        assert decoded == NormalizedChange("customers", change.op, change.key, image, (change.lsn,),
-                                           change.commit_ts_ms)
+        # a snapshot read is ordered at its LSN before every streamed change (phase 0, then 1); the
+        # simulator sends no source.sequence, so a streamed change has no last commit (-1)
+        seq = (0, change.lsn, change.lsn) if change.op == "R" else (1, -1, change.lsn)
+        assert decoded == NormalizedChange("customers", change.op, change.key, image, seq, change.commit_ts_ms)
 
 
 def test_debezium_envelope_carries_the_source_coordinates(changes):
@@ -101,11 +103,11 @@ def test_debezium_keeps_non_ascii_text_intact(changes):
 
 @pytest.mark.parametrize("value", [
     b"not json", b"\xff\xfe", b"[1, 2]", b"{}",
-    b'{"before":null,"after":{"customer_id":1},"op":"x","source":{"table":"customers","lsn":1,"ts_ms":1}}',
-    b'{"before":null,"after":null,"op":"c","source":{"table":"customers","lsn":1,"ts_ms":1}}',
-    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"orders","lsn":1,"ts_ms":1}}',
-    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","lsn":"1","ts_ms":1}}',
-    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"x","source":{"connector":"postgresql","table":"customers","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":null,"op":"c","source":{"connector":"postgresql","table":"customers","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"connector":"postgresql","table":"orders","lsn":1,"ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"connector":"postgresql","table":"customers","lsn":"1","ts_ms":1}}',
+    b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"connector":"postgresql","table":"customers","ts_ms":1}}',
 ])
 def test_debezium_decode_refuses_what_is_not_a_change_event(value):
     with pytest.raises(InvalidChange):
@@ -113,7 +115,8 @@ def test_debezium_decode_refuses_what_is_not_a_change_event(value):
 
 
 def test_debezium_decode_refuses_a_key_that_contradicts_the_image():
-    value = b'{"before":null,"after":{"customer_id":1},"op":"c","source":{"table":"customers","lsn":1,"ts_ms":1}}'
+    value = (b'{"before":null,"after":{"customer_id":1},"op":"c",'
+             b'"source":{"connector":"postgresql","table":"customers","lsn":1,"ts_ms":1}}')
     assert debezium.decode(b'{"customer_id":1}', value).key == 1
     with pytest.raises(InvalidChange, match="customer_id=2"):
         debezium.decode(b'{"customer_id":2}', value)

@@ -184,7 +184,7 @@ def test_a_token_of_another_json_type_is_a_schema_mismatch_never_coerced(spark, 
 
     def event(after):
         return json.dumps({"before": None, "after": after, "op": "c", "ts_ms": 1,
-                           "source": {"ts_ms": 1, "lsn": 10, "table": "customers"}}).encode()
+                           "source": {"connector": "postgresql", "ts_ms": 1, "lsn": 10, "table": "customers"}}).encode()
 
     messages = [
         (key, event({"customer_id": 1, "name": "Ann", "updated_at": "2026-11-20T10:00:00.5Z"})),
@@ -208,3 +208,66 @@ def test_a_dms_string_field_holding_a_number_is_a_schema_mismatch(spark, changes
     record["data"][string_field] = 12
     row = _decode_cdc(spark, "accounts", [(key, json.dumps(record).encode())])[0]
     assert (row._error_code, row._error_detail.rsplit(": ", 1)[-1]) == ("SCHEMA_MISMATCH", string_field)
+
+
+def _debezium_event(source: dict, op: str = "u", customer_id: int = 3, name: str = "x") -> bytes:
+    image = {"customer_id": customer_id, "name": name}
+    return json.dumps({"before": None, "after": image, "op": op, "ts_ms": 1,
+                       "source": {"ts_ms": 1, "table": "customers", **source}}).encode()
+
+
+def _order_of(spark, sources: list[tuple[dict, str]]) -> list[int]:
+    """The indexes of ``sources`` (source block, op) in the order their ``_seq`` puts them."""
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType())]),
+                            ("customer_id",))
+    messages = [(b'{"customer_id":3}', _debezium_event(source, op, name=str(n))) for n, (source, op) in
+                enumerate(sources)]
+    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers").collect()
+    assert [r._error_code for r in rows] == [None] * len(rows), [r._error_detail for r in rows]
+    return [int(r.name) for r in sorted(rows, key=lambda r: tuple(r._seq))]
+
+
+def test_a_postgres_change_in_flight_at_the_snapshot_point_is_ordered_after_the_snapshot_read(spark):
+    """As Debezium sent them from PostgreSQL 15 (tests/integration/test_real_cdc.py, section c): the
+    update committed after the snapshot, but was written before its point, so its LSN is lower."""
+    pg = {"connector": "postgresql"}
+    snapshot_read = ({**pg, "snapshot": "true", "lsn": 26373480, "sequence": '[null,"26373480"]'}, "r")
+    in_flight = ({**pg, "snapshot": "false", "lsn": 26367640, "sequence": '[null,"26367640"]'}, "u")
+    next_transaction = ({**pg, "snapshot": "false", "lsn": 26380128, "sequence": '["26379960","26380128"]'}, "u")
+    # a transaction that wrote before the previous one and committed after it
+    interleaved = ({**pg, "snapshot": "false", "lsn": 26380000, "sequence": '["26380400","26380000"]'}, "u")
+    assert _order_of(spark, [interleaved, next_transaction, in_flight, snapshot_read]) == [3, 2, 1, 0]
+    # Debezium before 1.6 sent no sequence: the LSN orders streamed changes of one key
+    assert _order_of(spark, [({**pg, "snapshot": "false", "lsn": 30}, "u"),
+                             ({**pg, "snapshot": "false", "lsn": 20}, "u")]) == [1, 0]
+
+
+def test_mysql_and_mariadb_changes_are_ordered_by_binlog_file_position_and_row(spark):
+    def binlog(file, pos, row=0, snapshot="false", connector="mariadb"):
+        return {"connector": connector, "snapshot": snapshot, "file": file, "pos": pos, "row": row}
+    order = _order_of(spark, [
+        (binlog("binlog.000002", 400, 1), "u"),
+        (binlog("binlog.000002", 400, 0), "c"),
+        (binlog("binlog.000001", 900_000, connector="mysql"), "u"),  # an earlier file, a larger position
+        (binlog("binlog.000001", 600, snapshot="last"), "r"),  # a snapshot read: at the snapshot's position
+        (binlog("binlog.000010", 4), "u"),  # the tenth file: numbers, not text, are compared
+    ])
+    assert order == [3, 2, 1, 0, 4]
+
+
+def test_a_debezium_change_without_its_source_position_or_of_another_connector_is_invalid(spark):
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType())]),
+                            ("customer_id",))
+    key = b'{"customer_id":3}'
+    messages = [(key, _debezium_event(source)) for source in (
+        {"connector": "postgresql", "snapshot": "false", "sequence": '[null,"10"]'},  # no lsn
+        {"connector": "mariadb", "snapshot": "false", "file": "binlog.000001", "row": 0},  # no pos
+        {"connector": "mariadb", "snapshot": "false", "file": "mysql-bin", "pos": 4, "row": 0},  # no file number
+        {"connector": "sqlserver", "snapshot": "false", "lsn": 10},
+        {"snapshot": "false", "lsn": 10},
+    )]
+    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+        .orderBy("offset").collect()
+    assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * len(messages)
+    assert ["source position" in r._error_detail for r in rows] == [True, True, True, False, False]
+    assert ["connector not supported" in r._error_detail for r in rows] == [False, False, False, True, True]

@@ -1,0 +1,35 @@
+"""How bronze evolves to a decoder's new schema (ingestion.bronze.schema_changes): pure, no Spark session."""
+
+import pytest
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from ingestion.bronze import schema_changes
+from lakehouse.core.errors import LakehouseError
+
+
+def struct(**fields) -> StructType:
+    return StructType([StructField(name, kind) for name, kind in fields.items()])
+
+
+def test_new_columns_nested_ones_too_and_widenings_are_altered():
+    current = struct(id=IntegerType(), address=struct(city=StringType()))
+    wanted = struct(id=LongType(), address=struct(city=StringType(), zip=StringType()), tier=StringType())
+    assert schema_changes(current, wanted) == [
+        "alter column `id` type bigint", "add column `address`.`zip` string", "add column `tier` string"]
+
+
+def test_a_type_change_that_is_not_a_widening_is_refused():
+    with pytest.raises(LakehouseError, match="not a lossless widening"):
+        schema_changes(struct(id=StringType()), struct(id=LongType()))
+
+
+def test_a_changelog_order_key_of_other_fields_is_refused_not_evolved():
+    """Evolved, _seq would become {lsn, phase, ...}, new rows with a null lsn, ordered before every
+    older change: the mirror would silently keep old values."""
+    current = struct(customer_id=LongType(), _seq=struct(lsn=LongType()))
+    wanted = struct(customer_id=LongType(), _seq=struct(phase=IntegerType(), commit_pos=LongType(),
+                                                         change_pos=LongType()))
+    with pytest.raises(LakehouseError, match=r"by \{lsn\}; this version orders them by \{phase, commit_pos, "
+                                             r"change_pos\}.*ingest the topic again"):
+        schema_changes(current, wanted)
+    assert schema_changes(wanted, wanted) == []
