@@ -69,7 +69,7 @@ PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
 
 DEAD_LETTERS_TABLE = "bronze.dead_letters"
 REASON_CODES = tuple(ERROR_CODES)  # the closed set of ARCHITECTURE §7
-CDC_OPERATIONS = ("I", "U", "D", "R")
+CDC_OPERATIONS = ("I", "U", "D", "R", "T")  # T: a TRUNCATE of the table (Debezium, PostgreSQL)
 KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 # Touched days are those of silver rows ingested since the suite last passed, less this: a
 # micro-batch stamps its rows when it starts and commits later (the dbt models' overlap window).
@@ -210,13 +210,16 @@ def between(column: str, minimum: Any, maximum: Any, severity: Severity = CRITIC
 def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
     """The bronze suites of one stream: its table, and its dead-letter rate."""
     time_column = stream.event_time_column
-    # Kafka tombstone rows of a CDC stream carry only the key, by design (ARCHITECTURE §6).
-    data_rows = {"row_condition": "not _is_tombstone", "condition_parser": "spark"} if stream.is_cdc else {}
+    # Kafka tombstone rows of a CDC stream carry only the key, by design (ARCHITECTURE §6), and a
+    # truncation (op T) no row at all.
+    spark_rows = {"condition_parser": "spark"}
+    data_rows = {"row_condition": "not _is_tombstone and op <> 'T'", **spark_rows} if stream.is_cdc else {}
+    key_rows = {"row_condition": "coalesce(op, '') <> 'T'", **spark_rows} if stream.is_cdc else {}
     checks = [
         # Exactly once: a Kafka record lands at most once. Re-sent duplicates have offsets of
         # their own and are kept; silver removes them.
         unique_together(*KAFKA_COORDINATES),
-        *(not_null(column, **(data_rows if column not in stream.identity_columns else {}))
+        *(not_null(column, **(data_rows if column not in stream.identity_columns else key_rows))
           for column in dict.fromkeys((*stream.identity_columns, *stream.required_columns))),
         # The ingestion dead-letters event times before 2000 or more than a day ahead
         # (EVENT_TIME_OUT_OF_RANGE); this checks what landed agrees.
@@ -286,7 +289,8 @@ def cdc_suites(stream: str, key: str, live_checks: Sequence[ExpectationSpec]) ->
     """Mirror, live view and history of a CDC stream."""
     return [
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_mirror", expectations=(
-            not_null(key), unique(key),
+            # the one row without a key is the truncation marker (macros/cdc_mirror_changes.sql)
+            not_null(key, row_condition="op <> 'T'", condition_parser="spark"), unique(key),
             not_null("op"), in_set("op", CDC_OPERATIONS),
             not_null("_seq"), not_null("_is_deleted"),
         )),

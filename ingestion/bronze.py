@@ -97,7 +97,8 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
     for field in wanted.fields:
         path = f"{prefix}{quote(field.name)}"
         old = existing.get(field.name)
-        if not prefix and field.name == SEQUENCE_COLUMN and old is not None and old != field.dataType:
+        if (not prefix and field.name == SEQUENCE_COLUMN and old is not None
+                and old.simpleString() != field.dataType.simpleString()):  # nullability aside
             raise LakehouseError(
                 f"{SEQUENCE_COLUMN} orders the changes of this table by {_field_names(old)}; this version "
                 f"orders them by {_field_names(field.dataType)} (docs/ARCHITECTURE.md §9), and rows of the two "

@@ -264,7 +264,8 @@ def decode_protobuf(raw: DataFrame, function: str, columns: StructType, required
 
 # --- CDC: Debezium and DMS into one changelog shape (ARCHITECTURE §6) ----------------------------
 
-DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R"}
+# "t": a TRUNCATE of the whole table (PostgreSQL; Debezium sends it with skipped.operations=none)
+DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R", "t": "T"}
 DMS_OPS = {"insert": "I", "update": "U", "delete": "D", "load": "R"}
 
 
@@ -292,9 +293,12 @@ def _changelog(
     tombstone: Column,
     message_key: Column,
     checks: list[tuple[Column, str, Column]],
+    truncate: Column | None = None,
 ) -> DataFrame:
-    """The normalized changelog columns plus the checks every CDC format shares."""
-    key_present = F.col("key").isNotNull()
+    """The normalized changelog columns plus the checks every CDC format shares. A truncate
+    (``truncate`` true) is a change of the whole table: no row, no key, its message key ignored."""
+    row_change = ~truncate if truncate is not None else F.lit(True)
+    key_present = F.col("key").isNotNull() & row_change
     mismatch = {name: key_present & ~message_key[name].eqNullSafe(image[name]) for name in identity}
     unreadable_key = key_present & _any(message_key[name].isNull() for name in identity)
     columns = [
@@ -311,7 +315,7 @@ def _changelog(
     return _with_errors(parsed, columns, [
         (tombstone & unreadable_key, "INVALID_CDC_ENVELOPE", F.lit("tombstone without a readable key")),
         *[(not_tombstone & failed, code, detail) for failed, code, detail in checks],
-        (not_tombstone & _any(image[name].isNull() for name in identity), "MISSING_REQUIRED_FIELD",
+        (not_tombstone & row_change & _any(image[name].isNull() for name in identity), "MISSING_REQUIRED_FIELD",
          F.concat(F.lit("change without its key: "), _names_where({n: image[n].isNull() for n in identity}))),
         (not_tombstone & unreadable_key, "INVALID_CDC_ENVELOPE",
          F.concat(F.lit("unreadable message key: "), F.col("key").cast("string"))),
@@ -398,10 +402,11 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
     tombstone = F.col("value").isNull()
+    truncate = F.coalesce(env["op"] == "t", F.lit(False))
     seq = debezium_seq(source, env["op"])
     envelope_gaps = {
         "op": op.isNull(), "source": source.isNull(), "source.ts_ms": source["ts_ms"].isNull(),
-        "before/after image": image.isNull(),
+        "before/after image": image.isNull() & ~truncate,
         "source position (lsn; or file and pos)": source["connector"].isin(*DEBEZIUM_CONNECTORS) & (
             seq["commit_pos"].isNull() | seq["change_pos"].isNull()),
     }
@@ -409,7 +414,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         parsed, image_schema, identity, op, image,
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
-        tombstone=tombstone, message_key=F.col("_key"),
+        tombstone=tombstone, message_key=F.col("_key"), truncate=truncate,
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",

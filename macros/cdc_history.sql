@@ -24,11 +24,79 @@
 
     `key` is the source's primary key: a column or a list of columns (a composite key). The
     model's unique_key is the key's columns and the sequence.
+
+    A TRUNCATE (`truncate_when`, e.g. "op = 'T'"; a change without a key) is a version of every
+    row that existed just before it: for each key whose last version before the truncation is
+    not a delete, a version with the truncation's op, sequence and times and the row's last
+    values, never current. `truncations` tells whether the increment holds one (the model asks,
+    `changelog_has_truncations`): only then are all the stored versions read, to find the rows
+    it ends; `columns_of` is a relation with the changelog's columns (the model's changelog).
 -#}
-{% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none) -%}
+{% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none,
+                              truncate_when=none, truncations=false, columns_of=none) -%}
 {%- set keys = [key] if key is string else key -%}
 {%- set key_list = keys | join(', ') -%}
 {%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
+{%- set ends_a_row = "op = 'D'" ~ (' or (' ~ truncate_when ~ ')' if truncate_when else '') -%}
+{%- if truncate_when %}
+, key_changes as (
+
+    select * from {{ changes }} where {{ keys[0] }} is not null
+
+)
+{%- if truncations and execute %}
+{%- set changelog_columns = adapter.get_columns_in_relation(columns_of) | map(attribute='name') | list -%}
+, truncation_points as (
+
+    select {{ sequence_by }} as _truncation_seq, op as _truncation_op,
+           {{ committed_at }} as _truncation_at, _ingested_at as _truncation_ingested_at
+    from {{ changes }}
+    where {{ keys[0] }} is null
+
+),
+
+before_truncation as (
+
+    -- per key and truncation, the key's last version before it: from the increment or stored
+    select
+        prior.*, truncation_points.*,
+        row_number() over (
+            partition by {% for k in keys %}prior.{{ k }}, {% endfor %}truncation_points._truncation_seq
+            order by prior.{{ sequence_by }} desc
+        ) as _rank
+    from (
+        select * from key_changes
+        {% if existing is not none %}
+        union all
+        select * except (valid_from, valid_to, is_current) from {{ existing }}
+        {% endif %}
+    ) as prior
+    inner join truncation_points on prior.{{ sequence_by }} < truncation_points._truncation_seq
+
+),
+
+truncated_versions as (
+
+    select
+        {%- for column in changelog_columns %}
+        {% if column == 'op' %}_truncation_op{% elif column == sequence_by %}_truncation_seq
+        {%- elif column == committed_at %}_truncation_at{% elif column == '_ingested_at' %}_truncation_ingested_at
+        {%- else %}{{ column }}{% endif %} as {{ column }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from before_truncation
+    where _rank = 1 and not ({{ ends_a_row }})
+
+)
+{%- endif %}
+
+, history_changes as (
+
+    select * from key_changes
+    {% if truncations and execute %} union all select * from truncated_versions {% endif %}
+
+)
+{%- set changes = 'history_changes' %}
+{%- endif %}
 {% if existing is not none %}
 , touched_keys as (
 
@@ -93,7 +161,7 @@ versions as (
     select
         distinct_links.* except (_copy),
         lead(valid_from) over ({{ window }}) as valid_to,
-        lead({{ sequence_by }}) over ({{ window }}) is null and op != 'D' as is_current
+        lead({{ sequence_by }}) over ({{ window }}) is null and not ({{ ends_a_row }}) as is_current
     from distinct_links
     where _copy = 1
 
@@ -110,4 +178,18 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+
+{#- Whether `relation` (a changelog) holds a truncation (`truncate_when`) in the rows `where`
+    selects (the model's increment filter, or none): a history run reads all its stored versions
+    only then. -#}
+{% macro changelog_has_truncations(relation, truncate_when, where=none) -%}
+    {#- a dbt unit test renders refs as fixtures (CTEs named __dbt__cte__<model>): nothing to ask -#}
+    {%- if not execute or relation is string or (relation | string).startswith('__dbt__cte__') -%}
+        {{ return(false) }}
+    {%- endif -%}
+    {%- set query = 'select count(*) from ' ~ relation ~ ' where (' ~ truncate_when ~ ')'
+                    ~ (' and ' ~ where if where else '') -%}
+    {{ return(run_query(query).columns[0].values()[0] > 0) }}
 {%- endmacro %}

@@ -8,6 +8,7 @@
           'sequence_by': '_seq',                -- totally orders the changes of one key
           'delete_when': "op = 'D'",            -- which changes are deletes
           'except_columns': ['_kafka_topic'],   -- changelog columns not to keep (optional)
+          'truncate_when': "op = 'T'",          -- changes that empty the table (optional)
       } -%}
       {{ config(materialized='cdc_mirror',
                 buckets=16,                     -- bucket(n, key) partitioning (optional)
@@ -154,6 +155,22 @@
                 when not matched then insert *
             {%- endcall -%}
             {%- do restore_session_settings(previous) -%}
+            {%- if config.get('truncate_when') and run_query('select count(*) from ' ~ changes_relation ~ ' where '
+                                                              ~ keys[0] ~ ' is null').columns[0].values()[0] > 0 -%}
+                {#- A new truncation marker (the changes' one row with a null key; the select
+                    keeps it only if newer than the stored one): every live row older than it
+                    becomes a tombstone at its sequence, so it leaves the live view and no older
+                    change can bring it back. One source row, so each row matches at most once. -#}
+                {%- call statement('apply_truncation') -%}
+                    merge into {{ target_relation }} as mirror
+                    using (select * from {{ changes_relation }} where {{ keys[0] }} is null) as truncation
+                    on mirror.{{ keys[0] }} is not null and not mirror._is_deleted
+                        and mirror.{{ sequence_by }} < truncation.{{ sequence_by }}
+                    when matched then update set
+                        op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
+                        _source_ts = truncation._source_ts, _ingested_at = truncation._ingested_at
+                {%- endcall -%}
+            {%- endif -%}
         {%- else -%}
             {#- nothing newer than the mirror: no MERGE, so no empty snapshot per run -#}
             {%- call statement('main') -%}

@@ -8,10 +8,17 @@
 
     The property test (tests/integration/test_cdc_mirror_property.py) runs it, with the
     materialization, through dbt against random histories and delivery orders.
+
+    `truncate_when` (optional, e.g. "op = 'T'") names the changes that empty the whole table: they
+    carry no key. The latest one becomes the mirror's truncation marker, its one row with a null
+    key (a tombstone: the live view hides it); a key's changes not newer than the latest truncation
+    the run knows (the increment's, or the stored marker's) are dropped, so no change from before
+    a TRUNCATE brings a row back. The materialization then turns every live row older than a new
+    marker into a tombstone at the truncation's sequence (macros/cdc_mirror.sql).
 -#}
 
 {% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
-                            sequence_by='_seq', except_columns=[]) -%}
+                            sequence_by='_seq', except_columns=[], truncate_when=none) -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
     {%- if execute and not keys -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
@@ -24,7 +31,7 @@
 
     select
         changes.*,
-        ({{ delete_when }}) as _is_deleted,
+        ({{ delete_when }}){% if truncate_when %} or ({{ truncate_when }}){% endif %} as _is_deleted,
         -- duplicates share their sequence, so any one of them may win: they are the same change
         row_number() over (
             partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
@@ -39,6 +46,19 @@ winning_changes as (
     select * from latest_changes where _change_rank = 1
 
 ),
+
+{% if truncate_when %}
+truncations as (
+
+    -- the stored marker is the only row of the bucket(null) partition: a read of one small file
+    select
+        (select max({{ sequence_by }}) from winning_changes where {{ keys[0] }} is null) as new_truncation,
+        {% if incremental -%}
+        (select max({{ sequence_by }}) from {{ existing }} where {{ keys[0] }} is null)
+        {%- else %} null {%- endif %} as stored_truncation
+
+),
+{% endif %}
 
 {% if incremental %}
 stored_rows as (
@@ -64,6 +84,17 @@ mirror_changes as (
     left anti join stored_rows as mirror
         on {% for key in keys %}mirror.{{ key }} = winning_changes.{{ key }} and {% endfor -%}
            mirror.{{ sequence_by }} >= winning_changes.{{ sequence_by }}
+    {% endif %}
+    {% if truncate_when %}
+    cross join truncations
+    where case when winning_changes.{{ keys[0] }} is null
+        -- the increment's latest truncation, unless the mirror knows it (or a later one) already
+        then truncations.stored_truncation is null
+             or winning_changes.{{ sequence_by }} > truncations.stored_truncation
+        -- a key's change after every truncation
+        else coalesce(winning_changes.{{ sequence_by }}
+                      > greatest(truncations.new_truncation, truncations.stored_truncation), true)
+        end
     {% endif %}
 
 ),

@@ -16,15 +16,19 @@
     A late or out-of-order change slots in between its neighbours.
 -#}
 
+{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
+
 with
 
 changelog as (
 
     select * from {{ ref('customers_changelog') }}
-    {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    {% if increment %}
+    where {{ increment }}
     {% endif %}
 
 )
 
-{{ cdc_history_versions('changelog', 'customer_id', existing=this if is_incremental() else none) }}
+{{ cdc_history_versions('changelog', 'customer_id', existing=this if is_incremental() else none,
+                        truncate_when="op = 'T'", columns_of=ref('customers_changelog'),
+                        truncations=changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment)) }}

@@ -3,6 +3,7 @@
     'sequence_by': '_seq',
     'delete_when': "op = 'D'",
     'except_columns': ['_kafka_topic'],
+    'truncate_when': "op = 'T'",
 } -%}
 
 {{ config(materialized='cdc_mirror', buckets=16, **cdc) }}

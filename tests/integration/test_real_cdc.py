@@ -67,7 +67,8 @@ def change_events(bootstrap: str, topic: str) -> dict[str, list[dict | None]]:
     events: dict[str, list[dict | None]] = {}
     for message in sorted(read_topic(bootstrap, topic), key=lambda m: (m.partition(), m.offset())):
         value = None if message.value() is None else json.loads(message.value())
-        events.setdefault(message.key().decode(), []).append(value)
+        # a truncate has no key (it changes the whole table)
+        events.setdefault(message.key().decode() if message.key() is not None else "null", []).append(value)
     return events
 
 
@@ -403,3 +404,67 @@ def test_customers_mirror_equals_the_mariadb_table_through_real_debezium(mariadb
     live = {row.customer_id: row for row in session.table("silver.customers").collect()}
     # key 101: three updates in one transaction in the first binlog file, a fourth in the next one
     assert (live[101].customer_name, live[101].tier, live[101].city) == ("Rotated", "bronze", "Hamburg")
+
+
+# --- (f) a TRUNCATE through real Debezium ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def truncate_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-truncate") as lakehouse:
+        yield lakehouse
+
+
+def test_a_truncate_empties_the_mirror_and_is_a_version_in_the_history(postgres, truncate_lake, tmp_path):
+    """Debezium sends a TRUNCATE when told to (skipped.operations=none): a change without a key, on
+    any partition. Before: the mirror kept every truncated row, or the event was a dead letter."""
+    own, session, target = truncate_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("trunc")
+    load_customers(postgres, "trunc", 10)
+    create_topics(bootstrap, ["customers"])
+    connector = postgres_connector(postgres, "trunc", ["customers"], "trunc", **{"skipped.operations": "none"})
+    source = PostgresSource(postgres, "trunc", "customers", "customer_id", SILVER_RENAMES)
+    with debezium(own.jars_dir, tmp_path / "debezium", "trunc", connector, bootstrap) as engine:
+        expected = 10 + run_script(postgres, "trunc", [
+            [Step("update customers set tier = 'gold' where customer_id in (1, 2)", 2)],
+            [Step("delete from customers where customer_id = 3", 2)]])
+        wait_for_messages(bootstrap, "customers", expected, engine)
+        ingest_and_apply(own, session, target)  # the mirror and history hold the rows to truncate
+        assert_mirror_equals(session, source)
+
+        # in one increment: changes before the truncate, the truncate, and changes after it,
+        # one of them re-inserting a truncated key
+        expected += run_script(postgres, "trunc", [
+            [Step("update customers set tier = 'silver' where customer_id = 4", 1)],
+            [Step("truncate customers", 1)],
+            [Step("insert into customers values " + customer(1, "After Truncate", minute=900), 1),
+             Step("insert into customers values " + customer(50, "New After", minute=950), 1)],
+        ])
+        wait_for_messages(bootstrap, "customers", expected, engine)
+
+    truncates = [e for key_events in change_events(bootstrap, "customers").values()
+                 for e in key_events if e and e["op"] == "t"]
+    assert len(truncates) == 1, "Debezium sent no truncate event"
+    ingest_and_apply(own, session, target)
+    assert session.table("bronze.dead_letters").count() == 0
+    assert_mirror_equals(session, source)
+    assert source.row_count() == 2
+    history = session.table("silver.customers_history")
+    truncated = {r.customer_id for r in history.where("op = 'T'").collect()}
+    # every row that existed just before the truncate (9 after the delete of 3), and only those
+    assert truncated == {1, 2, 4, 5, 6, 7, 8, 9, 10}
+    current = {r.customer_id: r.customer_name for r in history.where("is_current").collect()}
+    assert current == {1: "After Truncate", 50: "New After"}
+    # key 4's update before the truncate is a version of its own, closed by the truncate
+    four = [(r.op, r.tier, r.valid_to is None) for r in history.where("customer_id = 4").orderBy("_seq").collect()]
+    assert four == [("R", "bronze", False), ("U", "silver", False), ("T", "silver", True)], four
+
+    # a rerun over the same input (the overlap window re-reads the truncate) changes nothing
+    mirror_snapshots = session.table("silver.customers_mirror.snapshots").count()
+    versions = sorted(map(tuple, history.select("customer_id", "_seq", "op", "is_current").collect()),
+                      key=repr)
+    run_dbt(own, ["run", "--select", CUSTOMER_MODELS], target_dir=target, capture=True)
+    assert session.table("silver.customers_mirror.snapshots").count() == mirror_snapshots
+    assert sorted(map(tuple, session.table("silver.customers_history")
+                      .select("customer_id", "_seq", "op", "is_current").collect()), key=repr) == versions
+    assert_mirror_equals(session, source)
