@@ -271,3 +271,21 @@ def test_a_debezium_change_without_its_source_position_or_of_another_connector_i
     assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * len(messages)
     assert ["source position" in r._error_detail for r in rows] == [True, True, True, False, False]
     assert ["connector not supported" in r._error_detail for r in rows] == [False, False, False, True, True]
+
+
+def test_a_truncate_is_a_change_without_key_or_row(spark):
+    """Debezium's truncate event (PostgreSQL, skipped.operations=none) has no message key and no
+    image: it changes the whole table. Before, it was a dead letter (INVALID_CDC_ENVELOPE)."""
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType())]),
+                            ("customer_id",))
+    source = {"connector": "postgresql", "snapshot": "false", "ts_ms": 1, "table": "customers",
+              "lsn": 26400000, "sequence": '["26399000","26400000"]'}
+    truncate = {"before": None, "after": None, "op": "t", "ts_ms": 1, "source": source}
+    messages = [(None, json.dumps(truncate).encode()),
+                (None, json.dumps({**truncate, "source": {**source, "lsn": None}}).encode())]
+    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+        .orderBy("offset").collect()
+    assert rows[0]._error_code is None, rows[0]._error_detail
+    assert (rows[0].op, rows[0].customer_id, rows[0].name, rows[0]._is_tombstone) == ("T", None, None, False)
+    assert tuple(rows[0]._seq) == (1, 26399000, 26400000)
+    assert rows[1]._error_code == "INVALID_CDC_ENVELOPE" and "source position" in rows[1]._error_detail
