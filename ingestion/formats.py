@@ -273,11 +273,31 @@ def _lookup(mapping: dict[str, str], column: Column) -> Column:
     return F.element_at(F.create_map(*[F.lit(x) for pair in mapping.items() for x in pair]), column)
 
 
+def _schema_wrapper(content: StructType) -> StructType:
+    """The fields Kafka's JsonConverter adds with ``schemas.enable=true``: the value becomes
+    ``{"schema": <its Connect schema>, "payload": <the value>}``."""
+    return StructType([StructField("schema", StringType()), StructField("payload", content)])
+
+
+def _unwrapped(parsed: Column, content: StructType, wrapper_fields: list[str] | None = None) -> Column:
+    """``content``'s fields from ``parsed`` (read with ``_schema_wrapper``'s fields added): from
+    its payload when it has a schema and a payload, else from its top level. Only the fields in
+    ``wrapper_fields`` (default: all) are in the payload; the others always come from the top."""
+    wrapped = parsed["schema"].isNotNull() & parsed["payload"].isNotNull()
+    inside = {f.name for f in content.fields} if wrapper_fields is None else set(wrapper_fields)
+    return F.when(parsed.isNotNull(), F.struct(*[
+        (F.when(wrapped, parsed["payload"][f.name]).otherwise(parsed[f.name]) if f.name in inside
+         else parsed[f.name]).alias(f.name)
+        for f in content.fields]))
+
+
 def _image_key(key_text: Column, identity: tuple[str, ...], image: StructType, as_json: bool) -> Column:
     """The primary key the message key carries: a JSON object (Debezium) or the bare value (DMS)."""
     if as_json:
         key_schema = StructType([StructField(name, image[name].dataType, True) for name in identity])
-        return F.from_json(key_text, key_schema)
+        # with schemas enabled the key is {"schema": ..., "payload": {<key>}}: one parse reads both
+        key = F.from_json(key_text, StructType([*key_schema.fields, *_schema_wrapper(key_schema).fields]))
+        return _unwrapped(key, key_schema)
     (name,) = identity  # DMS keys are the bare value of a one-column key
     return F.struct(key_text.cast(image[name].dataType).alias(name))
 
@@ -394,9 +414,15 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
             StructField("file", StringType()), StructField("pos", LongType()), StructField("row", LongType())])),
         StructField("op", StringType()), StructField("ts_ms", LongType()),
     ])
-    loose, typed = _json_envelope(envelope)
-    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_env"),
+    # Debezium with schemas enabled wraps each event ({"schema": ..., "payload": <event>}); the
+    # schema itself is not read: the stream's contract declares the columns
+    loose, typed = _json_envelope(StructType([*envelope.fields, *_schema_wrapper(envelope).fields]))
+    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_typed"),
                         _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
+    typed = F.col("_typed")
+    event = _unwrapped(typed, StructType([*envelope.fields, StructField(CORRUPT_COLUMN, StringType())]),
+                       wrapper_fields=[f.name for f in envelope.fields])
+    parsed = parsed.select(*KAFKA_COLUMNS, "_loose", "_key", event.alias("_env"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
     parsed, image, wrong_type = with_strict_image(

@@ -468,3 +468,35 @@ def test_a_truncate_empties_the_mirror_and_is_a_version_in_the_history(postgres,
     assert sorted(map(tuple, session.table("silver.customers_history")
                       .select("customer_id", "_seq", "op", "is_current").collect()), key=repr) == versions
     assert_mirror_equals(session, source)
+
+
+# --- (g) Debezium with schemas enabled ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def schemas_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-schemas") as lakehouse:
+        yield lakehouse
+
+
+def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_lake, tmp_path):
+    """JsonConverter's schemas.enable=true, key and value: each message {"schema", "payload"}."""
+    own, session, target = schemas_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("withschemas")
+    load_customers(postgres, "withschemas", 5)
+    create_topics(bootstrap, ["customers"])
+    connector = postgres_connector(postgres, "withschemas", ["customers"], "withschemas",
+                                   **{"key.converter.schemas.enable": "true", "value.converter.schemas.enable": "true"})
+    with debezium(own.jars_dir, tmp_path / "debezium", "withschemas", connector, bootstrap) as engine:
+        expected = 5 + run_script(postgres, "withschemas", [
+            [Step("update customers set tier = 'gold', city = null where customer_id = 1", 1)],
+            [Step("delete from customers where customer_id = 2", 2)],
+            [Step("insert into customers values " + customer(9, "Nine", minute=90), 1)]])
+        wait_for_messages(bootstrap, "customers", expected, engine)
+    messages = read_topic(bootstrap, "customers")
+    values = [json.loads(m.value()) for m in messages if m.value() is not None]
+    assert all(set(v) == {"schema", "payload"} for v in values)
+    assert all(set(json.loads(m.key())) == {"schema", "payload"} for m in messages)
+    ingest_and_apply(own, session, target)
+    assert session.table("bronze.dead_letters").count() == 0
+    assert_mirror_equals(session, PostgresSource(postgres, "withschemas", "customers", "customer_id", SILVER_RENAMES))

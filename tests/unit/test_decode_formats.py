@@ -289,3 +289,19 @@ def test_a_truncate_is_a_change_without_key_or_row(spark):
     assert (rows[0].op, rows[0].customer_id, rows[0].name, rows[0]._is_tombstone) == ("T", None, None, False)
     assert tuple(rows[0]._seq) == (1, 26399000, 26400000)
     assert rows[1]._error_code == "INVALID_CDC_ENVELOPE" and "source position" in rows[1]._error_detail
+
+
+def test_debezium_with_schemas_enabled_decodes_like_without(spark, changes):
+    """Kafka's JsonConverter with schemas.enable=true wraps key and value in {"schema", "payload"};
+    before, those events were dead letters (no op, no source at the top level)."""
+    messages = [m for m in debezium.encode_changes(changes, table="customers") if m[1] is not None][:40]
+
+    def wrapped(document: bytes) -> bytes:  # the schema's content is not read: a stand-in of its shape
+        return json.dumps({"schema": {"type": "struct", "fields": [], "optional": False, "name": "x.Envelope"},
+                           "payload": json.loads(document)}).encode()
+
+    plain = _decode_cdc(spark, "customers", messages)
+    enabled = _decode_cdc(spark, "customers", [(wrapped(key), wrapped(value)) for key, value in messages])
+    assert [r._error_code for r in enabled] == [None] * len(messages), [r._error_detail for r in enabled][:3]
+    columns = [c for c in plain[0].asDict() if c not in ("key", "value")]
+    assert [[r[c] for c in columns] for r in enabled] == [[r[c] for c in columns] for r in plain]
