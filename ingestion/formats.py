@@ -399,7 +399,7 @@ def debezium_seq(source: Column, op: Column) -> Column:
 
 
 def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
-    """Debezium change events (JSON, no schemas) -> changelog; a null value is a tombstone.
+    """Debezium change events (JSON, with or without schemas) -> changelog; a null value is a tombstone.
 
     ``_seq`` is ``debezium_seq``: the change's place in the source's commit order.
     """
