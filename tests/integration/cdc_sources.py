@@ -260,12 +260,17 @@ class PostgresSource:
             self.database).split()
 
     def spelled(self, live_rows: list[dict]) -> dict[Hashable, dict]:
-        columns = self.column_names()
-        result = {}
-        for row in live_rows:
-            source_row = {self.renames.get(name, name): spelled(value) for name, value in row.items()}
-            result[source_row[self.key]] = {column: source_row.get(column) for column in columns}
-        return result
+        return spelled_live_rows(live_rows, self.column_names(), self.key, self.renames)
+
+
+def spelled_live_rows(live_rows: list[dict], columns: list[str], key: str,
+                      renames: dict[str, str]) -> dict[Hashable, dict]:
+    """Live mirror rows as a source table spells its own: its column names, its columns only."""
+    result = {}
+    for row in live_rows:
+        source_row = {renames.get(name, name): spelled(value) for name, value in row.items()}
+        result[source_row[key]] = {column: source_row.get(column) for column in columns}
+    return result
 
 
 def _instant(value):
@@ -346,12 +351,7 @@ class MariaDbSource:
                 for row in json.loads(text, parse_float=Decimal)}
 
     def spelled(self, live_rows: list[dict]) -> dict[Hashable, dict]:
-        columns = self.column_names()
-        result = {}
-        for row in live_rows:
-            source_row = {self.renames.get(name, name): spelled(value) for name, value in row.items()}
-            result[source_row[self.key]] = {column: source_row.get(column) for column in columns}
-        return result
+        return spelled_live_rows(live_rows, self.column_names(), self.key, self.renames)
 
 
 @contextmanager
