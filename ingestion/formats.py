@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
+    DateType,
+    DecimalType,
     LongType,
     MapType,
     StringType,
@@ -85,55 +87,90 @@ def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Col
 
 # Spark's JSON reader converts two kinds of token silently: a number into a timestamp (read as
 # epoch seconds: a Debezium microsecond timestamp became the year 195827) and any token into a
-# string (a number, a boolean, an object become their JSON text). So a date-time field is read
-# as the token's text and must look like an ISO 8601 date-time, which no number does; a string
-# field is read as VARIANT, which keeps the token's JSON type. A token of another type is a
-# SCHEMA_MISMATCH like any other (ARCHITECTURE §7). Every other type already refuses a token it
-# cannot hold (a string into a long, a number into a date or a boolean), through the
+# string (a number, a boolean, an object become their JSON text). So a string, date-time, date
+# or decimal field is read as VARIANT, which keeps the token's JSON type, and converted here: a
+# date-time must be a string that looks like an ISO 8601 date-time, a decimal a number or a
+# string of digits that fits its precision and scale without rounding. A token of another type
+# is a SCHEMA_MISMATCH like any other (ARCHITECTURE §7). Every other type already refuses a
+# token it cannot hold (a string into a long, a number into a boolean), through the
 # corrupt-record column. Still one parse per record.
-_LENIENT_TYPES = (StringType, TimestampType)
+_VARIANT_READ = (StringType, TimestampType, DateType, DecimalType)
 _ISO_DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}"  # how every ISO 8601 date-time starts; no JSON number does
+_DECIMAL_TEXT = r"^[+-]?[0-9]+(\.([0-9]*))?$"
 
 
 def strict_parse_schema(declared: StructType) -> StructType:
-    """The schema to parse ``declared`` with: date-time fields as their text, strings as VARIANT."""
-    def parse_type(declared_type: DataType) -> DataType:
-        if isinstance(declared_type, TimestampType):
-            return StringType()
-        if isinstance(declared_type, StringType):
-            return VariantType()
-        return declared_type
-    return StructType([StructField(f.name, parse_type(f.dataType), True) for f in declared.fields])
+    """The schema to parse ``declared`` with: string, date-time, date and decimal fields as VARIANT."""
+    return StructType([StructField(f.name, VariantType() if isinstance(f.dataType, _VARIANT_READ) else f.dataType,
+                                   True) for f in declared.fields])
 
 
-def _strict_field(parsed: Column, declared: DataType) -> tuple[Column, Column]:
-    """(the value as declared, does the token have the wrong JSON type?) of a field parsed by
-    ``strict_parse_schema``. A JSON null and an absent key are null, not wrong."""
+def _json_string(parsed: Column) -> Column:
+    return F.when(F.schema_of_variant(parsed) == F.lit("STRING"), F.try_variant_get(parsed, "$", "string"))
+
+
+def _json_integer(parsed: Column) -> Column:
+    return F.when(F.schema_of_variant(parsed) == F.lit("BIGINT"), F.try_variant_get(parsed, "$", "long"))
+
+
+def _iso_timestamp(text: Column) -> Column:
+    # Spark's cast reads what from_json reads (its fallback parser is the cast's); try_cast:
+    # under ANSI mode a cast of "2026-13-45" would fail the batch instead of giving null
+    return F.when(text.rlike(_ISO_DATE), text.try_cast("timestamp"))
+
+
+def _decimal_from_text(text: Column, declared: DecimalType) -> Column:
+    """A decimal written as digits, only when it fits ``declared`` as it is: a digit beyond the
+    scale that is not 0 would be rounded, so the value does not fit."""
+    fraction = F.regexp_extract(text, _DECIMAL_TEXT, 2)
+    exact = text.rlike(_DECIMAL_TEXT) & F.substr(fraction, F.lit(declared.scale + 1), F.lit(1 << 16)).rlike("^0*$")
+    return F.when(exact, text.try_cast(declared))
+
+
+def _json_decimal(parsed: Column, declared: DecimalType) -> Column:
+    """A JSON number, or a string of digits (money is often sent as text), as ``declared``."""
+    kind = F.schema_of_variant(parsed)
+    text = F.when(kind == F.lit("STRING"), F.try_variant_get(parsed, "$", "string")).when(
+        kind.startswith("DECIMAL") | (kind == F.lit("BIGINT")), F.try_variant_get(parsed, "$", "string"))
+    return _decimal_from_text(text, declared)
+
+
+def _plain_value(parsed: Column, declared: DataType) -> Column:
+    """A field read as VARIANT (strict_parse_schema), as declared; null if its token does not fit."""
     if isinstance(declared, TimestampType):
-        # Spark's cast reads what from_json reads (its fallback parser is the cast's); try_cast:
-        # under ANSI mode a cast of "2026-13-45" would fail the batch instead of giving null
-        value = F.when(parsed.rlike(_ISO_DATE), parsed.try_cast("timestamp"))
-        return value, parsed.isNotNull() & value.isNull()
-    if isinstance(declared, StringType):
-        is_string = F.schema_of_variant(parsed) == F.lit("STRING")
-        value = F.when(is_string, F.try_variant_get(parsed, "$", "string"))
-        return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & ~is_string
-    return parsed, F.lit(False)
+        return _iso_timestamp(_json_string(parsed))
+    if isinstance(declared, DateType):
+        text = _json_string(parsed)
+        return F.when(text.rlike(_ISO_DATE + "$"), text.try_cast("date"))
+    if isinstance(declared, DecimalType):
+        return _json_decimal(parsed, declared)
+    return _json_string(parsed)
 
 
-def strict_fields(parsed: Column, declared: StructType) -> dict[str, tuple[Column, Column]]:
-    """Per field of ``declared``: (its value as declared, did its token have the wrong JSON
-    type?), from the struct ``parsed`` by ``strict_parse_schema``."""
-    return {f.name: _strict_field(parsed[f.name], f.dataType) for f in declared.fields}
+def _strict_field(parsed: Column, declared: DataType, semantic: SemanticType | None = None) -> tuple[Column, Column]:
+    """(the value as declared, does the token not fit?) of a field parsed by ``strict_parse_schema``;
+    with ``semantic``, read as Debezium wrote it. A JSON null and an absent key are null, not wrong."""
+    if not isinstance(declared, _VARIANT_READ):
+        return parsed, F.lit(False)
+    value = _plain_value(parsed, declared) if semantic is None else semantic.value(parsed, declared)
+    return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & value.isNull()
 
 
-def with_strict_image(parsed: DataFrame, image: Column,
-                      declared: StructType) -> tuple[DataFrame, Column, dict[str, Column]]:
+def strict_fields(parsed: Column, declared: StructType,
+                  semantic: dict[str, SemanticType] | None = None) -> dict[str, tuple[Column, Column]]:
+    """Per field of ``declared``: (its value as declared, did its token not fit?), from the struct
+    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type."""
+    semantic = semantic or {}
+    return {f.name: _strict_field(parsed[f.name], f.dataType, semantic.get(f.name)) for f in declared.fields}
+
+
+def with_strict_image(parsed: DataFrame, image: Column, declared: StructType,
+                      semantic: dict[str, SemanticType] | None = None) -> tuple[DataFrame, Column, dict[str, Column]]:
     """``parsed`` plus the fields of ``image`` (parsed by ``strict_parse_schema``) as declared;
     the image as a struct of them (null if ``image`` is null), and per field whether its token
     had the wrong JSON type. Each value and check is a column of its own, computed once (see
     decode_json): the checks read them inside conditional branches."""
-    fields = strict_fields(image, declared)
+    fields = strict_fields(image, declared, semantic)
     value_columns = {name: f"_image_{number}" for number, name in enumerate(fields)}
     wrong_columns = {name: f"_image_wrong_type_{number}" for number, name in enumerate(fields)}
     parsed = parsed.select("*", image.isNotNull().alias("_image_present"),
@@ -171,7 +208,7 @@ def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
     undeclared = F.array_except(keys_col, F.array(*[F.lit(name) for name in declared]))
     extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
     rescued = F.when(F.size(undeclared) > 0, F.to_json(extra))
-    wrong_type = {name: strict_wrong[name] if isinstance(contract.schema[name].dataType, _LENIENT_TYPES)
+    wrong_type = {name: strict_wrong[name] if isinstance(contract.schema[name].dataType, _VARIANT_READ)
                   else F.array_contains(keys_col, name) & payload[name].isNull() for name in declared}
     return _with_errors(parsed, [*[payload[name].alias(name) for name in declared], rescued.alias("_rescued")], [
         (keys_col.isNull() | F.col("_not_parsed"), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
@@ -180,6 +217,114 @@ def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
         _missing_check_of(payload, contract.required),
         _event_time_check(payload[event_time_column], event_time_column, now),
     ])
+
+
+# --- Debezium's semantic types -------------------------------------------------------------
+
+def _whole(value: Column, divisor: int) -> Column:
+    """``value`` // ``divisor``, exact for any long (a double would round nanoseconds)."""
+    return F.floor(value.cast("decimal(20,0)") / F.lit(divisor)).cast("long")
+
+
+def _time_of_day(micros: Column) -> Column:
+    """Microseconds since midnight as PostgreSQL spells a time: HH:MM:SS, then the fraction of a
+    second without its trailing zeros."""
+    seconds, fraction = _whole(micros, 1_000_000), F.pmod(micros, F.lit(1_000_000))
+    clock = F.format_string("%02d:%02d:%02d", _whole(seconds, 3600), F.pmod(_whole(seconds, 60), F.lit(60)),
+                            F.pmod(seconds, F.lit(60)))
+    return F.when(micros >= 0, F.concat(clock, F.when(fraction > 0, F.concat(
+        F.lit("."), F.regexp_replace(F.lpad(fraction.cast("string"), 6, "0"), "0+$", ""))).otherwise(F.lit(""))))
+
+
+def _unscaled(encoded: Column) -> Column:
+    """The integer Kafka Connect's Decimal writes: base64 of big-endian two's-complement bytes;
+    null if it is not base64 or has more than 38 digits."""
+    digits = F.hex(F.try_to_binary(encoded, F.lit("base64")))
+    count = (F.length(digits) / 2).cast("int")
+
+    def byte(i: Column) -> Column:
+        return F.conv(F.substr(digits, i * 2 + 1, F.lit(2)), 16, 10).cast("int")
+    negative = byte(F.lit(0)) >= 128
+    # a negative number is summed as its complement, so no step leaves decimal(38,0)
+    magnitude = F.aggregate(F.sequence(F.lit(0), count - 1), F.lit(0).cast("decimal(38,0)"), lambda total, i: F.try_add(
+        F.try_multiply(total, F.lit(256)), F.when(negative, 255 - byte(i)).otherwise(byte(i))).cast("decimal(38,0)"))
+    return F.when(count > 0, F.when(negative, F.try_subtract(-magnitude, F.lit(1))).otherwise(magnitude))
+
+
+def _decimal_from_unscaled(unscaled: Column, scale: Column, declared: DecimalType) -> Column:
+    """``unscaled`` × 10^-``scale`` as ``declared``, only if no digit is lost: the digits beyond
+    the declared scale must be zeros."""
+    text = unscaled.cast("string")
+    excess = scale - F.lit(declared.scale)
+    exact = (excess <= 0) | F.right(text, excess).rlike("^0+$")
+    return F.when(exact & scale.isNotNull(), F.concat(text, F.lit("E-"), scale.cast("string")).try_cast(declared))
+
+
+class SemanticType:
+    """How Debezium wrote one field, per record: its semantic type (``name``, null for plain JSON)
+    and, for a Decimal, its ``scale``. ``value`` reads the field (parsed as VARIANT) by it; a
+    semantic type that cannot fill the declared type gives null, so the field does not fit."""
+
+    def __init__(self, name: Column, scale: Column):
+        self.name, self.scale = name, scale
+
+    def value(self, parsed: Column, declared: DataType) -> Column:
+        integer, text = _json_integer(parsed), _json_string(parsed)
+        micros_of = {"io.debezium.time.Timestamp": integer * 1000, "org.apache.kafka.connect.data.Timestamp":
+                     integer * 1000, "io.debezium.time.MicroTimestamp": integer,
+                     "io.debezium.time.NanoTimestamp": _whole(integer, 1000)}
+        if isinstance(declared, TimestampType):
+            readers = {name: F.timestamp_micros(micros) for name, micros in micros_of.items()}
+            readers["io.debezium.time.ZonedTimestamp"] = _iso_timestamp(text)
+        elif isinstance(declared, DateType):
+            readers = dict.fromkeys(("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"),
+                                    F.date_from_unix_date(integer.try_cast("int")))
+        elif isinstance(declared, DecimalType):
+            variable_scale = F.try_variant_get(parsed, "$.scale", "int")
+            readers = {"org.apache.kafka.connect.data.Decimal": _decimal_from_unscaled(_unscaled(text), self.scale,
+                                                                                       declared),
+                       "io.debezium.data.VariableScaleDecimal": _decimal_from_unscaled(
+                           _unscaled(F.try_variant_get(parsed, "$.value", "string")), variable_scale, declared)}
+        else:  # a time of day, kept as text
+            readers = {"io.debezium.time.Time": _time_of_day(integer * 1000),
+                       "org.apache.kafka.connect.data.Time": _time_of_day(integer * 1000),
+                       "io.debezium.time.MicroTime": _time_of_day(integer),
+                       "io.debezium.time.NanoTime": _time_of_day(_whole(integer, 1000)),
+                       "io.debezium.time.ZonedTime": text}
+        value = F.when(self.name.isNull(), _plain_value(parsed, declared))
+        for name, reader in readers.items():
+            value = value.when(self.name == F.lit(name), reader)
+        return value
+
+
+# A Debezium value schema (schemas enabled): per field of the row, its semantic type and parameters
+_CONNECT_SCHEMA = StructType([StructField("fields", ArrayType(StructType([
+    StructField("field", StringType()),
+    StructField("fields", ArrayType(StructType([
+        StructField("field", StringType()), StructField("name", StringType()),
+        StructField("parameters", MapType(StringType(), StringType()))]))),
+])))])
+
+
+def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict[str, SemanticType]:
+    """The semantic type of each field the contract reads by one: from the event's own schema
+    (``schema_text``, null when schemas are disabled), else as the contract declares it."""
+    if not contract.semantic_fields:
+        return {}
+    row_fields = F.try_element_at(F.filter(F.from_json(schema_text, _CONNECT_SCHEMA)["fields"],
+                                           lambda f: f["field"] == F.lit("after")), F.lit(1))["fields"]
+    def described(name: str) -> Column:  # (not a default argument: Spark passes a 2-argument lambda the index)
+        return F.try_element_at(F.filter(row_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
+    types = {}
+    for name, (_kind, declared_name) in contract.semantic_fields.items():
+        field = described(name)
+        declared = contract.schema[name].dataType
+        declared_scale = F.lit(declared.scale if isinstance(declared, DecimalType) else None).cast("int")
+        types[name] = SemanticType(
+            F.when(schema_text.isNotNull(), field["name"]).otherwise(F.lit(declared_name)),
+            F.when(schema_text.isNotNull(), F.try_element_at(field["parameters"], F.lit("scale")).try_cast("int"))
+            .otherwise(declared_scale))
+    return types
 
 
 # --- Avro, Confluent wire format -----------------------------------------------------------
@@ -401,7 +546,8 @@ def debezium_seq(source: Column, op: Column) -> Column:
 def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """Debezium change events (JSON, with or without schemas) -> changelog; a null value is a tombstone.
 
-    ``_seq`` is ``debezium_seq``: the change's place in the source's commit order.
+    ``_seq`` is ``debezium_seq``: the change's place in the source's commit order. Temporal and
+    decimal fields are read by their semantic type (debezium_semantic_types).
     """
     image_schema = row.schema
     image_parsed = strict_parse_schema(image_schema)
@@ -415,18 +561,21 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         StructField("op", StringType()), StructField("ts_ms", LongType()),
     ])
     # Debezium with schemas enabled wraps each event ({"schema": ..., "payload": <event>}); the
-    # schema itself is not read: the stream's contract declares the columns
+    # stream's contract declares the columns, the schema says how temporal and decimal values
+    # are written (debezium_semantic_types)
     loose, typed = _json_envelope(StructType([*envelope.fields, *_schema_wrapper(envelope).fields]))
     parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_typed"),
                         _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
     typed = F.col("_typed")
     event = _unwrapped(typed, StructType([*envelope.fields, StructField(CORRUPT_COLUMN, StringType())]),
                        wrapper_fields=[f.name for f in envelope.fields])
-    parsed = parsed.select(*KAFKA_COLUMNS, "_loose", "_key", event.alias("_env"))
+    parsed = parsed.select(*KAFKA_COLUMNS, "_loose", "_key", event.alias("_env"),
+                           F.when(typed["payload"].isNotNull(), typed["schema"]).alias("_value_schema"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
     parsed, image, wrong_type = with_strict_image(
-        parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema)
+        parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
+        debezium_semantic_types(row, F.col("_value_schema")))
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
     seq = debezium_seq(source, env["op"])

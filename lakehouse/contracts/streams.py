@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from pyspark.sql.types import (
     BooleanType,
     DataType,
     DateType,
+    DecimalType,
     DoubleType,
     LongType,
     StringType,
@@ -187,12 +189,28 @@ def resolve_streams(names: list[str]) -> list[StreamSpec]:
     return [get_stream(name) for name in dict.fromkeys(names)]
 
 
+_DECIMAL_FORMAT = re.compile(r"decimal\(\s*([0-9]+)\s*,\s*([0-9]+)\s*\)")
+
+
+def _decimal_type(text: str, where: str) -> DecimalType:
+    match = _DECIMAL_FORMAT.fullmatch(text.strip())
+    precision, scale = (int(match[1]), int(match[2])) if match else (0, -1)
+    if not match or not (1 <= precision <= 38 and 0 <= scale <= precision):
+        raise LakehouseError(f"{where}: format {text!r} is not decimal(precision, scale) with 1 <= precision <= 38 "
+                             "and 0 <= scale <= precision")
+    return DecimalType(precision, scale)
+
+
 def _json_type(prop: dict, where: str) -> DataType:
     kind = prop.get("type")
     if isinstance(kind, list):  # ["string", "null"]: nullable is the default in Spark
         kind = next((k for k in kind if k != "null"), "string")
+    form = prop.get("format")
+    if kind in ("number", "string") and isinstance(form, str) and form.startswith("decimal"):
+        return _decimal_type(form, where)
     if kind == "string":
-        return {"date-time": TimestampType(), "date": DateType()}.get(prop.get("format"), StringType())
+        # a time of day stays text ("10:15:30.5"): Spark 4.0 has no type for it
+        return {"date-time": TimestampType(), "date": DateType()}.get(form, StringType())
     if kind == "integer":
         return LongType()
     if kind == "number":
@@ -202,10 +220,58 @@ def _json_type(prop: dict, where: str) -> DataType:
     raise LakehouseError(f"{where}: JSON Schema type {kind!r} is not supported for bronze columns (use a string)")
 
 
+# Debezium's semantic types (the `name` of a field in its Connect schema) that say how a value is
+# written on the wire, by the kind of declared type they can fill. A field of these kinds is
+# read by its semantic type: from the event's own schema when schemas are enabled, else from
+# the contract's `x-debezium-type` (absent: plain JSON, an ISO-8601 string or a JSON number).
+DEBEZIUM_TYPE_KEYWORD = "x-debezium-type"
+DEBEZIUM_TYPES: dict[str, tuple[str, ...]] = {
+    "timestamp": ("io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp",
+                  "io.debezium.time.ZonedTimestamp", "org.apache.kafka.connect.data.Timestamp"),
+    "date": ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"),
+    "time": ("io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime",
+             "io.debezium.time.ZonedTime", "org.apache.kafka.connect.data.Time"),
+    "decimal": ("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"),
+}
+
+
+def semantic_kind(declared: DataType, prop: dict | None = None) -> str | None:
+    """Which kind of DEBEZIUM_TYPES a field declared ``declared`` (JSON Schema ``prop``) is."""
+    if isinstance(declared, TimestampType):
+        return "timestamp"
+    if isinstance(declared, DateType):
+        return "date"
+    if isinstance(declared, DecimalType):
+        return "decimal"
+    if isinstance(declared, StringType) and prop is not None and prop.get("format") == "time":
+        return "time"
+    return None
+
+
 @dataclass(frozen=True)
 class JsonContract:
     schema: StructType  # the declared payload columns, in declaration order
     required: tuple[str, ...]
+    # Debezium: the fields read by their semantic type, each with its kind (DEBEZIUM_TYPES) and
+    # the semantic type the contract declares for it (None: plain JSON)
+    semantic_fields: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+def _semantic_fields(properties: dict, schema: StructType, spec: StreamSpec, where: str
+                     ) -> dict[str, tuple[str, str | None]]:
+    fields = {}
+    for f in schema.fields:
+        prop = properties[f.name]
+        kind, named = semantic_kind(f.dataType, prop), prop.get(DEBEZIUM_TYPE_KEYWORD)
+        if named is not None and spec.format != "debezium":
+            raise LakehouseError(f"{where}: {f.name}: {DEBEZIUM_TYPE_KEYWORD} applies to debezium streams only")
+        if named is not None and (kind is None or named not in DEBEZIUM_TYPES[kind]):
+            allowed = ", ".join(DEBEZIUM_TYPES[kind]) if kind else "none (declare a date-time, date, time or decimal)"
+            raise LakehouseError(f"{where}: {f.name}: {DEBEZIUM_TYPE_KEYWORD} {named!r} does not fit the declared "
+                                 f"type; it takes: {allowed}")
+        if kind is not None and spec.format == "debezium":
+            fields[f.name] = (kind, named)
+    return fields
 
 
 def json_contract(spec: StreamSpec) -> JsonContract:
@@ -229,4 +295,5 @@ def json_contract(spec: StreamSpec) -> JsonContract:
         raise LakehouseError(f"{path}: required fields not declared: {', '.join(sorted(unknown))}")
     if not spec.is_cdc and spec.event_time_column not in properties:
         raise LakehouseError(f"{path}: event-time column {spec.event_time_column!r} is not declared")
-    return JsonContract(StructType(fields), required)
+    schema = StructType(fields)
+    return JsonContract(schema, required, _semantic_fields(properties, schema, spec, path.name))

@@ -12,8 +12,11 @@ import base64
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
+import yaml
 
 from expectations.mirror import check_mirror
 from ingestion import job
@@ -500,3 +503,130 @@ def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_la
     ingest_and_apply(own, session, target)
     assert session.table("bronze.dead_letters").count() == 0
     assert_mirror_equals(session, PostgresSource(postgres, "withschemas", "customers", "customer_id", SILVER_RENAMES))
+
+
+# --- (h) Debezium's types: epoch numbers, decimals as bytes, JSON, UUID -----------------------
+
+TYPED_DDL = """
+create table typed (
+    id integer primary key,
+    amount numeric(12,2),
+    ratio numeric,
+    born date,
+    at_local timestamp,
+    at_ms timestamp(3),
+    at_zone timestamptz,
+    wake time,
+    wake_ms time(3),
+    flag boolean,
+    doc jsonb,
+    uid uuid,
+    note text
+);
+"""
+# How PostgreSQL's types arrive from Debezium's defaults (decimal.handling.mode=precise,
+# time.precision.mode=adaptive), declared for the schemaless stream; the stream with schemas
+# enabled has the same columns without `x-debezium-type`: each event's schema says it.
+TYPED_COLUMNS = {
+    "id": ({"type": "integer"}, None),
+    "amount": ({"type": "number", "format": "decimal(12,2)"}, "org.apache.kafka.connect.data.Decimal"),
+    "ratio": ({"type": "number", "format": "decimal(30,6)"}, "io.debezium.data.VariableScaleDecimal"),
+    "born": ({"type": "string", "format": "date"}, "io.debezium.time.Date"),
+    "at_local": ({"type": "string", "format": "date-time"}, "io.debezium.time.MicroTimestamp"),
+    "at_ms": ({"type": "string", "format": "date-time"}, "io.debezium.time.Timestamp"),
+    "at_zone": ({"type": "string", "format": "date-time"}, "io.debezium.time.ZonedTimestamp"),
+    "wake": ({"type": "string", "format": "time"}, "io.debezium.time.MicroTime"),
+    "wake_ms": ({"type": "string", "format": "time"}, "io.debezium.time.Time"),
+    "flag": ({"type": "boolean"}, None),
+    "doc": ({"type": "string"}, None),
+    "uid": ({"type": "string"}, None),
+    "note": ({"type": "string"}, None),
+}
+TYPED_ROWS = [
+    "(1, 1234.56, 3.14159, '1990-05-17', '2026-11-20 10:15:30.123456', '2026-11-20 10:15:30.123', "
+    "'2026-11-20 10:15:30.123456+00', '07:05:09.5', '23:59:59', true, '{\"a\": [1, 2]}', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'first')",
+    "(2, -0.01, -12345678901234567890.123456, '1969-12-31', '1969-12-31 23:59:59.999999', "
+    "'1900-01-01 00:00:00', '2000-02-29 12:00:00+05', '00:00:00', '12:30:00.25', false, 'null', "
+    "'00000000-0000-0000-0000-000000000000', 'second')",
+    "(3, null, null, null, null, null, null, null, null, null, null, null, null)",
+]
+TYPED_CHANGES = [
+    [Step("update typed set amount = 9999999999.99, ratio = 0, born = '2026-02-28', at_local = '2026-11-26 08:00:00', "
+          "wake = '12:00:00.000001', doc = '{\"b\": {\"c\": true}}' where id = 1", 1),
+     Step("insert into typed values (4, -1234.5, 1e-6, '2000-01-01', '2000-01-01 00:00:00.000001', "
+          "'2000-01-01 00:00:00.001', '2000-01-01 00:00:00+00', '23:59:59.999999', '00:00:00.001', true, '[]', "
+          "'123e4567-e89b-12d3-a456-426614174000', 'fourth')", 1)],
+    [Step("delete from typed where id = 2", 2),
+     Step("update typed set amount = 0.5, at_zone = '2030-06-30 23:00:00-07' where id = 3", 1)],
+    # 7 digits after the point do not fit the declared decimal(30,6): a dead letter, not rounded
+    [Step("insert into typed (id, ratio) values (99, 0.1234567)", 1)],
+]
+
+
+def typed_pipeline(folder) -> dict:
+    """A pipeline file of two streams of the `typed` table: `typed` (schemaless, the semantic
+    types in the contract) and `typed_schemas` (schemas enabled, none in the contract)."""
+    for name, declared in (("typed", True), ("typed_plain", False)):
+        properties = {column: {**prop, **({"x-debezium-type": semantic} if declared and semantic else {})}
+                      for column, (prop, semantic) in TYPED_COLUMNS.items()}
+        (folder / f"{name}.schema.json").write_text(json.dumps({"type": "object", "properties": properties}))
+    stream = {"format": "debezium", "event_time": "_source_ts", "identity": ["id"], "source_table": "typed"}
+    return {"schema_dir": str(folder), "streams": {
+        "typed": {**stream, "schema": "typed.schema.json"},
+        "typed_schemas": {**stream, "schema": "typed_plain.schema.json"}}}
+
+
+def comparable(column: str, value):
+    """A value of the table (PostgreSQL's JSON) or of bronze (Arrow) in one spelling."""
+    if value is None:
+        return None
+    if column == "doc":
+        return json.loads(value) if isinstance(value, str) else value
+    if column in ("at_local", "at_ms", "at_zone"):
+        instant = datetime.fromisoformat(value) if isinstance(value, str) else value
+        return instant.astimezone(UTC) if instant.tzinfo else instant.replace(tzinfo=UTC)
+    if column == "born":
+        return value if isinstance(value, str) else value.isoformat()
+    if column in ("amount", "ratio"):
+        return Decimal(value) if isinstance(value, str) else value
+    return value
+
+
+@pytest.fixture(scope="module")
+def types_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-types") as lakehouse:
+        yield lakehouse
+
+
+@pytest.mark.parametrize("stream, schemas", [("typed", False), ("typed_schemas", True)])
+def test_debezium_types_land_in_bronze_as_the_source_holds_them(postgres, types_lake, tmp_path, monkeypatch,
+                                                               stream, schemas):
+    own, session, _ = types_lake
+    bootstrap = own.kafka_bootstrap_servers
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text(yaml.safe_dump(typed_pipeline(tmp_path)))
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    database = f"types_{stream}"
+    postgres.create_database(database)
+    postgres.sql(TYPED_DDL + "insert into typed values " + ", ".join(TYPED_ROWS) + ";", database)
+    create_topics(bootstrap, [stream])
+    converter = {"key.converter.schemas.enable": "true", "value.converter.schemas.enable": "true"} if schemas else {}
+    connector = postgres_connector(postgres, database, ["typed"], database,
+                                   **{"transforms.route.replacement": stream, **converter})
+    with debezium(own.jars_dir, tmp_path / "debezium", database, connector, bootstrap) as engine:
+        expected = len(TYPED_ROWS) + run_script(postgres, database, TYPED_CHANGES)
+        wait_for_messages(bootstrap, stream, expected, engine)
+    job.run(session, own, [stream], available_now=True)
+
+    dead = session.sql(f"select error_code, error_detail from bronze.dead_letters where topic = '{stream}'").collect()
+    assert [(d.error_code, d.error_detail.rsplit(": ", 1)[-1]) for d in dead] == [("SCHEMA_MISMATCH", "ratio")]
+    # the last change of each key (a tombstone has no _seq: it sorts last, after its delete)
+    latest = session.sql(f"""select * from (select *, row_number() over (partition by id order by _seq desc) as n
+        from bronze.{stream}) where n = 1""").toArrow().to_pylist()
+    mirrored = {row["id"]: {column: comparable(column, row[column]) for column in TYPED_COLUMNS}
+                for row in latest if row["op"] != "D" and not row["_is_tombstone"]}
+    truth = {row["id"]: {column: comparable(column, value) for column, value in row.items()}
+             for row in json.loads(postgres.sql("select json_agg(t) from typed t", database), parse_float=Decimal)}
+    del truth[99]  # its change is the dead letter
+    assert mirrored == truth

@@ -1,0 +1,181 @@
+"""Debezium's semantic types (issue 24, item 5): temporal values as epoch numbers, decimals as
+base64 of their unscaled bytes, read from the contract's `x-debezium-type` or, with schemas
+enabled, from each event's own schema. A value that does not fit its declaration is a
+SCHEMA_MISMATCH, never a silent coercion.
+
+The expected values are computed here independently of the decoder: Python's datetime and
+Decimal, and bytes written with int.to_bytes.
+"""
+
+import base64
+import json
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from pyspark.sql.types import DateType, DecimalType, LongType, StringType, StructField, StructType, TimestampType
+
+from ingestion import formats
+from lakehouse.contracts.streams import JsonContract
+from tests.unit.test_decode_formats import kafka_rows
+
+EPOCH = datetime(1970, 1, 1)
+SCHEMA = StructType([
+    StructField("id", LongType()), StructField("amount", DecimalType(12, 2)), StructField("ratio", DecimalType(20, 3)),
+    StructField("born", DateType()), StructField("at_local", TimestampType()), StructField("at_ms", TimestampType()),
+    StructField("at_nano", TimestampType()), StructField("at_zone", TimestampType()), StructField("wake", StringType()),
+    StructField("wake_ms", StringType()),
+])
+SEMANTIC = {
+    "amount": ("decimal", "org.apache.kafka.connect.data.Decimal"),
+    "ratio": ("decimal", "io.debezium.data.VariableScaleDecimal"),
+    "born": ("date", "io.debezium.time.Date"),
+    "at_local": ("timestamp", "io.debezium.time.MicroTimestamp"),
+    "at_ms": ("timestamp", "io.debezium.time.Timestamp"),
+    "at_nano": ("timestamp", "io.debezium.time.NanoTimestamp"),
+    "at_zone": ("timestamp", "io.debezium.time.ZonedTimestamp"),
+    "wake": ("time", "io.debezium.time.MicroTime"),
+    "wake_ms": ("time", "io.debezium.time.Time"),
+}
+DECLARED = JsonContract(SCHEMA, ("id",), SEMANTIC)
+UNDECLARED = JsonContract(SCHEMA, ("id",), {name: (kind, None) for name, (kind, _) in SEMANTIC.items()})
+
+
+def unscaled(number: int) -> str:
+    """Kafka Connect's Decimal: big-endian two's complement in the fewest bytes, base64."""
+    size = max(1, (number.bit_length() + 8) // 8)
+    return base64.b64encode(number.to_bytes(size, "big", signed=True)).decode()
+
+
+AT = datetime(2026, 11, 20, 10, 15, 30, 123456)
+AT_MICROS = (AT - EPOCH) // timedelta(microseconds=1)
+GOOD = {
+    "id": 1,
+    "amount": unscaled(123456),  # 1234.56
+    "ratio": {"scale": 3, "value": unscaled(-12345)},  # -12.345
+    "born": (date(1990, 5, 17) - date(1970, 1, 1)).days,
+    "at_local": AT_MICROS,
+    "at_ms": AT_MICROS // 1000,
+    "at_nano": AT_MICROS * 1000 + 789,
+    "at_zone": "2026-11-20T10:15:30.123456Z",
+    "wake": (7 * 3600 + 5 * 60 + 9) * 1_000_000 + 500_000,
+    "wake_ms": (23 * 3600 + 59 * 60 + 59) * 1000,
+}
+EXPECTED = {
+    "amount": Decimal("1234.56"), "ratio": Decimal("-12.345"), "born": date(1990, 5, 17), "at_local": AT,
+    "at_ms": AT.replace(microsecond=123000), "at_nano": AT, "at_zone": AT, "wake": "07:05:09.5", "wake_ms": "23:59:59",
+}
+
+
+def connect_schema(row_fields: dict[str, tuple[str, str | None, dict]]) -> dict:
+    """A value schema as Kafka's JsonConverter writes it with schemas.enable=true."""
+    value = {"type": "struct", "optional": True, "name": "shop.public.typed.Value", "fields": [
+        {"type": kind, "optional": True, "field": name, **({"name": semantic} if semantic else {}),
+         **({"parameters": parameters} if parameters else {})}
+        for name, (kind, semantic, parameters) in row_fields.items()]}
+    return {"type": "struct", "name": "shop.public.typed.Envelope", "optional": False, "fields": [
+        {**value, "field": "before"}, {**value, "field": "after"},
+        {"type": "struct", "optional": False, "field": "source", "fields": []},
+        {"type": "string", "optional": False, "field": "op"}]}
+
+
+ENVELOPE_SCHEMA = connect_schema({
+    "id": ("int64", None, {}),
+    "amount": ("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2", "connect.decimal.precision": "12"}),
+    "ratio": ("struct", "io.debezium.data.VariableScaleDecimal", {}),
+    "born": ("int32", "io.debezium.time.Date", {}),
+    "at_local": ("int64", "io.debezium.time.MicroTimestamp", {}),
+    "at_ms": ("int64", "io.debezium.time.Timestamp", {}),
+    "at_nano": ("int64", "io.debezium.time.NanoTimestamp", {}),
+    "at_zone": ("string", "io.debezium.time.ZonedTimestamp", {}),
+    "wake": ("int64", "io.debezium.time.MicroTime", {}),
+    "wake_ms": ("int32", "io.debezium.time.Time", {}),
+})
+
+
+def event(after: dict, schema: dict | None = None) -> tuple[bytes, bytes]:
+    body = {"before": None, "after": after, "op": "c", "ts_ms": 1,
+            "source": {"connector": "postgresql", "ts_ms": 1, "lsn": 10 + after["id"], "table": "typed"}}
+    key = {"id": after["id"]}
+    if schema is not None:
+        body = {"schema": schema, "payload": body}
+        key = {"schema": {"type": "struct", "fields": [{"type": "int64", "field": "id"}]}, "payload": key}
+    return json.dumps(key).encode(), json.dumps(body).encode()
+
+
+def decode(spark, contract, messages):
+    return formats.decode_debezium(kafka_rows(spark, messages), contract, ("id",), "typed").orderBy("offset").collect()
+
+
+def values(row) -> dict:
+    return {name: row[name] for name in EXPECTED}
+
+
+def test_each_semantic_type_declared_in_the_contract_reads_as_its_value(spark):
+    (row,) = decode(spark, DECLARED, [event(GOOD)])
+    assert row._error_code is None, row._error_detail
+    assert values(row) == EXPECTED
+
+
+def test_with_schemas_enabled_the_event_schema_says_how_each_value_is_written(spark):
+    """The contract names no semantic type: the envelope's schema does, event by event."""
+    plain = {**GOOD, "id": 2, "amount": 1234.56, "ratio": "-12.345", "born": "1990-05-17",
+             "at_local": "2026-11-20T10:15:30.123456Z", "wake": "07:05:09.5"}
+    plain_schema = connect_schema({"id": ("int64", None, {}), "amount": ("double", None, {}),
+                                   "ratio": ("string", None, {}), "born": ("string", None, {}),
+                                   "at_local": ("string", None, {}), "wake": ("string", None, {})})
+    rows = decode(spark, UNDECLARED, [event(GOOD, ENVELOPE_SCHEMA), event({k: plain[k] for k in (
+        "id", "amount", "ratio", "born", "at_local", "wake")}, plain_schema)])
+    assert [r._error_code for r in rows] == [None, None], [r._error_detail for r in rows]
+    assert values(rows[0]) == EXPECTED
+    assert {k: rows[1][k] for k in ("amount", "ratio", "born", "at_local", "wake")} == {
+        k: EXPECTED[k] for k in ("amount", "ratio", "born", "at_local", "wake")}
+    # without a schema, the contract's plain JSON: an epoch number declared date-time is no instant
+    (row,) = decode(spark, UNDECLARED, [event({"id": 3, "at_local": AT_MICROS})])
+    assert (row._error_code, row._error_detail.rsplit(": ", 1)[-1]) == ("SCHEMA_MISMATCH", "at_local")
+
+
+MISFITS = [
+    ("amount", 1234.56),  # a number where the contract declares Connect's bytes
+    ("amount", "not base64!"),
+    ("amount", unscaled(10 ** 13)),  # 14 digits: beyond decimal(12,2)
+    ("ratio", {"scale": 4, "value": unscaled(123456)}),  # 12.3456: a digit beyond the declared scale of 3
+    ("ratio", {"scale": 1, "value": unscaled(10 ** 40)}),  # beyond 38 digits
+    ("born", "1990-05-17"),  # a string where days since the epoch are declared
+    ("at_local", "2026-11-20T10:15:30Z"),
+    ("at_local", 1.5),
+    ("at_ms", True),
+    ("wake", "07:05:09"),
+]
+
+
+def test_a_value_that_does_not_fit_its_semantic_type_is_a_schema_mismatch(spark):
+    rows = decode(spark, DECLARED, [event({"id": n, field: value}) for n, (field, value) in enumerate(MISFITS)])
+    assert [(r._error_code, r._error_detail.rsplit(": ", 1)[-1]) for r in rows] == [
+        ("SCHEMA_MISMATCH", field) for field, _ in MISFITS]
+
+
+def test_digits_beyond_the_declared_scale_are_kept_only_when_they_are_zeros(spark):
+    rows = decode(spark, DECLARED, [event({"id": 5, "ratio": {"scale": 5, "value": unscaled(1234500)}}),
+                                    event({"id": 6, "ratio": {"scale": 0, "value": unscaled(-7)}}),
+                                    event({"id": 7, "amount": unscaled(-1)})])
+    assert [r._error_code for r in rows] == [None] * 3, [r._error_detail for r in rows]
+    assert [rows[0].ratio, rows[1].ratio, rows[2].amount] == [Decimal("12.345"), Decimal("-7"), Decimal("-0.01")]
+
+
+def test_an_envelope_type_that_cannot_fill_the_declared_type_is_a_schema_mismatch(spark):
+    schema = connect_schema({"id": ("int64", None, {}), "born": ("int64", "io.debezium.time.MicroTimestamp", {})})
+    (row,) = decode(spark, UNDECLARED, [event({"id": 8, "born": AT_MICROS}, schema)])
+    assert (row._error_code, row._error_detail.rsplit(": ", 1)[-1]) == ("SCHEMA_MISMATCH", "born")
+
+
+def test_json_decimals_are_numbers_or_digits_that_fit_without_rounding(spark):
+    contract = JsonContract(StructType([StructField("id", LongType()), StructField("at", TimestampType()),
+                                        StructField("price", DecimalType(6, 2))]), ("id", "at"))
+    now = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    prices = [12.5, "12.50", 7, "-0.10", 12.505, "12,5", True, 12345.6]
+    messages = [(b"k", json.dumps({"id": n, "at": "2026-11-20T10:00:00Z", "price": p}).encode())
+                for n, p in enumerate(prices)]
+    rows = formats.decode_json(kafka_rows(spark, messages), contract, "at", now).orderBy("offset").collect()
+    assert [(r.price, r._error_code) for r in rows] == [
+        (Decimal("12.50"), None), (Decimal("12.50"), None), (Decimal("7.00"), None), (Decimal("-0.10"), None),
+        (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH")]
