@@ -10,13 +10,14 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from ingestion import job
 from lakehouse.core import local_kafka
 from lakehouse.core.entry import run_command
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
-from lakehouse.core.settings import PREFIX, SETTINGS, Settings
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
 from lakehouse.operations import dlq, maintenance, status
 from lakehouse.operations.dbt import loop_main, run_dbt
@@ -246,6 +247,56 @@ def _dbt(args, settings: Settings) -> int:
     return 0
 
 
+# --- cdc -------------------------------------------------------------------------------------------
+
+def _add_cdc(sub) -> None:
+    parser = sub.add_parser(
+        "cdc", help="add a database table as a CDC stream",
+        description="`add`: read a table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
+                    "write the stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), its "
+                    "pipeline entry, its dbt source entry and its changelog, mirror, live-view and history "
+                    "models; create its topic; print the Debezium connector properties to set. Nothing "
+                    "is overwritten. docs/connect-a-database.md has the whole path.",
+        epilog="Example: lakehouse cdc add public.orders --from postgresql://debezium@db.example.com/shop")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add one table as a stream",
+                             description="Add one table (NAME or SCHEMA.NAME; PostgreSQL's default "
+                                         "schema is public) as a Debezium stream.")
+    add.add_argument("table", help="the source table: NAME or SCHEMA.NAME")
+    add.add_argument("--from", dest="url", required=True, metavar="URL",
+                     help="the database: postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE, or mysql:// or "
+                          "mariadb://; the password is never printed (or use PGPASSWORD for PostgreSQL)")
+    add.add_argument("--stream", help="the stream's name, also its topic and its tables' stem (default: the "
+                                      "table's name)")
+    add.add_argument("--partitions", type=int, default=3, help="partitions of the topic (default 3)")
+    add.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
+                     help="the dbt project the models go into (default: this project)")
+    add.add_argument("--exclude-columns", default="", metavar="COLUMNS",
+                     help="comma-separated columns to leave out (a type not supported yet, or data you do not "
+                          "want in the lake); Debezium is told to leave them out too")
+    add.add_argument("--no-topic", action="store_true", help="do not create the topic (no Kafka needed)")
+    add.set_defaults(func=_cdc)
+
+
+def _cdc(args, settings: Settings) -> int:
+    from lakehouse.commands import cdc
+
+    if args.partitions < 1:
+        raise LakehouseError("--partitions: expected at least 1")
+    stream, source, files = cdc.add(settings, args.table, args.url, args.stream, args.partitions,
+                                    args.project_dir, create_topic=not args.no_topic,
+                                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()))
+    print(f"stream {stream} added:")
+    for what, path in files.items():
+        print(f"  {path}" + (" (the contract: review its types)" if what == "contract" else ""))
+    if not args.no_topic:
+        print(f"topic {stream}: ready ({args.partitions} partitions)")
+    print("\nDebezium connector properties (Debezium Server: prefix each with debezium.source.):\n")
+    print(cdc.debezium_properties(stream, source, args.url, settings))
+    print(f"Then: lakehouse ingest {stream}; lakehouse dbt run --select {stream}_changelog+")
+    return 0
+
+
 def _add_dbt_profile(sub) -> None:
     parser = sub.add_parser("dbt-profile", help="print the dbt profiles.yml generated from the Spark settings",
                             description="Regenerate profiles.yml: lakehouse dbt-profile > profiles.yml")
@@ -379,7 +430,7 @@ def _demo(args, settings: Settings) -> int:
 
 # In the order `lakehouse --help` lists them.
 SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_quality, _add_maintain, _add_dlq,
-               _add_dbt, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
+               _add_dbt, _add_cdc, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

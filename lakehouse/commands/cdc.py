@@ -1,0 +1,294 @@
+"""`lakehouse cdc add`: a table of a PostgreSQL, MySQL or MariaDB database becomes a CDC stream
+in one command.
+
+It reads the table's columns and primary key from the database (SQLAlchemy) and writes what a
+stream needs (docs/connect-a-database.md): the contract (a JSON Schema whose temporal and decimal
+columns name the Debezium semantic type they arrive in), the pipeline entry, the dbt source
+entry and the changelog, mirror, live-view and history models; it creates the topic and prints
+the Debezium properties to set. It never overwrites: a stream or file that exists stops it
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from lakehouse.contracts.streams import load_pipeline, pipeline_file
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
+from lakehouse.core.sql import quote
+
+TEMPLATES = Path(__file__).resolve().parent / "cdc_models"
+# The SQLAlchemy driver of each kind of URL a user passes (both drivers install from PyPI).
+DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mysql": "mysql+pymysql",
+           "mariadb": "mysql+pymysql"}
+UNSCALED_NUMERIC = "decimal(38,10)"  # a PostgreSQL numeric without a declared scale: narrow it if you can
+BUCKETS = 16
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    kind: str  # postgresql or mysql (MariaDB included)
+    database: str
+    schema: str | None
+    name: str
+    columns: dict[str, dict]  # name -> its JSON Schema property
+    key: tuple[str, ...]
+    excluded: tuple[str, ...] = ()  # columns Debezium is told to leave out
+
+
+# --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
+# time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) -------------------------
+
+def column_property(kind: str, column: str, sql_type) -> dict:
+    """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure)."""
+    from sqlalchemy import types
+
+    name = type(sql_type).__name__.upper()
+    if isinstance(sql_type, types.Boolean):
+        return {"type": "boolean"}
+    if isinstance(sql_type, types.Integer):
+        return {"type": "integer"}
+    if isinstance(sql_type, types.Float) or name in ("REAL", "DOUBLE", "DOUBLE_PRECISION"):
+        return {"type": "number"}
+    if isinstance(sql_type, types.Numeric):
+        if sql_type.precision is None:
+            return {"type": "number", "format": UNSCALED_NUMERIC,
+                    "x-debezium-type": "io.debezium.data.VariableScaleDecimal"}
+        if sql_type.precision > 38:
+            raise LakehouseError(f"column {column}: {sql_type} has more digits than Spark's decimals hold (38)")
+        return {"type": "number", "format": f"decimal({sql_type.precision},{sql_type.scale or 0})",
+                "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}
+    if isinstance(sql_type, types.DateTime):  # before Date: some dialects derive one from the other
+        zoned = getattr(sql_type, "timezone", False) or (kind == "mysql" and name == "TIMESTAMP")
+        if zoned:
+            return {"type": "string", "format": "date-time", "x-debezium-type": "io.debezium.time.ZonedTimestamp"}
+        digits = _fraction_digits(sql_type)
+        return {"type": "string", "format": "date-time", "x-debezium-type":
+                "io.debezium.time.Timestamp" if digits <= 3 else "io.debezium.time.MicroTimestamp"}
+    if isinstance(sql_type, types.Date):
+        return {"type": "string", "format": "date", "x-debezium-type": "io.debezium.time.Date"}
+    if isinstance(sql_type, types.Time):
+        if getattr(sql_type, "timezone", False):
+            return {"type": "string", "format": "time", "x-debezium-type": "io.debezium.time.ZonedTime"}
+        micro = kind == "mysql" or _fraction_digits(sql_type) > 3
+        return {"type": "string", "format": "time",
+                "x-debezium-type": "io.debezium.time.MicroTime" if micro else "io.debezium.time.Time"}
+    if isinstance(sql_type, types.String | types.Enum | types.JSON | types.Uuid) or name in ("UUID", "JSONB"):
+        return {"type": "string"}
+    raise LakehouseError(f"column {column}: type {sql_type} is not supported yet (docs/connect-a-database.md "
+                         "lists the supported types): leave it out with --exclude-columns")
+
+
+def _fraction_digits(sql_type) -> int:
+    """Digits of a second a temporal column keeps (PostgreSQL's default: 6; MySQL's: 0)."""
+    digits = getattr(sql_type, "precision", None)
+    if digits is None:
+        digits = getattr(sql_type, "fsp", None)
+    if digits is None:
+        return 6 if type(sql_type).__module__.endswith("postgresql.types") else 0
+    return int(digits)
+
+
+def read_table(url: str, table: str, exclude: tuple[str, ...] = ()) -> SourceTable:
+    """The table's columns and primary key, read from the database at ``url``. ``table`` is
+    ``name`` or ``schema.name`` (PostgreSQL's default schema: public); the columns in
+    ``exclude`` are left out (Debezium leaves them out too: column.exclude.list)."""
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
+
+    parts = urlsplit(url)
+    if parts.scheme not in DRIVERS:
+        raise LakehouseError(f"--from: expected a postgresql://, mysql:// or mariadb:// URL, got {parts.scheme!r}")
+    kind = "postgresql" if DRIVERS[parts.scheme].startswith("postgresql") else "mysql"
+    database = parts.path.lstrip("/")
+    if not database:
+        raise LakehouseError("--from: the URL names no database (…/DATABASE)")
+    schema, _, name = table.rpartition(".")
+    schema = schema or ("public" if kind == "postgresql" else None)
+    engine = create_engine(parts._replace(scheme=DRIVERS[parts.scheme]).geturl())
+    where = f"{schema + '.' if schema else ''}{name} in {database} at {parts.hostname}"
+    try:
+        inspector = inspect(engine)
+        columns = inspector.get_columns(name, schema=schema)
+        key = tuple(inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or ())
+    except NoSuchTableError:
+        raise LakehouseError(f"table {where} not found") from None
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise LakehouseError(f"cannot read table {where}: {reason}") from None
+    finally:
+        engine.dispose()
+    if not key:
+        raise LakehouseError(f"table {where} has no primary key: Debezium keys its changes by it, and the "
+                             "mirror needs one")
+    unknown = sorted(set(exclude) - {c["name"] for c in columns})
+    if unknown:
+        raise LakehouseError(f"--exclude-columns: table {where} has no column {', '.join(unknown)}")
+    if set(exclude) & set(key):
+        raise LakehouseError(f"--exclude-columns: {', '.join(sorted(set(exclude) & set(key)))} is in the primary key")
+    return SourceTable(kind, database, schema, name,
+                       {c["name"]: column_property(kind, c["name"], c["type"]) for c in columns
+                        if c["name"] not in exclude}, key, tuple(exclude))
+
+
+# --- the files it writes -------------------------------------------------------------------------
+
+def contract(source: SourceTable) -> str:
+    where = f"{source.schema}.{source.name}" if source.schema else f"{source.database}.{source.name}"
+    return json.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"{source.name} row",
+        "description": f"A row of the {source.kind} table {where}, as Debezium's before and after images carry "
+                       f"it (written by `lakehouse cdc add` on {datetime.now(UTC):%Y-%m-%d}).",
+        "type": "object",
+        "properties": source.columns,
+        "required": list(source.key),
+    }, indent=2) + "\n"
+
+
+def pipeline_entry(stream: str, source: SourceTable, partitions: int) -> str:
+    identity = ", ".join(json.dumps(k) for k in source.key)
+    return (f"\n  {stream}:  # `lakehouse cdc add`, {source.kind} table {source.name}\n"
+            f"    format: debezium\n"
+            f"    schema: {stream}.schema.json\n"
+            f"    event_time: _source_ts\n"
+            f"    identity: [{identity}]\n"
+            f"    source_table: {json.dumps(source.name)}\n"
+            f"    partitions: {partitions}\n")
+
+
+def models(stream: str, source: SourceTable) -> dict[str, str]:
+    """{path under the dbt project: text} of the stream's source entry and models."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    # the templates are dbt models, full of {{ }} and {% %}: ours are [[ ]] and [% %]
+    environment = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
+                              variable_start_string="[[", variable_end_string="]]",
+                              block_start_string="[%", block_end_string="%]",
+                              comment_start_string="[#", comment_end_string="#]")
+    key = list(source.key)
+    values = {
+        "stream": stream, "table": source.name, "kind": source.kind, "buckets": BUCKETS,
+        "columns": [quote(name) for name in source.columns], "first_key": quote(key[0]),
+        "key_config": repr(key[0]) if len(key) == 1 else repr(key), "history_key": repr([*key, "_seq"]),
+    }
+    files = {"source.yml": f"models/bronze/_{stream}__source.yml",
+             "changelog.sql": f"models/silver/{stream}_changelog.sql",
+             "mirror.sql": f"models/silver/{stream}_mirror.sql",
+             "live.sql": f"models/silver/{stream}.sql",
+             "history.sql": f"models/silver/{stream}_history.sql"}
+    return {path: environment.get_template(template).render(values) for template, path in files.items()}
+
+
+def debezium_properties(stream: str, source: SourceTable, url: str, settings: Settings) -> str:
+    """The connector's properties for Debezium Server (or Kafka Connect): the password left out."""
+    parts = urlsplit(url)
+    name = source.name
+    common = [
+        f"topic.prefix={stream}",
+        "key.converter=org.apache.kafka.connect.json.JsonConverter",
+        "value.converter=org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable=false",
+        "value.converter.schemas.enable=false",
+        "# the table's topic (<topic.prefix>.<schema or database>.<table>) renamed as the stream",
+        "transforms=route",
+        "transforms.route.type=org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex=" + re.escape(f"{stream}.{source.schema or source.database}.{name}"),
+        f"transforms.route.replacement={stream}",
+        "# send TRUNCATE as a change (skipped by default: the mirror would keep the rows)",
+        "skipped.operations=none",
+        f"# Kafka: {settings.kafka_bootstrap_servers}",
+    ]
+    if source.kind == "postgresql":
+        specific = [
+            "connector.class=io.debezium.connector.postgresql.PostgresConnector",
+            "plugin.name=pgoutput",
+            f"slot.name={stream}_slot",
+            f"publication.name={stream}_publication",
+            "publication.autocreate.mode=filtered",
+            f"table.include.list={source.schema}.{name}",
+        ]
+    else:
+        specific = [
+            "connector.class=io.debezium.connector.mysql.MySqlConnector  "
+            "# MariaDB: io.debezium.connector.mariadb.MariaDbConnector",
+            "database.server.id=<a number no other replica uses>",
+            f"table.include.list={source.database}.{name}",
+            "include.schema.changes=false  # DDL events have a topic of their own, not the stream's",
+            "schema.history.internal=io.debezium.storage.file.history.FileSchemaHistory",
+            f"schema.history.internal.file.filename=<a file of its own>/{stream}.history",
+        ]
+    connection = [f"database.hostname={parts.hostname}", f"database.port={parts.port or _default_port(source)}",
+                  f"database.user={parts.username or '<user>'}", "database.password=<the password>"]
+    if source.kind == "postgresql":
+        connection.append(f"database.dbname={source.database}")
+    if source.excluded:
+        prefix = f"{source.schema or source.database}.{name}"
+        common.append("column.exclude.list=" + ",".join(re.escape(f"{prefix}.{column}") for column in source.excluded))
+    return "\n".join([*specific, *connection, *common]) + "\n"
+
+
+def _default_port(source: SourceTable) -> int:
+    return 5432 if source.kind == "postgresql" else 3306
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+def add(settings: Settings, table: str, url: str, stream: str | None, partitions: int, project_dir: Path,
+        create_topic: bool = True, exclude: tuple[str, ...] = ()) -> tuple[str, SourceTable, dict[str, Path]]:
+    """Everything `lakehouse cdc add` does: (the stream, its source table, the files it wrote by
+    what they are)."""
+    from lakehouse.core.sql import check_table_name
+
+    source = read_table(url, table, exclude)
+    stream = stream or source.name
+    check_table_name(f"bronze.{stream}")
+    pipeline_path = pipeline_file().resolve()
+    streams = load_pipeline(pipeline_path)
+    if stream in streams:
+        raise LakehouseError(f"stream {stream!r} is already in {pipeline_path}; choose another with --stream")
+    schema_dir = _schema_dir(pipeline_path)
+    files = {"contract": schema_dir / f"{stream}.schema.json"}
+    rendered = models(stream, source)
+    files.update({path: project_dir / path for path in rendered})
+    existing = [str(path) for path in files.values() if path.exists()]
+    if existing:
+        raise LakehouseError(f"would overwrite {', '.join(existing)}: remove them or choose another --stream")
+
+    original = pipeline_path.read_text()
+    pipeline_path.write_text(original.rstrip("\n") + "\n" + pipeline_entry(stream, source, partitions))
+    files["contract"].write_text(contract(source))
+    try:
+        load_pipeline(pipeline_path)  # the entry reads back, or nothing stays written
+    except LakehouseError:
+        pipeline_path.write_text(original)
+        files["contract"].unlink()
+        raise
+    for path, text in rendered.items():
+        files[path].parent.mkdir(parents=True, exist_ok=True)
+        files[path].write_text(text)
+    files["pipeline"] = pipeline_path
+    if create_topic:
+        from producers.delivery import ensure_topic
+
+        ensure_topic(settings, stream, partitions=partitions)
+    return stream, source, files
+
+
+def _schema_dir(pipeline_path: Path) -> Path:
+    import yaml
+
+    document = yaml.safe_load(pipeline_path.read_text())
+    if not isinstance(document, dict) or not isinstance(document.get("streams"), dict):
+        raise LakehouseError(f"pipeline file {pipeline_path}: expected a `streams:` mapping")
+    last_key = list(document)[-1]
+    if last_key != "streams":
+        raise LakehouseError(f"pipeline file {pipeline_path}: `streams:` must be its last section to add a stream "
+                             f"(`{last_key}` comes after it)")
+    return (pipeline_path.parent / str(document.get("schema_dir", "."))).resolve()

@@ -1,0 +1,37 @@
+{{ config(materialized='view') }}
+
+{#-
+    The [[ table ]] changelog ([[ kind ]], through Debezium, normalized by ingestion): one row
+    per change, duplicates and all. The mirror and the history read it. Written by
+    `lakehouse cdc add`; rename or cast columns here, the models above follow.
+-#}
+
+with
+
+bronze_changes as (
+
+    select * from {{ source('bronze', '[[ stream ]]') }}
+    -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
+    -- is the change
+    where not _is_tombstone
+
+),
+
+final as (
+
+    select
+[%- for column in columns %]
+        [[ column ]],
+[%- endfor %]
+        op,
+        _seq,
+        _source_ts,
+        _ingested_at,
+        _kafka_topic,
+        _kafka_partition,
+        _kafka_offset
+    from bronze_changes
+
+)
+
+select * from final

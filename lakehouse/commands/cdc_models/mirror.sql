@@ -1,0 +1,28 @@
+{%- set cdc = {
+    'unique_key': [[ key_config ]],
+    'sequence_by': '_seq',
+    'delete_when': "op = 'D'",
+    'except_columns': ['_kafka_topic'],
+    'truncate_when': "op = 'T'",
+} -%}
+
+{{ config(materialized='cdc_mirror', buckets=[[ buckets ]], **cdc) }}
+
+{#-
+    The [[ table ]] table of the source database, mirrored from its changelog: one row per key,
+    deleted rows kept as tombstones (_is_deleted). Read the live view `[[ stream ]]`.
+    Semantics and configuration: macros/cdc_mirror.sql. Written by `lakehouse cdc add`.
+-#}
+
+with
+
+changelog as (
+
+    select * from {{ ref('[[ stream ]]_changelog') }}
+    {% if is_incremental() %}
+    where {{ ingested_since_last_run(this) }}
+    {% endif %}
+
+)
+
+{{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}
