@@ -13,128 +13,18 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from lakehouse.contracts.source_tables import SourceTable, read_table
 from lakehouse.contracts.streams import load_pipeline, pipeline_file
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.sql import quote
 
 TEMPLATES = Path(__file__).resolve().parent / "cdc_models"
-# The SQLAlchemy driver of each kind of URL a user passes (both drivers install from PyPI).
-DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mysql": "mysql+pymysql",
-           "mariadb": "mysql+pymysql"}
-UNSCALED_NUMERIC = "decimal(38,10)"  # a PostgreSQL numeric without a declared scale: narrow it if you can
 BUCKETS = 16
-
-
-@dataclass(frozen=True)
-class SourceTable:
-    kind: str  # postgresql or mysql (MariaDB included)
-    database: str
-    schema: str | None
-    name: str
-    columns: dict[str, dict]  # name -> its JSON Schema property
-    key: tuple[str, ...]
-    excluded: tuple[str, ...] = ()  # columns Debezium is told to leave out
-
-
-# --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
-# time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) -------------------------
-
-def column_property(kind: str, column: str, sql_type) -> dict:
-    """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure)."""
-    from sqlalchemy import types
-
-    name = type(sql_type).__name__.upper()
-    if isinstance(sql_type, types.Boolean):
-        return {"type": "boolean"}
-    if isinstance(sql_type, types.Integer):
-        return {"type": "integer"}
-    if isinstance(sql_type, types.Float) or name in ("REAL", "DOUBLE", "DOUBLE_PRECISION"):
-        return {"type": "number"}
-    if isinstance(sql_type, types.Numeric):
-        if sql_type.precision is None:
-            return {"type": "number", "format": UNSCALED_NUMERIC,
-                    "x-debezium-type": "io.debezium.data.VariableScaleDecimal"}
-        if sql_type.precision > 38:
-            raise LakehouseError(f"column {column}: {sql_type} has more digits than Spark's decimals hold (38)")
-        return {"type": "number", "format": f"decimal({sql_type.precision},{sql_type.scale or 0})",
-                "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}
-    if isinstance(sql_type, types.DateTime):  # before Date: some dialects derive one from the other
-        zoned = getattr(sql_type, "timezone", False) or (kind == "mysql" and name == "TIMESTAMP")
-        if zoned:
-            return {"type": "string", "format": "date-time", "x-debezium-type": "io.debezium.time.ZonedTimestamp"}
-        digits = _fraction_digits(sql_type)
-        return {"type": "string", "format": "date-time", "x-debezium-type":
-                "io.debezium.time.Timestamp" if digits <= 3 else "io.debezium.time.MicroTimestamp"}
-    if isinstance(sql_type, types.Date):
-        return {"type": "string", "format": "date", "x-debezium-type": "io.debezium.time.Date"}
-    if isinstance(sql_type, types.Time):
-        if getattr(sql_type, "timezone", False):
-            return {"type": "string", "format": "time", "x-debezium-type": "io.debezium.time.ZonedTime"}
-        micro = kind == "mysql" or _fraction_digits(sql_type) > 3
-        return {"type": "string", "format": "time",
-                "x-debezium-type": "io.debezium.time.MicroTime" if micro else "io.debezium.time.Time"}
-    if isinstance(sql_type, types.String | types.Enum | types.JSON | types.Uuid) or name in ("UUID", "JSONB"):
-        return {"type": "string"}
-    raise LakehouseError(f"column {column}: type {sql_type} is not supported yet (docs/connect-a-database.md "
-                         "lists the supported types): leave it out with --exclude-columns")
-
-
-def _fraction_digits(sql_type) -> int:
-    """Digits of a second a temporal column keeps (PostgreSQL's default: 6; MySQL's: 0)."""
-    digits = getattr(sql_type, "precision", None)
-    if digits is None:
-        digits = getattr(sql_type, "fsp", None)
-    if digits is None:
-        return 6 if type(sql_type).__module__.endswith("postgresql.types") else 0
-    return int(digits)
-
-
-def read_table(url: str, table: str, exclude: tuple[str, ...] = ()) -> SourceTable:
-    """The table's columns and primary key, read from the database at ``url``. ``table`` is
-    ``name`` or ``schema.name`` (PostgreSQL's default schema: public); the columns in
-    ``exclude`` are left out (Debezium leaves them out too: column.exclude.list)."""
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
-
-    parts = urlsplit(url)
-    if parts.scheme not in DRIVERS:
-        raise LakehouseError(f"--from: expected a postgresql://, mysql:// or mariadb:// URL, got {parts.scheme!r}")
-    kind = "postgresql" if DRIVERS[parts.scheme].startswith("postgresql") else "mysql"
-    database = parts.path.lstrip("/")
-    if not database:
-        raise LakehouseError("--from: the URL names no database (…/DATABASE)")
-    schema, _, name = table.rpartition(".")
-    schema = schema or ("public" if kind == "postgresql" else None)
-    engine = create_engine(parts._replace(scheme=DRIVERS[parts.scheme]).geturl())
-    where = f"{schema + '.' if schema else ''}{name} in {database} at {parts.hostname}"
-    try:
-        inspector = inspect(engine)
-        columns = inspector.get_columns(name, schema=schema)
-        key = tuple(inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or ())
-    except NoSuchTableError:
-        raise LakehouseError(f"table {where} not found") from None
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise LakehouseError(f"cannot read table {where}: {reason}") from None
-    finally:
-        engine.dispose()
-    if not key:
-        raise LakehouseError(f"table {where} has no primary key: Debezium keys its changes by it, and the "
-                             "mirror needs one")
-    unknown = sorted(set(exclude) - {c["name"] for c in columns})
-    if unknown:
-        raise LakehouseError(f"--exclude-columns: table {where} has no column {', '.join(unknown)}")
-    if set(exclude) & set(key):
-        raise LakehouseError(f"--exclude-columns: {', '.join(sorted(set(exclude) & set(key)))} is in the primary key")
-    return SourceTable(kind, database, schema, name,
-                       {c["name"]: column_property(kind, c["name"], c["type"]) for c in columns
-                        if c["name"] not in exclude}, key, tuple(exclude))
 
 
 # --- the files it writes -------------------------------------------------------------------------

@@ -184,6 +184,19 @@ def _add_quality(sub) -> None:
     parser.set_defaults(func=_quality)
 
 
+def _database_sources(spark) -> dict:
+    """{CDC stream: its source database} for the streams whose `source_url_variable` is set."""
+    from expectations.database_source import database_source
+    from lakehouse.contracts.streams import load_pipeline
+    from lakehouse.core.spark import relation_exists
+
+    # a stream whose live view is not built yet is left out: its suite reports the missing table
+    return {spec.name: database_source(spark, spec, os.environ[spec.source_url_variable])[0]
+            for spec in load_pipeline().values()
+            if spec.source_url_variable and os.environ.get(spec.source_url_variable)
+            and relation_exists(spark, f"silver.{spec.name}")}
+
+
 def _quality(args, settings: Settings) -> int:
     from expectations.runner import format_summary, run_quality
     from expectations.suites import select_suites
@@ -192,7 +205,7 @@ def _quality(args, settings: Settings) -> int:
     select_suites(args.layer, args.stream)  # a selection that matches nothing fails before Spark starts
     spark = get_spark(settings, app_name="lakehouse-quality")
     report = run_quality(spark, settings, layer=args.layer, stream=args.stream,
-                         sources=simulator_sources(settings), full=args.full)
+                         sources={**simulator_sources(settings), **_database_sources(spark)}, full=args.full)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -251,8 +264,9 @@ def _dbt(args, settings: Settings) -> int:
 
 def _add_cdc(sub) -> None:
     parser = sub.add_parser(
-        "cdc", help="add a database table as a CDC stream",
-        description="`add`: read a table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
+        "cdc", help="add a database table as a CDC stream; verify a mirror against its table",
+        description="`verify`: compare a stream's live mirror with its source table, row by row. "
+                    "`add`: read a table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
                     "write the stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), its "
                     "pipeline entry, its dbt source entry and its changelog, mirror, live-view and history "
                     "models; create its topic; print the Debezium connector properties to set. Nothing "
@@ -276,6 +290,46 @@ def _add_cdc(sub) -> None:
                           "want in the lake); Debezium is told to leave them out too")
     add.add_argument("--no-topic", action="store_true", help="do not create the topic (no Kafka needed)")
     add.set_defaults(func=_cdc)
+    verify = actions.add_parser(
+        "verify", help="compare a stream's live mirror with its source table",
+        description="Compare the live view silver.STREAM with its source table, row by row: both are read in "
+                    "key order (the database a range of keys at a time, so a large table is never pulled "
+                    "whole), each row becomes a digest of its values, and the digests are compared. Prints "
+                    "the counts of missing, extra, different and duplicated keys and the first differing "
+                    "keys; exit status 1 when they differ. Columns renamed in silver are not compared (it "
+                    "says which).")
+    verify.add_argument("stream", help="a CDC stream of the pipeline file")
+    verify.add_argument("--source", metavar="URL",
+                        help="the database (postgresql://, mysql:// or mariadb://); default: the URL in the "
+                             "environment variable the stream's `source_url_variable` names")
+    verify.add_argument("--table", help="the source table, NAME or SCHEMA.NAME (default: the stream's "
+                                        "source_table; PostgreSQL's schema: public)")
+    verify.add_argument("--chunk-rows", type=int, default=10_000, help="source rows read per query (default 10000)")
+    verify.set_defaults(func=_cdc_verify)
+
+
+def _cdc_verify(args, settings: Settings) -> int:
+    from expectations.database_source import database_source, verify
+    from lakehouse.contracts.streams import get_stream
+
+    spec = get_stream(args.stream)
+    if not spec.is_cdc:
+        raise LakehouseError(f"stream {spec.name!r} is not a CDC stream ({spec.format})")
+    url = args.source or (os.environ.get(spec.source_url_variable) if spec.source_url_variable else None)
+    if not url:
+        where = f"; or set {spec.source_url_variable}" if spec.source_url_variable else (
+            "; or name an environment variable holding it in the stream's `source_url_variable`")
+        raise LakehouseError(f"no source database for {spec.name}: pass --source URL{where}")
+    if args.chunk_rows < 1:
+        raise LakehouseError("--chunk-rows: expected at least 1")
+    spark = get_spark(settings, app_name="lakehouse-cdc-verify")
+    source, not_compared = database_source(spark, spec, url, args.table)
+    check = verify(spark, source, args.chunk_rows)
+    print(f"{spec.name}: {check.source_rows:,} source rows, {check.mirror_rows:,} live rows; "
+          + ("equal" if check.equal else check.describe()))
+    if not_compared:
+        print(f"not compared (not in silver.{spec.name}): {', '.join(not_compared)}")
+    return 0 if check.equal else 1
 
 
 def _cdc(args, settings: Settings) -> int:

@@ -40,7 +40,7 @@ FORMATS = EVENT_FORMATS + CDC_FORMATS
 # Which schema file each format takes (by suffix): a wrong pairing is a config error.
 SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
 KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
-        "source_table", "partitions"}
+        "source_table", "partitions", "source_url_variable"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,9 @@ class StreamSpec:
     message: str | None = None  # protobuf message type
     subject: str | None = None  # avro registry subject
     source_table: str | None = None  # CDC: the table the envelope must name
+    # CDC: the environment variable holding the source database's URL (never the URL itself: it
+    # holds a password), for `lakehouse cdc verify` and the quality suite's mirror check
+    source_url_variable: str | None = None
     partitions: int = 3
 
     @property
@@ -121,8 +124,21 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         message=entry.get("message"),
         subject=entry.get("subject", f"{topic}-value") if fmt == "avro" else None,
         source_table=entry.get("source_table", name) if fmt in CDC_FORMATS else None,
+        source_url_variable=_source_url_variable(entry, fmt, where),
         partitions=partitions,
     )
+
+
+def _source_url_variable(entry: dict, fmt: str, where: str) -> str | None:
+    variable = entry.get("source_url_variable")
+    if variable is None:
+        return None
+    if fmt not in CDC_FORMATS:
+        raise LakehouseError(f"{where}.source_url_variable: only a CDC stream has a source database")
+    if not isinstance(variable, str) or not variable.replace("_", "a").isalnum() or "://" in variable:
+        raise LakehouseError(f"{where}.source_url_variable: expected the name of an environment variable "
+                             f"(the URL itself would put its password in the file), got {variable!r}")
+    return variable
 
 
 def _bronze_table(name: str, entry: dict, where: str) -> str:

@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from expectations.mirror import check_mirror
+from expectations.runner import run_quality
 from ingestion import job
+from lakehouse.commands.cli import _database_sources
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.cdc_sources import (
     MariaDbSource,
@@ -487,7 +489,7 @@ def schemas_lake(spark, settings, tmp_path_factory):
         yield lakehouse
 
 
-def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_lake, tmp_path):
+def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_lake, tmp_path, monkeypatch):
     """JsonConverter's schemas.enable=true, key and value: each message {"schema", "payload"}."""
     own, session, target = schemas_lake
     bootstrap = own.kafka_bootstrap_servers
@@ -509,6 +511,26 @@ def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_la
     ingest_and_apply(own, session, target)
     assert session.table("bronze.dead_letters").count() == 0
     assert_mirror_equals(session, PostgresSource(postgres, "withschemas", "customers", "customer_id", SILVER_RENAMES))
+
+    # the quality suite's mirror check, fed from the database the stream's source_url_variable names
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text((REPO / "lakehouse" / "contracts" / "pipeline.yml").read_text().replace(
+        "schema_dir: schemas", f"schema_dir: {REPO / 'lakehouse' / 'contracts' / 'schemas'}").replace(
+        "    schema: customers.schema.json\n",
+        "    schema: customers.schema.json\n    source_url_variable: SHOP_URL\n"))
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    monkeypatch.setenv("SHOP_URL", f"postgresql://{postgres.superuser}@127.0.0.1:{postgres.port}/withschemas")
+
+    def source_suite():
+        report = run_quality(session, own, stream="customers", sources=_database_sources(session), record=False)
+        (suite,) = [s for s in report.suites if s.name == "silver.customers.source"]
+        return suite
+
+    assert source_suite().success
+    postgres.sql("update customers set email = 'changed@behind.its.back' where customer_id = 3", "withschemas")
+    failed = source_suite()
+    assert not failed.success
+    assert failed.results[0].unexpected_sample == ("3: values differ",)
 
 
 # --- (h) Debezium's types: epoch numbers, decimals as bytes, JSON, UUID -----------------------
@@ -746,3 +768,23 @@ def test_a_table_added_by_one_command_is_mirrored_with_its_composite_key(postgre
     history = session.sql("select order_id, line_no, count(*) as versions from silver.shop_orders_history "
                           "group by order_id, line_no").collect()
     assert {(r.order_id, r.line_no): r.versions for r in history} == {(1, 1): 2, (1, 2): 2, (2, 1): 2, (2, 2): 2}
+
+    # `lakehouse cdc verify`: equal now, read two keys at a time (keyset pages over a composite key)
+    verify = [str(Path(sys.executable).with_name("lakehouse")), "cdc", "verify", "shop_orders", "--source", url,
+              "--table", "public.orders", "--chunk-rows", "2"]
+    verified = subprocess.run(verify, env=env, capture_output=True, text=True, timeout=300)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.splitlines()[0] == "shop_orders: 3 source rows, 3 live rows; equal"
+    assert "not-printed" not in verified.stdout + verified.stderr
+    # changes the mirror has not seen (Debezium is stopped): found, named, exit 1; the URL this
+    # time from the environment variable the stream names
+    postgres.sql("update orders set note = 'changed behind its back' where order_id = 2 and line_no = 1;"
+                 "delete from orders where order_id = 1 and line_no = 1;"
+                 "insert into orders values (3, 1, 1.00, '2026-11-25 00:00:00', null, null, null);", "sales")
+    pipeline.write_text(pipeline.read_text() + "    source_url_variable: SALES_DB_URL\n")
+    verified = subprocess.run(verify[:4] + verify[6:], env={**env, "SALES_DB_URL": url}, capture_output=True,
+                              text=True, timeout=300)
+    assert verified.returncode == 1, verified.stderr
+    assert verified.stdout.splitlines()[0] == (
+        "shop_orders: 3 source rows, 3 live rows; 1 missing, 1 extra, 1 different (first keys: "
+        "(1, 1): not in the source; (2, 1): values differ; (3, 1): missing from the mirror)")

@@ -7,6 +7,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects import postgresql as pg
 
 from lakehouse.commands import cdc
+from lakehouse.contracts import source_tables
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -44,7 +45,7 @@ from lakehouse.core.settings import Settings
                                     "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}),
 ])
 def test_each_column_type_is_declared_as_debezium_sends_it(kind, sql_type, expected):
-    assert cdc.column_property(kind, "c", sql_type) == expected
+    assert source_tables.column_property(kind, "c", sql_type) == expected
 
 
 @pytest.mark.parametrize("sql_type, message", [
@@ -54,11 +55,11 @@ def test_each_column_type_is_declared_as_debezium_sends_it(kind, sql_type, expec
 ])
 def test_a_type_it_cannot_read_is_refused_by_name(sql_type, message):
     with pytest.raises(LakehouseError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        cdc.column_property("postgresql", "c", sql_type)
+        source_tables.column_property("postgresql", "c", sql_type)
 
 
 def test_the_printed_properties_route_the_table_to_the_stream_and_leave_out_excluded_columns():
-    source = cdc.SourceTable("postgresql", "shop", "public", "orders", {"id": {"type": "integer"}}, ("id",),
+    source = source_tables.SourceTable("postgresql", "shop", "public", "orders", {"id": {"type": "integer"}}, ("id",),
                              excluded=("blob",))
     text = cdc.debezium_properties("shop_orders", source, "postgresql://me:secret@db:5433/shop", Settings.from_env({}))
     properties = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
@@ -76,3 +77,16 @@ def test_a_pipeline_file_whose_streams_are_not_its_last_section_is_not_appended_
     pipeline.write_text("streams:\n  a: {format: json}\nextra: 1\n")
     with pytest.raises(LakehouseError, match="`streams:` must be its last section"):
         cdc._schema_dir(pipeline)
+
+
+def test_the_key_ordered_walk_counts_every_kind_of_difference_and_names_the_first_keys():
+    from expectations.database_source import _merge
+
+    source = [((1,), b"a"), ((2,), b"b"), ((4,), b"d"), ((5,), b"e")]
+    mirror = [((1,), b"a"), ((2,), b"x"), ((3,), b"c"), ((3,), b"c"), ((5,), b"e"), ((6,), b"f")]
+    check = _merge("t", iter(source), iter(mirror))
+    assert (check.source_rows, check.mirror_rows) == (4, 6)
+    assert (check.missing, check.extra, check.different, check.duplicated) == (1, 2, 1, 1)
+    assert check.first_differing == ((2, "values differ"), (3, "not in the source"), (4, "missing from the mirror"),
+                                     (6, "not in the source"))
+    assert _merge("t", iter(source), iter(source)).equal

@@ -1,0 +1,169 @@
+"""Source tables of CDC streams, read from their database (PostgreSQL, MySQL, MariaDB) through
+SQLAlchemy: a table's columns and primary key, each column as Debezium sends it (the JSON Schema
+property of the stream's contract), and its rows in key order, a range at a time.
+
+`lakehouse cdc add` writes a stream from :func:`read_table`; `lakehouse cdc verify` and the quality
+suite's mirror check compare a live mirror with :func:`rows_in_key_order`
+(expectations/database_source.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from lakehouse.core.errors import LakehouseError
+
+# The SQLAlchemy driver of each kind of URL a user passes (both drivers install from PyPI).
+DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mysql": "mysql+pymysql",
+           "mariadb": "mysql+pymysql"}
+UNSCALED_NUMERIC = "decimal(38,10)"  # a PostgreSQL numeric without a declared scale: narrow it if you can
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    kind: str  # postgresql or mysql (MariaDB included)
+    database: str
+    schema: str | None
+    name: str
+    columns: dict[str, dict]  # name -> its JSON Schema property
+    key: tuple[str, ...]
+    excluded: tuple[str, ...] = ()  # columns Debezium is told to leave out
+    url: str = ""  # where it was read (SQLAlchemy form, password included: never print it)
+    text_columns: tuple[str, ...] = ()  # columns of a character type (ordered byte by byte when keys)
+    json_columns: tuple[str, ...] = ()  # columns of a JSON type (their values compare as JSON)
+
+
+# --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
+# time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) -------------------------
+
+def column_property(kind: str, column: str, sql_type) -> dict:
+    """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure)."""
+    from sqlalchemy import types
+
+    name = type(sql_type).__name__.upper()
+    if isinstance(sql_type, types.Boolean):
+        return {"type": "boolean"}
+    if isinstance(sql_type, types.Integer):
+        return {"type": "integer"}
+    if isinstance(sql_type, types.Float) or name in ("REAL", "DOUBLE", "DOUBLE_PRECISION"):
+        return {"type": "number"}
+    if isinstance(sql_type, types.Numeric):
+        if sql_type.precision is None:
+            return {"type": "number", "format": UNSCALED_NUMERIC,
+                    "x-debezium-type": "io.debezium.data.VariableScaleDecimal"}
+        if sql_type.precision > 38:
+            raise LakehouseError(f"column {column}: {sql_type} has more digits than Spark's decimals hold (38)")
+        return {"type": "number", "format": f"decimal({sql_type.precision},{sql_type.scale or 0})",
+                "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}
+    if isinstance(sql_type, types.DateTime):  # before Date: some dialects derive one from the other
+        zoned = getattr(sql_type, "timezone", False) or (kind == "mysql" and name == "TIMESTAMP")
+        if zoned:
+            return {"type": "string", "format": "date-time", "x-debezium-type": "io.debezium.time.ZonedTimestamp"}
+        digits = _fraction_digits(sql_type)
+        return {"type": "string", "format": "date-time", "x-debezium-type":
+                "io.debezium.time.Timestamp" if digits <= 3 else "io.debezium.time.MicroTimestamp"}
+    if isinstance(sql_type, types.Date):
+        return {"type": "string", "format": "date", "x-debezium-type": "io.debezium.time.Date"}
+    if isinstance(sql_type, types.Time):
+        if getattr(sql_type, "timezone", False):
+            return {"type": "string", "format": "time", "x-debezium-type": "io.debezium.time.ZonedTime"}
+        micro = kind == "mysql" or _fraction_digits(sql_type) > 3
+        return {"type": "string", "format": "time",
+                "x-debezium-type": "io.debezium.time.MicroTime" if micro else "io.debezium.time.Time"}
+    if isinstance(sql_type, types.String | types.Enum | types.JSON | types.Uuid) or name in ("UUID", "JSONB"):
+        return {"type": "string"}
+    raise LakehouseError(f"column {column}: type {sql_type} is not supported yet (docs/connect-a-database.md "
+                         "lists the supported types): leave it out with --exclude-columns")
+
+
+def _fraction_digits(sql_type) -> int:
+    """Digits of a second a temporal column keeps (PostgreSQL's default: 6; MySQL's: 0)."""
+    digits = getattr(sql_type, "precision", None)
+    if digits is None:
+        digits = getattr(sql_type, "fsp", None)
+    if digits is None:
+        return 6 if type(sql_type).__module__.endswith("postgresql.types") else 0
+    return int(digits)
+
+
+def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collection[str] | None = None) -> SourceTable:
+    """The table's columns and primary key, read from the database at ``url``. ``table`` is
+    ``name`` or ``schema.name`` (PostgreSQL's default schema: public); the columns in
+    ``exclude`` are left out (Debezium leaves them out too: column.exclude.list), and with
+    ``only``, every column not in it."""
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
+
+    parts = urlsplit(url)
+    if parts.scheme not in DRIVERS:
+        raise LakehouseError(f"--from: expected a postgresql://, mysql:// or mariadb:// URL, got {parts.scheme!r}")
+    kind = "postgresql" if DRIVERS[parts.scheme].startswith("postgresql") else "mysql"
+    database = parts.path.lstrip("/")
+    if not database:
+        raise LakehouseError("--from: the URL names no database (…/DATABASE)")
+    schema, _, name = table.rpartition(".")
+    schema = schema or ("public" if kind == "postgresql" else None)
+    engine_url = parts._replace(scheme=DRIVERS[parts.scheme]).geturl()
+    engine = create_engine(engine_url)
+    where = f"{schema + '.' if schema else ''}{name} in {database} at {parts.hostname}"
+    try:
+        inspector = inspect(engine)
+        columns = inspector.get_columns(name, schema=schema)
+        key = tuple(inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or ())
+    except NoSuchTableError:
+        raise LakehouseError(f"table {where} not found") from None
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise LakehouseError(f"cannot read table {where}: {reason}") from None
+    finally:
+        engine.dispose()
+    if not key:
+        raise LakehouseError(f"table {where} has no primary key: Debezium keys its changes by it, and the "
+                             "mirror needs one")
+    unknown = sorted(set(exclude) - {c["name"] for c in columns})
+    if unknown:
+        raise LakehouseError(f"--exclude-columns: table {where} has no column {', '.join(unknown)}")
+    if set(exclude) & set(key):
+        raise LakehouseError(f"--exclude-columns: {', '.join(sorted(set(exclude) & set(key)))} is in the primary key")
+    from sqlalchemy import types
+
+    kept = [c for c in columns if c["name"] not in exclude and (only is None or c["name"] in only)]
+    return SourceTable(kind, database, schema, name,
+                       {c["name"]: column_property(kind, c["name"], c["type"]) for c in kept}, key, tuple(exclude),
+                       engine_url, tuple(c["name"] for c in kept if isinstance(c["type"], types.String | types.Enum)),
+                       tuple(c["name"] for c in kept if isinstance(c["type"], types.JSON)
+                             or type(c["type"]).__name__.upper() in ("JSON", "JSONB")))
+
+
+def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int = 10_000) -> Iterator[dict]:
+    """Every row of the table (``columns`` of it), in the order of its primary key, read
+    ``chunk_rows`` at a time: each read starts after the last key of the one before (keyset
+    pagination), so a large table is never held whole, and no read scans what it skips. Text key
+    columns are ordered byte by byte (PostgreSQL's "C" collation, MySQL's BINARY), as Spark
+    orders strings."""
+    from sqlalchemy import BINARY, MetaData, Table, cast, collate, create_engine, select, tuple_
+
+    engine = create_engine(source.url)
+    try:
+        table = Table(source.name, MetaData(), autoload_with=engine, schema=source.schema)
+
+        def ordered(name: str):
+            column = table.c[name]
+            if name not in source.text_columns:
+                return column
+            return collate(column, "C") if source.kind == "postgresql" else cast(column, BINARY())
+        keys = [ordered(name) for name in source.key]
+        query = select(*[table.c[name] for name in columns]).order_by(*keys).limit(chunk_rows)
+        last = None
+        with engine.connect() as connection:
+            while True:
+                statement = query if last is None else query.where(tuple_(*keys) > tuple_(*last))
+                rows = [dict(row._mapping) for row in connection.execute(statement)]
+                yield from rows
+                if len(rows) < chunk_rows:
+                    return
+                last = [rows[-1][name] for name in source.key]
+    finally:
+        engine.dispose()
