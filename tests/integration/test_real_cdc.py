@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -26,6 +29,7 @@ from expectations.mirror import check_mirror
 from expectations.runner import run_quality
 from ingestion import job
 from lakehouse.commands.cli import _database_sources
+from lakehouse.core.spark import relation_exists
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.cdc_sources import (
     MariaDbSource,
@@ -788,3 +792,94 @@ def test_a_table_added_by_one_command_is_mirrored_with_its_composite_key(postgre
     assert verified.stdout.splitlines()[0] == (
         "shop_orders: 3 source rows, 3 live rows; 1 missing, 1 extra, 1 different (first keys: "
         "(1, 1): not in the source; (2, 1): values differ; (3, 1): missing from the mirror)")
+
+
+# --- (j) pgbench: a snapshot under load, Debezium and the ingestion restarted ------------------
+
+PGBENCH_TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers"]  # pgbench_history has no key
+PGBENCH_SECONDS = 40
+
+
+def wait_for(condition, what: str, timeout_s: float = 300, every_s: float = 1.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def pgbench_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-pgbench") as lakehouse:
+        yield lakehouse
+
+
+def test_pgbench_mirrors_equal_their_tables_after_a_snapshot_under_load_and_restarts(
+        postgres, pgbench_lake, tmp_path, monkeypatch):
+    """The trial of issue 24 as a test: pgbench's tables, added by `lakehouse cdc add`, mirrored
+    while pgbench runs; Debezium's snapshot starts under that load, Debezium is restarted during
+    it, the ingestion is killed (-9) after its first commits and run again. After catch-up,
+    every mirror equals its table (`cdc verify`) and every Kafka offset is in bronze once."""
+    from expectations.database_source import database_source, verify
+    from ingestion.invariant import check_every_offset_once, offset_ranges
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
+
+    own, session, target = pgbench_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("bench")
+    pgbench = [str(postgres.bin_dir / "pgbench"), "-h", "127.0.0.1", "-p", str(postgres.port), "-U", postgres.superuser]
+    subprocess.run([*pgbench, "-i", "-s", "1", "-q", "bench"], check=True, capture_output=True, timeout=300)
+    project, pipeline = project_copy(tmp_path / "project"), pipeline_copy(tmp_path)
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    url = f"postgresql://{postgres.superuser}@127.0.0.1:{postgres.port}/bench"
+    for table in PGBENCH_TABLES:
+        added = subprocess.run([lakehouse, "cdc", "add", table, "--from", url, "--project-dir", str(project)],
+                               env=env, capture_output=True, text=True, timeout=120)
+        assert added.returncode == 0, added.stderr
+
+    load = subprocess.Popen([*pgbench, "-n", "-c", "2", "-T", str(PGBENCH_SECONDS), "bench"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ingest = None
+    try:
+        time.sleep(3)
+        connector = postgres_connector(postgres, "bench", PGBENCH_TABLES, "bench", **{"skipped.operations": "none"})
+        with debezium(own.jars_dir, tmp_path / "debezium", "bench", connector, bootstrap) as engine:
+            assert load.poll() is None, "pgbench ended before the snapshot"
+            ingest = subprocess.Popen([lakehouse, "ingest", *PGBENCH_TABLES, "--trigger", "2 seconds"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            wait_for(lambda: relation_exists(session, "bronze.pgbench_accounts")
+                     and session.table("bronze.pgbench_accounts").count() > 0, "the first bronze commit")
+            os.killpg(ingest.pid, signal.SIGKILL)  # kill -9, mid-stream
+            ingest.wait(timeout=60)
+            engine.stop()
+            engine.start()
+            output, _ = load.communicate(timeout=PGBENCH_SECONDS + 120)
+            done = int(re.search(r"number of transactions actually processed: (\d+)", output)[1])
+            assert done > 0, output
+            # the last change: when it is in Kafka, every change committed before it is too
+            postgres.sql("update pgbench_branches set filler = 'done' where bid = 1", "bench")
+            wait_for(lambda: any(m.value() and b'"done' in m.value()
+                                 for m in read_topic(bootstrap, "pgbench_branches")),
+                     "the last change in Kafka", every_s=3)
+    finally:
+        for process in (load, ingest):
+            if process is not None and process.poll() is None:
+                process.kill()
+    job.run(session, own, PGBENCH_TABLES, available_now=True)  # the killed ingestion, run again
+
+    run_dbt(own, ["run", "--project-dir", str(project), "--select",
+                  *[f"{table}_changelog+" for table in PGBENCH_TABLES], *NO_OVERLAP], target_dir=target, capture=True)
+    assert session.table("bronze.dead_letters").count() == 0
+    for table in PGBENCH_TABLES:
+        spec = get_stream(table)
+        offsets = check_every_offset_once(session, spec, offset_ranges({}, end_offsets(own, spec.topic)))
+        assert offsets.holds, offsets.describe()
+        source, not_compared = database_source(session, spec, url)
+        check = verify(session, source, chunk_rows=20_000)
+        assert check.equal and not not_compared, f"{table}: {check.describe()}"
+    assert verify(session, database_source(session, get_stream("pgbench_accounts"), url)[0]).source_rows == 100_000
