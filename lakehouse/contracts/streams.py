@@ -103,6 +103,10 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
     if fmt == "protobuf" and not entry.get("message"):
         raise LakehouseError(f"{where}: a protobuf stream needs `message` (the full name of the message type)")
     identity = _as_names(entry["identity"], f"{where}.identity")
+    if fmt == "dms" and len(identity) > 1:
+        # ingestion reads a DMS message key as the bare value of the key (ingestion/formats.py)
+        raise LakehouseError(f"{where}.identity: a dms stream takes a one-column key, got {', '.join(identity)} "
+                             "(a composite key needs Debezium)")
     event_time = entry["event_time"]
     required = _as_names(entry["required"], f"{where}.required") if "required" in entry else (
         identity if fmt in CDC_FORMATS else tuple(dict.fromkeys((*identity, event_time))))

@@ -34,6 +34,8 @@ def ingest(tmp_path, streams: dict, *args: str) -> subprocess.CompletedProcess:
     ({"events": {**STREAM, "format": "xml"}}, ["events"], "unknown format 'xml'"),
     ({"events": {**STREAM, "format": "avro"}}, ["events"], "a avro stream takes a .avsc schema"),
     ({"events": {**STREAM, "colour": "red"}}, ["events"], "unknown setting(s) colour"),
+    ({"events": {**STREAM, "format": "dms", "schema": "accounts.schema.json", "identity": ["a", "b"]}}, ["events"],
+     "streams.events.identity: a dms stream takes a one-column key, got a, b (a composite key needs Debezium)"),
     ({"events": {k: v for k, v in STREAM.items() if k != "identity"}}, ["events"], "`identity` is required"),
     # names that would end their identifier, or the statement, in the DDL
     ({"events": {**STREAM, "bronze_table": "bronze.ev`ents"}}, ["events"],
