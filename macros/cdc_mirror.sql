@@ -160,12 +160,15 @@
                 {#- A new truncation marker (the changes' one row with a null key; the select
                     keeps it only if newer than the stored one): every live row older than it
                     becomes a tombstone at its sequence, so it leaves the live view and no older
-                    change can bring it back. One source row, so each row matches at most once. -#}
+                    change can bring it back. One source row, so each row matches at most once.
+                    The main MERGE inserted the new marker beside the stored one (a null key
+                    matches nothing): the stored one, older, goes, so the mirror keeps one. -#}
                 {%- call statement('apply_truncation') -%}
                     merge into {{ target_relation }} as mirror
                     using (select * from {{ changes_relation }} where {{ keys[0] }} is null) as truncation
-                    on mirror.{{ keys[0] }} is not null and not mirror._is_deleted
+                    on (mirror.{{ keys[0] }} is null or not mirror._is_deleted)
                         and mirror.{{ sequence_by }} < truncation.{{ sequence_by }}
+                    when matched and mirror.{{ keys[0] }} is null then delete
                     when matched then update set
                         op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
                         _source_ts = truncation._source_ts, _ingested_at = truncation._ingested_at

@@ -2,17 +2,21 @@
 
 Each example draws a source table's history and a delivery of it, then runs the real thing:
 dbt (dbtRunner, in this process, on the tests' Spark session) runs the project's own mirror
-model files (models/silver/customers_mirror.sql for Debezium's {lsn} sequence,
-accounts_mirror.sql for DMS's {commit_us, transaction_id, record_id}) with the project's
+model files (models/silver/customers_mirror.sql for Debezium's {phase, commit_pos, change_pos}
+sequence, accounts_mirror.sql for DMS's {commit_us, transaction_id, record_id}) with the project's
 macros/: the `cdc_mirror` materialization (create, changes table, column evolution, MERGE,
 tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`. They run in a small
 private dbt project whose `<table>_changelog` is an Iceberg table the test appends each
 increment to, as ingestion appends to bronze; dbt runs once per increment.
 
 Drawn: a few keys, each through inserts, updates, deletes and re-inserts, interleaved in one
-commit order; a column the source adds part-way (changes committed after carry it, so the
-changelog grows it when the first such change arrives, between increments or not); every change
-delivered one to three times, in any order, cut into increments. The first increment may be old:
+commit order; for Debezium, some keys' first change a snapshot read (phase 0, at a snapshot
+position above every streamed change's, as PostgreSQL's in-flight transactions give), streamed
+changes whose own positions fall from one transaction to the next (only the commit position
+orders them), and TRUNCATEs (no key) anywhere in the stream; a column the source adds
+part-way (changes committed after carry it, so the changelog grows it when the first such
+change arrives, between increments or not); every change delivered one to three times, in any
+order, cut into increments. The first increment may be old:
 the changes of a commit-order prefix, ingested more than the tombstone retention ago, so its
 deletes are purged (nothing of their keys arrives later, the purge's assumption). Later
 increments are recent, and each row is stamped either after everything delivered before or up
@@ -20,8 +24,10 @@ to the overlap window before it: a micro-batch that committed after the previous
 read past its `_ingested_at` (the case the overlap exists for).
 
 The oracle is independent of the SQL: the source table computed in plain Python by applying the
-changes in commit order. The live mirror must equal it; tombstones must be exactly the recent
-deletes that are the last change of their key; a rerun with nothing new commits nothing.
+changes in commit order (a TRUNCATE empties it). The live mirror must equal it; tombstones must
+be exactly the recent deletes that are the last change of their key, and the keys whose last
+change a later TRUNCATE ended; the latest TRUNCATE is the mirror's marker; a rerun with nothing
+new commits nothing.
 
 Examples are few (a dbt run per increment); the profile sets how many and fixes the seed in the
 default run (tests/conftest.py, docs/testing.md): HYPOTHESIS_PROFILE=deep draws more.
@@ -45,7 +51,7 @@ SCHEMA = "cdc_property"
 OVERLAP = timedelta(minutes=yaml.safe_load((REPO / "dbt_project.yml").read_text())["vars"]["overlap_minutes"])
 RETENTION_HOURS = 24
 # the mirror model per sequence shape: (model file, key column, sequence fields)
-MODELS = {"lsn": ("customers_mirror", "customer_id", ("lsn",)),
+MODELS = {"debezium": ("customers_mirror", "customer_id", ("phase", "commit_pos", "change_pos")),
           "dms": ("accounts_mirror", "account_id", ("commit_us", "transaction_id", "record_id"))}
 ADDED_COLUMN = "tier"  # the column the source adds part-way
 
@@ -53,17 +59,24 @@ ADDED_COLUMN = "tier"  # the column the source adds part-way
 @dataclass(frozen=True)
 class Change:
     position: int  # in the source's commit order
-    key: int
-    op: str  # I, U or D
-    label: str
+    key: int | None  # None: a TRUNCATE
+    op: str  # I, U, D, R (a snapshot read) or T (a TRUNCATE)
+    label: str | None
     tier: str | None  # None before the source had the column
     seq: tuple[int, ...]
 
 
-def seq_of(position: int, shape: str) -> tuple[int, ...]:
+SNAPSHOT_POSITION = 10 ** 6  # above every streamed change's own position
+
+
+def seq_of(position: int, shape: str, snapshot_read: bool = False) -> tuple[int, ...]:
     """The source sequence of the n-th committed change; strictly increasing in n."""
-    if shape == "lsn":
-        return (1000 + 7 * position,)
+    if shape == "debezium":
+        if snapshot_read:
+            return (0, SNAPSHOT_POSITION, SNAPSHOT_POSITION)
+        # two changes per transaction: the commit position rises, the changes' own positions
+        # fall from one transaction to the next (written before the one committed earlier)
+        return (1, 1000 + 10 * (position // 2), 5000 - 10 * (position // 2) + position % 2)
     # DMS: three changes per commit instant, two per transaction: ties on commit_us and on
     # transaction_id, so the order rests on all three fields
     return (position // 3, position // 2, position % 2)
@@ -93,14 +106,25 @@ def histories(draw) -> History:
     # the source adds the column after the old part (total: never), so the mirror grows it
     added_at = draw(st.integers(old, total))
     pending = {key: list(ops) for key, ops in lives.items()}
+    debezium = shape == "debezium"
+    # Debezium: a snapshot read some keys' first change, before everything streamed
+    snapped = draw(st.integers(0, len(lives))) if debezium else 0
+    order = [key for key in range(1, snapped + 1)]
+    while any(pending[key][len([k for k in order if k == key]):] for key in pending):  # interleave the lives
+        key = draw(st.sampled_from(sorted(k for k in pending if len(pending[k]) > order.count(k))))
+        order.append(key)
+    truncations = sorted(draw(st.lists(st.integers(snapped, len(order)), max_size=2))) if debezium else []
+    for at in reversed(truncations):  # TRUNCATEs anywhere in the stream
+        order.insert(at, None)
     changes: list[Change] = []
-    while pending:  # interleave the keys' lives into one commit order
-        key = draw(st.sampled_from(sorted(pending)))
+    for n, key in enumerate(order):
+        tier = f"t{n}" if n >= added_at else None
+        if key is None:
+            changes.append(Change(n, None, "T", None, tier, seq_of(n, shape)))
+            continue
         op = pending[key].pop(0)
-        if not pending[key]:
-            del pending[key]
-        n = len(changes)
-        changes.append(Change(n, key, op, f"k{key} v{n}", f"t{n}" if n >= added_at else None, seq_of(n, shape)))
+        read = n < snapped
+        changes.append(Change(n, key, "R" if read else op, f"k{key} v{n}", tier, seq_of(n, shape, read)))
     return History(shape, changes, old)
 
 
@@ -137,7 +161,9 @@ def source_table(changes: list[Change]) -> dict[int, tuple[str, str | None]]:
     """The oracle: the source table after its changes, applied in commit order."""
     table: dict[int, tuple[str, str | None]] = {}
     for change in sorted(changes, key=lambda c: c.position):
-        if change.op == "D":
+        if change.op == "T":
+            table.clear()
+        elif change.op == "D":
             table.pop(change.key, None)
         else:
             table[change.key] = (change.label, change.tier)
@@ -194,8 +220,9 @@ class MirrorProject:
         table = f"{SCHEMA}.{self.changelog(model)}"
         seq_type = "struct<" + ", ".join(f"{f}: bigint" for f in fields) + ">"
         self.spark.sql(f"create table if not exists {table} ({key} bigint, label string, op string, "
-                       f"_seq {seq_type}, _ingested_at timestamp, _kafka_topic string) using iceberg")
-        columns = [key, "label", "op", "_seq", "_ingested_at", "_kafka_topic"]
+                       f"_seq {seq_type}, _source_ts timestamp, _ingested_at timestamp, _kafka_topic string) "
+                       "using iceberg")
+        columns = [key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_kafka_topic"]
         if with_column:
             if ADDED_COLUMN not in self.spark.table(table).columns:
                 self.spark.sql(f"alter table {table} add column {ADDED_COLUMN} string")
@@ -203,7 +230,9 @@ class MirrorProject:
 
         def literal(change: Change, at: datetime) -> str:
             seq = "named_struct(" + ", ".join(f"'{f}', {v}L" for f, v in zip(fields, change.seq, strict=True)) + ")"
-            values = [str(change.key), f"'{change.label}'", f"'{change.op}'", seq,
+            values = ["null" if change.key is None else str(change.key),
+                      "null" if change.label is None else f"'{change.label}'", f"'{change.op}'", seq,
+                      f"timestamp'2026-01-01' + make_interval(0, 0, 0, 0, 0, 0, {change.position})",  # committed
                       f"timestamp'{at:%Y-%m-%d %H:%M:%S}'", "'topic'"]
             if with_column:
                 values.append("null" if change.tier is None else f"'{change.tier}'")
@@ -257,15 +286,23 @@ def test_any_delivery_converges_to_the_source_table(project, data):
 
     mirror = project.spark.table(f"{SCHEMA}.{model}")
     assert sorted(mirror.columns) == sorted(
-        [key, "label", "op", "_seq", "_ingested_at", "_is_deleted"] + ([ADDED_COLUMN] if carried else []))
+        [key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_is_deleted"] + ([ADDED_COLUMN] if carried else []))
     rows = {r[key]: r for r in mirror.collect()}
-    assert len(rows) == mirror.count()  # one row per key
+    assert len(rows) == mirror.count()  # one row per key (and one truncation marker, key null)
     live = {k: (r["label"], r[ADDED_COLUMN] if carried else None) for k, r in rows.items() if not r["_is_deleted"]}
     assert live == source_table(changes)
 
-    last = {c.key: c for c in changes}  # commit order: the last change of each key wins
-    assert {k: (r["op"], tuple(r["_seq"])) for k, r in rows.items()} == {
-        k: (c.op, c.seq) for k, c in last.items()
+    truncation = max((c for c in changes if c.op == "T"), key=lambda c: c.position, default=None)
+    marker = rows.pop(None, None)
+    if truncation is not None and truncation.position >= history.old:  # (an old one may be purged)
+        assert marker is not None and (marker["op"], tuple(marker["_seq"]), marker["_is_deleted"]) == (
+            "T", truncation.seq, True)
+    last = {c.key: c for c in changes if c.key is not None}  # commit order: the last change of each key wins
+    ended = {k for k, c in last.items() if truncation is not None and c.position < truncation.position}
+    # a key the latest TRUNCATE ended is a tombstone, or gone (never mirrored, or purged)
+    assert all(rows[k]["_is_deleted"] for k in ended if k in rows)
+    assert {k: (r["op"], tuple(r["_seq"])) for k, r in rows.items() if k not in ended} == {
+        k: (c.op, c.seq) for k, c in last.items() if k not in ended
         # a key deleted by its last change keeps a tombstone, unless the delete was old: purged
         if c.op != "D" or c.position >= history.old}
 
