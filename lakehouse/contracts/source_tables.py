@@ -10,7 +10,7 @@ suite's mirror check compare a live mirror with :func:`rows_in_key_order`
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from lakehouse.core.errors import LakehouseError
@@ -30,7 +30,7 @@ class SourceTable:
     columns: dict[str, dict]  # name -> its JSON Schema property
     key: tuple[str, ...]
     excluded: tuple[str, ...] = ()  # columns Debezium is told to leave out
-    url: str = ""  # where it was read (SQLAlchemy form, password included: never print it)
+    url: str = field(default="", repr=False)  # where it was read (SQLAlchemy form, password included)
     text_columns: tuple[str, ...] = ()  # columns of a character type (ordered byte by byte when keys)
     json_columns: tuple[str, ...] = ()  # columns of a JSON type (their values compare as JSON)
 
@@ -93,16 +93,16 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
     ``name`` or ``schema.name`` (PostgreSQL's default schema: public); the columns in
     ``exclude`` are left out (Debezium leaves them out too: column.exclude.list), and with
     ``only``, every column not in it."""
-    from sqlalchemy import create_engine, inspect
+    from sqlalchemy import create_engine, inspect, types
     from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 
     parts = urlsplit(url)
     if parts.scheme not in DRIVERS:
-        raise LakehouseError(f"--from: expected a postgresql://, mysql:// or mariadb:// URL, got {parts.scheme!r}")
+        raise LakehouseError(f"database URL: expected postgresql://, mysql:// or mariadb://, got {parts.scheme!r}")
     kind = "postgresql" if DRIVERS[parts.scheme].startswith("postgresql") else "mysql"
     database = parts.path.lstrip("/")
     if not database:
-        raise LakehouseError("--from: the URL names no database (…/DATABASE)")
+        raise LakehouseError("database URL: it names no database (…/DATABASE)")
     schema, _, name = table.rpartition(".")
     schema = schema or ("public" if kind == "postgresql" else None)
     engine_url = parts._replace(scheme=DRIVERS[parts.scheme]).geturl()
@@ -127,8 +127,6 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
         raise LakehouseError(f"--exclude-columns: table {where} has no column {', '.join(unknown)}")
     if set(exclude) & set(key):
         raise LakehouseError(f"--exclude-columns: {', '.join(sorted(set(exclude) & set(key)))} is in the primary key")
-    from sqlalchemy import types
-
     kept = [c for c in columns if c["name"] not in exclude and (only is None or c["name"] in only)]
     return SourceTable(kind, database, schema, name,
                        {c["name"]: column_property(kind, c["name"], c["type"]) for c in kept}, key, tuple(exclude),
