@@ -345,7 +345,9 @@ def _cdc(args, settings: Settings) -> int:
         print(f"  {path}" + (" (the contract: review its types)" if what == "contract" else ""))
     if not args.no_topic:
         print(f"topic {stream}: ready ({args.partitions} partitions)")
-    print("\nDebezium connector properties (Debezium Server: prefix each with debezium.source.):\n")
+    print("\nDebezium connector properties (as Kafka Connect and the Debezium engine take them; Debezium "
+          "Server takes the connector's own under debezium.source., see its documentation for the "
+          "converters and transforms):\n")
     print(cdc.debezium_properties(stream, source, args.url, settings))
     print(f"Then: lakehouse ingest {stream}; lakehouse dbt run --select {stream}_changelog+")
     return 0
