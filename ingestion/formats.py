@@ -538,9 +538,7 @@ def debezium_seq(source: Column, op: Column) -> Column:
     """
     connector = source["connector"]
     mysql = connector.isin("mysql", "mariadb")
-    # sequence[0], read by a pattern instead of a second JSON parse per record (measured in
-    # benchmarks/RESULTS.md); Debezium writes it as ["<lsn>","<lsn>"] or [null,"<lsn>"]
-    last_commit = F.regexp_extract(source["sequence"], r'^\[\s*"([0-9]+)"', 1)
+    last_commit = F.try_element_at(F.from_json(source["sequence"], ArrayType(StringType())), F.lit(1))
     snapshot_read = F.coalesce((op == "r") & source["snapshot"].isin(*_SNAPSHOT_READS), F.lit(False))
     file_number = F.regexp_extract(source["file"], r"\.([0-9]+)$", 1).try_cast("long")
     binlog = F.shiftleft(file_number, 32) + source["pos"]  # a binlog file stays far below 4 GiB
