@@ -46,7 +46,7 @@ def _add_kafka(sub) -> None:
     parser = sub.add_parser("kafka", help="start, stop or inspect the local Kafka broker",
                             description="The embedded Kafka broker (KRaft, single node) under the state folder.")
     parser.add_argument("action", choices=["start", "stop", "status"],
-                        help="start: format once, start, wait until it answers; stop: controlled shutdown; "
+                        help="start: format once, start, wait until it answers; stop: clean shutdown (SIGTERM); "
                              "status: exit 0 only if it answers")
     parser.add_argument("--json", action="store_true", help="status as JSON")
     parser.set_defaults(func=_kafka)

@@ -87,6 +87,11 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "log.retention.hours=72",
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=false",
+        # One node has no other broker to hand its partitions to: a controlled shutdown only fences
+        # it first, and a metadata request answered in that window lists no broker at all. A
+        # librdkafka 2.16 client (confluentinc/librdkafka#5301) can then drop its only broker for
+        # good, and a producer holds its messages until they time out (docs/ARCHITECTURE.md §3).
+        "controlled.shutdown.enable=false",
         "",
     ])
 
@@ -239,7 +244,7 @@ def start(settings: Settings, log=print) -> int:
 
 
 def stop(settings: Settings, log=print) -> bool:
-    """Stop the broker: SIGTERM (controlled shutdown), SIGKILL if it does not exit in time."""
+    """Stop the broker: SIGTERM (a clean shutdown, logs flushed), SIGKILL if it does not exit in time."""
     paths = BrokerPaths(settings.kafka_dir)
     broker = broker_process(settings)
     if broker is None:

@@ -80,7 +80,7 @@ def test_every_fault_once_then_every_invariant(lake, tmp_path):
         assert facts["maintenance"]["files_rewritten"] > 0 and facts["maintenance"]["snapshots_expired"] > 0, facts
         scenarios.join(producing, errors)
 
-        # 3. the broker stopped (controlled shutdown) while producers send, then started again.
+        # 3. the broker stopped (SIGTERM, a clean shutdown) while producers send, then started again.
         # Waits on what can be seen, not on the clock: the broker stops once both jobs have read
         # some of the new feed; it is down from when its port refuses connections until it
         # answers again (start() waits for that); both jobs must then read what was sent after.
