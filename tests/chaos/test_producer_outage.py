@@ -1,6 +1,6 @@
 """A producer outlives a broker outage: what it sent while the broker was down is delivered once
 the broker is back, and nothing is counted as failed without a reason; many producers come
-through controlled restarts of the broker without losing a message.
+through restarts of the broker without losing a message.
 
 The default run's short chaos story stops the broker while producers send; how long the broker
 takes to come back depends on the machine's load. A producer that stopped waiting after a fixed
@@ -55,7 +55,7 @@ PRODUCERS = 40
 RESTARTS = 5
 
 
-def test_many_producers_come_through_controlled_restarts(tmp_path, settings):
+def test_many_producers_come_through_broker_restarts(tmp_path, settings):
     """Forty producers send while the broker is stopped (SIGTERM) and started again, five
     times: every message of every producer is delivered.
 
