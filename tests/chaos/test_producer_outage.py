@@ -62,7 +62,7 @@ def test_many_producers_come_through_broker_restarts(tmp_path, settings):
     Why: a single-node broker that shuts down in a controlled way is fenced first, and a metadata
     request answered in that window lists no broker. librdkafka 2.16 (confluentinc/librdkafka#5301)
     can then drop its only broker for good, and a producer holds its messages until
-    message.timeout.ms fails them (the short chaos story failed so in 2 CI runs of 3). Each client
+    message.timeout.ms fails them (the short chaos story failed so in 2 CI runs of 4). Each client
     hits that window by chance; forty clients and five restarts make it likely. With the broker's
     controlled shutdown on, 4 of 5 runs of this test on a loaded machine lost a producer's
     messages; the local broker now stops without it (docs/ARCHITECTURE.md, section 3)."""
