@@ -4,6 +4,7 @@
         incremental_strategy='append',
         partition_by=['days(started_at)'],
         on_schema_change='append_new_columns',
+        tblproperties=clustered_write_properties(),
     )
 }}
 

@@ -12,6 +12,7 @@ applies each. Checked:
   high-water mark is that increment's `_ingested_at`, and the overlap window
   (macros/ingested_since_last_run.sql) re-reads what lies within it below the mark;
 - every incremental gold model equals what a full refresh computes from the same silver;
+- the tables partitioned by event day write one file at a time (no fanout);
 - the daily reconciliations check the touched days by default and every day with full=True;
 - `lakehouse dbt loop` runs dbt repeatedly in one process, on one Spark application.
 """
@@ -160,6 +161,18 @@ def test_incremental_gold_equals_a_full_refresh(lake, increments):
     run_dbt(own, ["run", "--full-refresh", "--select", *INCREMENTAL_GOLD], target_dir=target, capture=True)
     for model in GOLD:
         assert content(session, f"gold.{model}") == incremental[model], model
+
+
+def test_event_day_tables_write_one_file_at_a_time(lake, increments):
+    """A first build or a full refresh reads all of bronze. With Iceberg's fanout writer each
+    write task keeps a file open for every event day it meets, which ran the 10M-row build of
+    benchmarks/dbt_scaling.py out of heap (macros/clustered_write.sql). The tables partitioned by
+    event day turn fanout off, so Iceberg has Spark sort each task's rows by day instead; the
+    build and the increments above ran through that sorted path."""
+    _, session, _ = lake
+    for table in ("silver.employees", "silver.purchases", "silver.user_events"):
+        properties = dict(map(tuple, session.sql(f"show tblproperties {table}").collect()))
+        assert properties.get("write.spark.fanout.enabled") == "false", (table, properties)
 
 
 def test_reconciliation_checks_touched_days_unless_full(lake, increments):
