@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter
 from pyspark.sql.types import StructType
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ingestion import bronze, checkpoint, dead_letters
 from ingestion.decoders import StreamDecoder, decoder_for
@@ -194,12 +195,35 @@ def _committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int
     """The dead letters an earlier attempt at this batch committed, as (partition, offset),
     read once (kept in memory: this attempt may append more), and the batch's instant, which
     that attempt fixed: their ``ingested_at``. The newest one: a reset checkpoint restarts the
-    batch ids, and an older query's dead letters of the same batch id are older."""
+    batch ids, and an older query's dead letters of the same batch id are older.
+
+    Read again when a file the read planned is gone: `lakehouse maintain` may compact the dead
+    letters and expire the snapshot the read planned from while it runs (a short snapshot
+    retention), which deletes that snapshot's files. The rows are the same in the compacted
+    files, which a new read plans from the newest snapshot."""
+    retry = Retrying(stop=stop_after_attempt(DEAD_LETTER_READ_ATTEMPTS), reraise=True,
+                     retry=retry_if_exception(lambda exc: any(sign in str(exc) for sign in FILE_GONE)),
+                     before_sleep=lambda state: log.info("%s batch %d: a dead-letter file was removed by maintenance "
+                                                         "while it was read; reading again (%d)",
+                                                         spec.name, batch_id, state.attempt_number))
+    return retry(_read_committed_dead_letters, spark, spec, batch_id)
+
+
+DEAD_LETTER_READ_ATTEMPTS = 5
+# Iceberg's reader reports a deleted file by its Java exception, Spark's by its error class
+FILE_GONE = ("FileNotFoundException", "FILE_NOT_EXIST")
+
+
+def _read_committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int) -> tuple[DataFrame, datetime]:
     rows = (spark.table(dead_letters.TABLE)
             .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
             .select("partition", "offset", F.unix_micros("ingested_at").alias("micros"))
             .persist())
-    newest = rows.agg(F.max("micros")).first()[0]
+    try:
+        newest = rows.agg(F.max("micros")).first()[0]
+    except Exception:
+        rows.unpersist()
+        raise
     if newest is None:  # the batch committed no dead letters (maintenance cannot delete them)
         return rows, datetime.now(UTC)
     return rows, EPOCH + timedelta(microseconds=newest)
