@@ -87,7 +87,8 @@ TARGET_P95_SILVER_S = 45.0
 TARGET_P95_GOLD_S = 60.0
 RATE_TOLERANCE = 0.95  # the producer "kept the rate" when it reached at least this share of it
 PASS_THROUGH = ("SPARK_MASTER", "SPARK_DRIVER_MEMORY", "SHUFFLE_PARTITIONS")  # LAKEHOUSE_* kept from the caller
-BATCH_LINE = re.compile(rf"{STREAM} batch (\d+): read (\d+), bronze (\d+), dead letters (\d+), ([\d.]+)s")
+# ingestion/job.py writes the counts with thousands separators ("read 12,000").
+BATCH_LINE = re.compile(rf"{STREAM} batch (\d+): read ([\d,]+), bronze ([\d,]+), dead letters ([\d,]+), ([\d.]+)s")
 READY_LINE = f"ingesting {STREAM} ("
 
 
@@ -255,12 +256,21 @@ class Ingestion:
             return None
 
     def batches(self) -> list[dict]:
-        found = []
-        for match in BATCH_LINE.finditer(self.log.read_text(errors="replace")):
-            batch_id, read, bronze, dead, seconds = match.groups()
-            found.append({"batch_id": int(batch_id), "read": int(read), "bronze": int(bronze), "dead": int(dead),
-                          "seconds": float(seconds)})
-        return found
+        return parse_batch_lines(self.log.read_text(errors="replace"))
+
+
+def parse_batch_lines(log_text: str) -> list[dict]:
+    """The ingestion's per-batch lines ("user_events batch 7: read 12,000, bronze ...") as dicts."""
+    found = []
+    for match in BATCH_LINE.finditer(log_text):
+        batch_id, read, bronze, dead, seconds = match.groups()
+        found.append({"batch_id": int(batch_id), "read": _count(read), "bronze": _count(bronze),
+                      "dead": _count(dead), "seconds": float(seconds)})
+    return found
+
+
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
 
 
 def kill_group(process: subprocess.Popen) -> None:
