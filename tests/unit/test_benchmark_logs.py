@@ -7,10 +7,10 @@ from __future__ import annotations
 from benchmarks.freshness import parse_batch_lines
 
 LOG = """\
-2026-11-26 16:02:11 INFO ingestion.job: user_events batch 41: read 987, bronze 980, dead letters 7, 2.4s, 411 rows/s
-2026-11-26 16:02:41 INFO ingestion.job: user_events batch 42: read 301,254, bronze 298,240, dead letters 3,014, 27.9s, 10,797 rows/s
-2026-11-26 16:02:42 INFO ingestion.job: user_events batch 43: already committed: skipped
-2026-11-26 16:02:43 INFO ingestion.job: purchases batch 9: read 12,000, bronze 12,000, dead letters 0, 1.0s, 12,000 rows/s
+16:02:11 lakehouse.ingest user_events batch 41: read 987, bronze 980, dead letters 7, 2.4s, 411 rows/s
+16:02:41 lakehouse.ingest user_events batch 42: read 301,254, bronze 298,240, dead letters 3,014, 27.9s, 10,797 rows/s
+16:02:42 lakehouse.ingest user_events batch 43: already committed: skipped
+16:02:43 lakehouse.ingest purchases batch 9: read 12,000, bronze 12,000, dead letters 0, 1.0s, 12,000 rows/s
 """
 
 
