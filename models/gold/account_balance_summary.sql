@@ -8,9 +8,9 @@
     rows that an update or a delete can take away, which no per-group state short of the rows
     themselves can follow (docs/models.md). What makes the rebuild cheap is the distinct count:
     `count(distinct customer_id)` made Spark aggregate by (group, customer) first, a hash table
-    of every pair, and took 38-49 s over 10M accounts here; counting set bits in a bitmap of
-    customer ids per group and range of 32,768 ids (bitmap_construct_agg, exact) took 13 s, with
-    the same rows (benchmarks/RESULTS.md, dbt_scaling). The ranges are disjoint, so the groups'
+    of every pair, and took 38-49 s over a synthetic table of 10M accounts here; counting set
+    bits in a bitmap of customer ids per group and range of 32,768 ids (bitmap_construct_agg,
+    exact) took 13 s, with the same rows (benchmarks/RESULTS.md, dbt_scaling section). The ranges are disjoint, so the groups'
     counts are sums of the ranges' counts; the other measures combine the same way. The average
     is Spark's avg spelled out over those sums (sum as decimal(28,2) over the count of known
     balances as decimal(20,0), rounded to 6 places, then to cents as before), so it is the same value;
