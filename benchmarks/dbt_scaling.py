@@ -54,6 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._bronze_rows import append_rows  # noqa: E402
 from benchmarks._spark_events import event_log_env, newest_event_log, sql_breakdown  # noqa: E402
 from benchmarks.merge_scaling import ProcessSampler, bench_settings, iso_text  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
@@ -215,7 +216,9 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             iso_text(F.lit(datetime(2026, 1, 1, tzinfo=UTC))).alias("created_at"),
             iso_text(committed).alias("updated_at"),
             committed.alias("_source_ts"),
-            F.struct(F.col("position").cast("bigint").alias("lsn")).alias("_seq"),
+            # a streamed PostgreSQL change's place (ingestion/formats.py debezium_seq)
+            F.struct(F.lit(1).alias("phase"), F.col("position").cast("bigint").alias("commit_pos"),
+                     F.col("position").cast("bigint").alias("change_pos")).alias("_seq"),
         ]
     else:
         columns = [
@@ -240,13 +243,11 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
 
 
 def append(spark, table: str, rows) -> None:
-    from ingestion.bronze import conform_to_schema
-
     # `format_number` writes thousands separators: not in the source's decimal text
     if "balance" in rows.columns:
         from pyspark.sql import functions as F
         rows = rows.withColumn("balance", F.regexp_replace("balance", ",", ""))
-    conform_to_schema(rows, spark.table(table).schema).writeTo(table).append()
+    append_rows(spark, table, rows)
 
 
 def history_slices(rows: int, start: datetime, end: datetime, recent: timedelta, batch: timedelta) -> list[tuple]:

@@ -9,7 +9,8 @@ private state folder by the LAKEHOUSE_* variables and at a private target/ by DB
 
 1. `bronze.customers` is created by the ingestion's own code (the customers decoder's bronze
    schema and the stream's partitioning, ingestion/bronze.py ensure_table) and filled with N
-   insert changes (op 'R', `_seq.lsn` increasing, `_ingested_at` = T0) by Spark. Not measured.
+   insert changes (op 'R', `_seq` = (1, lsn, lsn) with the lsn increasing, `_ingested_at` = T0)
+   by Spark. Not measured.
 2. `dbt run -s customers_changelog customers_mirror`: the first run creates the mirror (CTAS).
    Not measured, its time is reported.
 3. 10,000 changes for random keys (80% updates and 10% deletes of live keys, 10% inserts of
@@ -56,6 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._bronze_rows import append_rows  # noqa: E402
 from benchmarks._spark_events import event_log_env, sql_breakdown  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
@@ -168,7 +170,9 @@ def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_nu
         iso_text(F.when(op == F.lit("I"), changed_at).when(is_update, changed_at).otherwise(created))
          .alias("updated_at"),
         changed_at.alias("_source_ts"),
-        F.struct(lsn.cast("bigint").alias("lsn")).alias("_seq"),
+        # a streamed PostgreSQL change's place (ingestion/formats.py debezium_seq)
+        F.struct(F.lit(1).alias("phase"), lsn.cast("bigint").alias("commit_pos"),
+                 lsn.cast("bigint").alias("change_pos")).alias("_seq"),
         F.lit(False).alias("_is_tombstone"),
         F.lit("customers").alias("_kafka_topic"),
         F.pmod(F.xxhash64(F.col("customer_id")), F.lit(3)).cast("int").alias("_kafka_partition"),
@@ -180,12 +184,6 @@ def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_nu
     )
 
 
-def append_bronze(spark, table: str, rows) -> None:
-    from ingestion.bronze import conform_to_schema
-
-    conform_to_schema(rows, spark.table(table).schema).writeTo(table).append()
-
-
 def load_initial(spark, table: str, size: int, t0: datetime) -> float:
     """N snapshot reads (op 'R') of keys 1..N, ingested at T0; returns seconds."""
     from pyspark.sql import functions as F
@@ -193,7 +191,7 @@ def load_initial(spark, table: str, size: int, t0: datetime) -> float:
     started = time.perf_counter()
     keys = spark.range(1, size + 1, 1, max(2, size // 1_000_000)).withColumnRenamed("id", "customer_id")
     rows = changelog_rows(keys, F.lit(FIRST_LSN) + F.col("customer_id"), F.lit("R"), t0, 0, 0)
-    append_bronze(spark, table, rows)
+    append_rows(spark, table, rows)
     return time.perf_counter() - started
 
 
@@ -233,8 +231,8 @@ def load_changes(spark, table: str, plan: list[tuple[int, str]], round_number: i
                                  "customer_id bigint, change_op string, change_lsn bigint")
     rows = changelog_rows(keys, F.col("change_lsn"), F.col("change_op"), t0 + timedelta(hours=round_number),
                           round_number, round_number)
-    append_bronze(spark, table, rows)
-    return rows.select("customer_id", "op", F.col("_seq.lsn").alias("lsn"), "email", "tier").cache()
+    append_rows(spark, table, rows)
+    return rows.select("customer_id", "op", F.col("_seq.change_pos").alias("lsn"), "email", "tier").cache()
 
 
 def bucket_spread(spark, plan: list[tuple[int, str]], buckets: int = 16) -> dict[int, int]:
@@ -417,7 +415,7 @@ def check_mirror(spark, expected, rows_expected: int, live_expected: int) -> dic
     joined = expected.alias("e").join(mirror.alias("m"), "customer_id", "left")
     wrong = joined.where(
         F.col("m._seq").isNull()
-        | (F.col("m._seq.lsn") != F.col("e.lsn"))
+        | (F.col("m._seq.change_pos") != F.col("e.lsn"))
         | (F.col("m._is_deleted") != (F.col("e.op") == "D"))
         | (F.col("m.op") != F.col("e.op"))
         | (F.col("m.email") != F.col("e.email"))
