@@ -15,8 +15,9 @@
                 tombstone_retention_hours=168,  -- purge tombstones older than this (optional)
                 **cdc) }}
 
+      {%- set increment = bronze_increment(this, source('bronze', '...')) -%}
       with changelog as (select * from {{ ref('..._changelog') }}
-                         {% if is_incremental() %} where {{ ingested_since_last_run(this) }} {% endif %})
+                         {% if increment %} where {{ increment }} {% endif %})
       {{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}
 
     The model's select (cdc_mirror_changes) yields the rows to write: per key the latest change

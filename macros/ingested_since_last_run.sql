@@ -101,3 +101,117 @@
 {% macro ingested_since_last_run(existing, column='_ingested_at', existing_column='_ingested_at') -%}
     {{ ingested_after(increment_start(existing, existing_column), column) }}
 {%- endmacro %}
+
+
+{#-
+    Exact increments of the silver models that read bronze (`bronze_increment`). The overlap
+    window above is a guess at how late a commit can be; a bronze table's Iceberg snapshots say
+    exactly what was committed since a run read it. So each such model remembers the bronze
+    snapshot its last run read, in a table property of its own (`lakehouse.input-snapshot.<bronze
+    table>`), and the next run reads the rows of the data files added by every snapshot after it:
+    `_ingested_at >= ` the smallest `_ingested_at` lower bound of those files (the `entries`
+    metadata table keeps, per live file, the snapshot that added it and exact bounds). Bronze
+    files not added since hold rows the last run read, and lie below that bound unless a replay
+    or a late batch stamped rows earlier; those few are read again, which each model makes
+    harmless as for the overlap. A late commit stamped an hour early is read all the same: the
+    bound comes from the files, not from the clock.
+
+    The snapshot is taken when the model renders, before its query runs, so the query reads that
+    snapshot or a later one: whatever lands between is read again next run, never skipped. It is
+    kept in the Spark session (`SET`) until the model's table is written, and a post-hook
+    (`record_bronze_snapshot`, dbt_project.yml) then stores it on the table: a run that fails
+    records nothing and the next one starts from the last recorded snapshot.
+
+    A full build records the snapshot too. The overlap window stays the fallback: for a table
+    built before models recorded snapshots, when the recorded snapshot has been expired by
+    maintenance (`lakehouse maintain`), or when a data file lacks bounds.
+-#}
+
+{% macro current_snapshot_sql(source) -%}
+    select cast(max_by(snapshot_id, made_current_at) as string) as snapshot_id
+    from {{ source }}.history
+    where is_current_ancestor
+{%- endmacro %}
+
+
+{% macro files_added_since_sql(source, snapshot_id, column='_ingested_at') -%}
+    {#- known: is the recorded snapshot still in the table's history (maintenance expires old
+        ones)? Then: how many data files later snapshots added, and their smallest bound. -#}
+    with recorded as (
+        select made_current_at from {{ source }}.history
+        where snapshot_id = {{ snapshot_id }} and is_current_ancestor
+    ),
+    later as (
+        select snapshot_id from {{ source }}.history
+        where is_current_ancestor and made_current_at > (select max(made_current_at) from recorded)
+    )
+    select (select count(*) from recorded) as known,
+           cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
+           count(*) as files,
+           count_if(readable_metrics.{{ column }}.lower_bound is null) as files_without_bounds
+    from {{ source }}.entries
+    where status <> 2 and data_file.content = 0 and snapshot_id in (select snapshot_id from later)
+{%- endmacro %}
+
+
+{% macro bronze_snapshot_key(existing) -%}
+    lakehouse.input_snapshot.{{ existing.schema }}.{{ existing.identifier }}
+{%- endmacro %}
+
+
+{% macro bronze_snapshot_property(source_name) -%}
+    lakehouse.input-snapshot.{{ source_name }}
+{%- endmacro %}
+
+
+{% macro recorded_bronze_snapshot(existing, source) -%}
+    {%- set value = run_query("show tblproperties " ~ existing ~ " ('" ~ bronze_snapshot_property(source.schema ~ '.' ~ source.identifier) ~ "')").rows[0][1] -%}
+    {#- a missing property reads as "Table ... does not have property: ..." -#}
+    {{ return(value if value and value.lstrip('-').isdigit() else none) }}
+{%- endmacro %}
+
+
+{#- The predicate of `existing`'s increment of `source` (a bronze table) on an incremental run,
+    none on a full build; both remember the snapshot of `source` the run reads. -#}
+{% macro bronze_increment(existing, source, column='_ingested_at') -%}
+    {%- if not execute or existing is string or source is string or source.is_cte -%}
+        {#- parsing, or a dbt unit test, whose inputs are fixtures (CTEs, no metadata): the
+            overlap's subquery -#}
+        {{ return(ingested_since_last_run(existing, column) if is_incremental() else none) }}
+    {%- endif -%}
+    {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
+    {%- if snapshot is not none -%}
+        {%- do run_query("set " ~ bronze_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
+                         ~ ":" ~ snapshot) -%}
+    {%- endif -%}
+    {%- if not is_incremental() -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {%- set recorded = recorded_bronze_snapshot(existing, source) -%}
+    {%- if recorded is not none -%}
+        {#- after the snapshot above: these files include every one the run's query may miss -#}
+        {%- set added = run_query(files_added_since_sql(source, recorded, column)).rows[0] -%}
+        {%- if added[0] > 0 and added[3] == 0 -%}
+            {{ return('false' if added[2] == 0 else column ~ ' >= ' ~ timestamp_literal(added[1])) }}
+        {%- endif -%}
+    {%- endif -%}
+    {{ return(ingested_since_last_run(existing, column)) }}
+{%- endmacro %}
+
+
+{#- post-hook of every silver model: stores the bronze snapshot `bronze_increment` took for it -#}
+{% macro record_bronze_snapshot(existing) -%}
+    {%- if execute and existing is not none and existing is not string -%}
+        {%- set key = bronze_snapshot_key(existing) -%}
+        {%- set value = run_query("set " ~ key).rows[0][1] -%}
+        {%- if value and value != '<undefined>' -%}
+            {%- do run_query("reset " ~ key) -%}
+            {%- set source_name, snapshot = value.split(':') -%}
+            {%- set property = bronze_snapshot_property(source_name) -%}
+            {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
+            {%- if run_query("show tblproperties " ~ existing ~ " ('" ~ property ~ "')").rows[0][1] != snapshot -%}
+                alter table {{ existing }} set tblproperties ('{{ property }}' = '{{ snapshot }}')
+            {%- endif -%}
+        {%- endif -%}
+    {%- endif -%}
+{%- endmacro %}

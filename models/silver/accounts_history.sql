@@ -16,13 +16,15 @@
     A late or out-of-order change slots in between its neighbours.
 -#}
 
+{%- set increment = bronze_increment(this, source('bronze', 'accounts')) -%}
+
 with
 
 changelog as (
 
     select * from {{ ref('accounts_changelog') }}
-    {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    {% if increment %}
+    where {{ increment }}
     {% endif %}
 
 )

@@ -14,13 +14,15 @@
     `accounts`. Semantics and configuration: macros/cdc_mirror.sql.
 -#}
 
+{%- set increment = bronze_increment(this, source('bronze', 'accounts')) -%}
+
 with
 
 changelog as (
 
     select * from {{ ref('accounts_changelog') }}
-    {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    {% if increment %}
+    where {{ increment }}
     {% endif %}
 
 )

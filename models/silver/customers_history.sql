@@ -16,7 +16,7 @@
     A late or out-of-order change slots in between its neighbours.
 -#}
 
-{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
+{%- set increment = bronze_increment(this, source('bronze', 'customers')) -%}
 
 with
 

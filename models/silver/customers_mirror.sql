@@ -14,13 +14,15 @@
     live view `customers`. Semantics and configuration: macros/cdc_mirror.sql.
 -#}
 
+{%- set increment = bronze_increment(this, source('bronze', 'customers')) -%}
+
 with
 
 changelog as (
 
     select * from {{ ref('customers_changelog') }}
-    {% if is_incremental() %}
-    where {{ ingested_since_last_run(this) }}
+    {% if increment %}
+    where {{ increment }}
     {% endif %}
 
 )

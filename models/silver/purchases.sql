@@ -15,7 +15,7 @@
     its original on that day (the reasoning of user_events.sql). `_loaded_at`: as user_events.
 -#}
 
-{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
+{%- set increment = bronze_increment(this, source('bronze', 'purchases')) -%}
 
 with
 

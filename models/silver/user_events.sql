@@ -10,8 +10,8 @@
 
 {#-
     One row per event_id (macros/first_occurrences.sql); late events are kept. Each run reads
-    only the bronze rows landed since the last run, with an overlap window
-    (macros/ingested_since_last_run.sql).
+    only the bronze files committed since the snapshot the last run read
+    (macros/ingested_since_last_run.sql, "Exact increments").
 
     The increment is deduplicated against the stored rows of the event days it has events on
     only (macros/touched_days.sql), not against the whole table: a re-sent duplicate carries
@@ -23,7 +23,7 @@
     count each silver row exactly once (macros/loaded_since_last_run.sql).
 -#}
 
-{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
+{%- set increment = bronze_increment(this, source('bronze', 'user_events')) -%}
 
 with
 

@@ -7,7 +7,10 @@ sequence, accounts_mirror.sql for DMS's {commit_us, transaction_id, record_id}) 
 macros/: the `cdc_mirror` materialization (create, changes table, column evolution, MERGE,
 tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`. They run in a small
 private dbt project whose `<table>_changelog` is an Iceberg table the test appends each
-increment to, as ingestion appends to bronze; dbt runs once per increment.
+increment to, as ingestion appends to bronze (it is the project's `bronze` source too, whose
+snapshots bound each run's increment); dbt runs once per increment. Before a run the mirror
+may lose its record of the snapshot its last run read (as when maintenance expires it), so
+that run falls back to the overlap window.
 
 Drawn: a few keys, each through inserts, updates, deletes and re-inserts, interleaved in one
 commit order; for Debezium, some keys' first change a snapshot read (phase 0, at a snapshot
@@ -187,12 +190,19 @@ class MirrorProject:
             (folder / "models" / f"{model}.sql").symlink_to(REPO / "models" / "silver" / f"{model}.sql")
             # never run: the test creates and fills this relation itself, as an Iceberg table
             (folder / "models" / f"{self.changelog(model)}.sql").write_text("select 1 as never_run\n")
+        # the models' `source('bronze', ...)`: the same changelog tables
+        (folder / "models" / "bronze.yml").write_text(yaml.safe_dump({"version": 2, "sources": [{
+            "name": "bronze", "schema": SCHEMA,
+            "tables": [{"name": model.removesuffix("_mirror"), "identifier": self.changelog(model)}
+                       for model, _, _ in MODELS.values()]}]}))
+        silver = yaml.safe_load((REPO / "dbt_project.yml").read_text())["models"]["lakehouse"]["silver"]
         (folder / "dbt_project.yml").write_text(yaml.safe_dump({
             "name": "cdc_mirror_property", "version": "1.0", "config-version": 2, "profile": "cdc_mirror_property",
             "model-paths": ["models"], "macro-paths": ["macros"], "flags": {"send_anonymous_usage_stats": False},
             "vars": {"overlap_minutes": int(OVERLAP.total_seconds() // 60),
                      "cdc_tombstone_retention_hours": RETENTION_HOURS},
-            "models": {"cdc_mirror_property": {"+file_format": "iceberg"}},
+            # the project's silver post-hook: it records the bronze snapshot a run read
+            "models": {"cdc_mirror_property": {"+file_format": "iceberg", "+post-hook": silver["+post-hook"]}},
         }))
         # method session: dbt-spark takes the running Spark session (builder.getOrCreate)
         (folder / "profiles.yml").write_text(yaml.safe_dump({"cdc_mirror_property": {
@@ -241,6 +251,15 @@ class MirrorProject:
         self.spark.sql(f"insert into {table} ({', '.join(columns)}) values "
                        + ", ".join(literal(c, at) for c, at in rows))
 
+    def forget_snapshot_read(self, model: str) -> bool:
+        """Drop the mirror's record of the source snapshot its last run read; whether it had one."""
+        table = f"{SCHEMA}.{model}"
+        recorded = [r.key for r in self.spark.sql(f"show tblproperties {table}").collect()
+                    if r.key.startswith("lakehouse.input-snapshot.")]
+        for key in recorded:
+            self.spark.sql(f"alter table {table} unset tblproperties ('{key}')")
+        return bool(recorded)
+
     def run(self, model: str) -> None:
         result = self.runner.invoke(["run", "--select", model, *self.flags])
         errors = [r.message for r in getattr(result.result, "results", None) or [] if str(r.status) != "success"]
@@ -279,9 +298,12 @@ def test_any_delivery_converges_to_the_source_table(project, data):
     project.reset(model)
 
     carried = False  # whether the changelog has the added column yet
-    for increment in increments:
+    for number, increment in enumerate(increments):
         carried = carried or any(c.tier is not None for c, _ in increment)
         project.land(model, key, fields, increment, with_column=carried)
+        if number and data.draw(st.booleans(), label="record of the snapshot read lost"):
+            # every run records it, the first (a full build) too
+            assert project.forget_snapshot_read(model)
         project.run(model)
 
     mirror = project.spark.table(f"{SCHEMA}.{model}")
