@@ -67,7 +67,9 @@ MIRROR_MODEL = "model.lakehouse.customers_mirror"
 CHANGE_MIX = {"U": 0.8, "D": 0.1, "I": 0.1}  # updates and deletes of live keys, inserts of new keys
 FIRST_LSN = 0x1_6B3748  # producers/cdc/simulator.py starts its LSNs here too
 ROUND_LSN_STRIDE = 10**9  # every change of round r has an LSN above every earlier one
-TARGET_RATIO = 2.0  # issue: the 10x larger mirror costs less than 2x the time
+# issue "dbt runs whose cost follows the change": the 10x larger mirror takes at most 1.5x the
+# time, in every round (an earlier issue asked for less than 2x)
+TARGET_RATIO = 1.5
 SUMMARY_KEYS = ("added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files",
                 "added-position-delete-files", "added-position-deletes", "added-records", "deleted-records",
                 "total-data-files", "total-delete-files", "total-position-deletes", "total-records")
@@ -545,7 +547,7 @@ def print_report(results: list[dict]) -> None:
         for i in range(min(len(small["rounds"]), len(large["rounds"]))):
             ratio = large["rounds"][i]["model_s"] / small["rounds"][i]["model_s"]
             print(f"round {i + 1}: {large['size']:,} vs {small['size']:,} keys: {ratio:.2f}x the model time "
-                  f"(target < {TARGET_RATIO}x: {'met' if ratio < TARGET_RATIO else 'NOT met'})")
+                  f"(target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
 
 
 def macro_hashes(project_dir: Path) -> dict[str, str]:
