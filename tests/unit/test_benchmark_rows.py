@@ -5,8 +5,7 @@ table of `struct<phase, commit_pos, change_pos>`, so every change had a null seq
 
 from __future__ import annotations
 
-from pyspark.sql.types import (IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from benchmarks._bronze_rows import schema_mismatch
 
