@@ -174,9 +174,10 @@
 {#- The predicate of `existing`'s increment of `source` (a bronze table) on an incremental run,
     none on a full build; both remember the snapshot of `source` the run reads. -#}
 {% macro bronze_increment(existing, source, column='_ingested_at') -%}
-    {%- if not execute or existing is string or source is string or source.is_cte -%}
-        {#- parsing, or a dbt unit test, whose inputs are fixtures (CTEs, no metadata): the
-            overlap's subquery -#}
+    {%- if not execute or existing is string or source is string or source.is_cte or load_relation(source) is none -%}
+        {#- parsing; a dbt unit test, whose inputs are fixtures (CTEs, no metadata); or a bronze
+            table not created yet (`dbt docs generate` or `dbt compile` compiles every model,
+            before every stream has been ingested): the overlap's subquery -#}
         {{ return(ingested_since_last_run(existing, column) if is_incremental() else none) }}
     {%- endif -%}
     {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
