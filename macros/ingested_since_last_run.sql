@@ -154,8 +154,10 @@
 {%- endmacro %}
 
 
-{% macro bronze_snapshot_key(existing) -%}
-    lakehouse.input_snapshot.{{ existing.schema }}.{{ existing.identifier }}
+{#- the Spark session key holding the bronze snapshot a model's run read, until its post-hook
+    stores it on the model's table -#}
+{% macro pending_snapshot_key(existing) -%}
+    lakehouse.pending_input_snapshot.{{ existing.schema }}.{{ existing.identifier }}
 {%- endmacro %}
 
 
@@ -164,9 +166,16 @@
 {%- endmacro %}
 
 
+{#- a table property of `relation`, none when it has none -#}
+{% macro table_property(relation, name) -%}
+    {%- set value = run_query("show tblproperties " ~ relation ~ " ('" ~ name ~ "')").rows[0][1] -%}
+    {#- Spark answers a missing property with the text "Table ... does not have property: ..." -#}
+    {{ return(none if value is none or value.endswith('does not have property: ' ~ name) else value) }}
+{%- endmacro %}
+
+
 {% macro recorded_bronze_snapshot(existing, source) -%}
-    {%- set value = run_query("show tblproperties " ~ existing ~ " ('" ~ bronze_snapshot_property(source.schema ~ '.' ~ source.identifier) ~ "')").rows[0][1] -%}
-    {#- a missing property reads as "Table ... does not have property: ..." -#}
+    {%- set value = table_property(existing, bronze_snapshot_property(source.schema ~ '.' ~ source.identifier)) -%}
     {{ return(value if value and value.lstrip('-').isdigit() else none) }}
 {%- endmacro %}
 
@@ -182,7 +191,7 @@
     {%- endif -%}
     {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
     {%- if snapshot is not none -%}
-        {%- do run_query("set " ~ bronze_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
+        {%- do run_query("set " ~ pending_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
                          ~ ":" ~ snapshot) -%}
     {%- endif -%}
     {%- if not is_incremental() -%}
@@ -203,14 +212,14 @@
 {#- post-hook of every silver model: stores the bronze snapshot `bronze_increment` took for it -#}
 {% macro record_bronze_snapshot(existing) -%}
     {%- if execute and existing is not none and existing is not string -%}
-        {%- set key = bronze_snapshot_key(existing) -%}
+        {%- set key = pending_snapshot_key(existing) -%}
         {%- set value = run_query("set " ~ key).rows[0][1] -%}
         {%- if value and value != '<undefined>' -%}
             {%- do run_query("reset " ~ key) -%}
             {%- set source_name, snapshot = value.split(':') -%}
             {%- set property = bronze_snapshot_property(source_name) -%}
             {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
-            {%- if run_query("show tblproperties " ~ existing ~ " ('" ~ property ~ "')").rows[0][1] != snapshot -%}
+            {%- if table_property(existing, property) != snapshot -%}
                 alter table {{ existing }} set tblproperties ('{{ property }}' = '{{ snapshot }}')
             {%- endif -%}
         {%- endif -%}
