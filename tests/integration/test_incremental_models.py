@@ -12,6 +12,8 @@ applies each. Checked:
   (macros/ingested_since_last_run.sql, "Exact increments");
 - exactness: rows committed to bronze after a run, stamped long before it (a late replay), are
   read by the next run all the same;
+- a run whose recorded bronze snapshot maintenance has expired falls back to the overlap window
+  and misses nothing;
 - every incremental gold model equals what a full refresh computes from the same silver;
 - the tables partitioned by event day write one file at a time (no fanout);
 - the daily reconciliations check the touched days by default and every day with full=True;
