@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from lakehouse.contracts import wire
 from lakehouse.contracts.streams import JsonContract
 from lakehouse.core.sql import quote
 
@@ -338,13 +339,23 @@ def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict
 
 # --- Avro, Confluent wire format -----------------------------------------------------------
 
-HEADER_SIZE = 5  # magic byte 0 + 4-byte big-endian schema id (producers/wire.py)
+HEADER_SIZE = wire.HEADER_SIZE  # magic byte 0 + 4-byte big-endian schema id
 
 
-def confluent_schema_id(value: Column) -> Column:
-    """The schema id of a framed message; null when the value has no wire-format header."""
+def confluent_schema_id(value: Column, known_ids: Collection[int] = ()) -> Column:
+    """The schema id of a framed message; null when the value has no wire-format header.
+
+    A ``known_ids`` header is matched as bytes, against its own 5 bytes. Only other headers have
+    their id read as a number: Spark has no bytes-to-int function, and hex-then-base-conversion
+    is a string round trip per record (4% of the CPU samples of purchases' ingestion when every
+    record took it, benchmarks/RESULTS.md "One pass per batch")."""
     framed = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
-    return F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+    schema_id = F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
+    header = F.substring(value, 1, HEADER_SIZE)
+    for known in sorted(set(known_ids), reverse=True):
+        schema_id = F.when(header == F.lit(bytearray(wire.header(known))), F.lit(known).cast("long")) \
+            .otherwise(schema_id)
+    return schema_id
 
 
 def decode_avro(
@@ -363,7 +374,7 @@ def decode_avro(
     """
     from pyspark.sql.avro.functions import from_avro
 
-    schema_id = confluent_schema_id(F.col("value"))
+    schema_id = confluent_schema_id(F.col("value"), writer_schemas)
     body = F.expr(f"substring(value, {HEADER_SIZE + 1})")
     # Each body is decoded once, by its own writer schema, into a column of that writer's
     # shape; only then are the fields picked (a field per from_avro call would decode the

@@ -26,7 +26,7 @@ def kafka_rows(spark, messages, topic="t"):
 
 # --- Avro ----------------------------------------------------------------------------------
 
-V1, V2 = 11, 12  # registry ids, as a registry would hand them out
+V1, V2 = 11, 100_012  # registry ids; the second takes three of the header's four id bytes
 
 
 @pytest.fixture(scope="module")
