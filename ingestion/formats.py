@@ -345,10 +345,11 @@ HEADER_SIZE = wire.HEADER_SIZE  # magic byte 0 + 4-byte big-endian schema id
 def confluent_schema_id(value: Column, known_ids: Collection[int] = ()) -> Column:
     """The schema id of a framed message; null when the value has no wire-format header.
 
-    A ``known_ids`` header is matched as bytes, against its own 5 bytes. Only other headers have
-    their id read as a number: Spark has no bytes-to-int function, and hex-then-base-conversion
-    is a string round trip per record (4% of the CPU samples of purchases' ingestion when every
-    record took it, benchmarks/RESULTS.md "One pass per batch")."""
+    The header of an id in ``known_ids`` (the registered writer schemas) is matched as bytes,
+    against that id's own 5 bytes. Only other headers have their id read as a number: Spark has
+    no bytes-to-int function, and hex-then-base-conversion is a string round trip per record (9%
+    of the task samples of purchases' ingestion when every record took it, benchmarks/RESULTS.md
+    "Avro schema ids matched as bytes")."""
     framed = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
     schema_id = F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long"))
     header = F.substring(value, 1, HEADER_SIZE)
