@@ -15,23 +15,24 @@
 
     Incremental by day (partitioned by sales_date; a run overwrites the days it recomputes,
     so a region row a day no longer has disappears). The days recomputed are:
-    - the days of the purchases that reached silver since the last run (with the overlap);
+    - the days of the purchases silver runs appended since the last run (`_loaded_at`: exact,
+      a late bronze commit stamped before the last run included);
     - the days on which a customer whose mirror row changed since the last run bought: a
       customer who moves, is deleted or is (re)created changes past days' attribution. Those
       days come from a scan of purchases' customer_id and purchase time (two columns), the
       one read here that follows the history rather than the change: only an index from
       customer to purchase days could avoid it.
-    `_last_ingested_at` (newest purchase _ingested_at counted) and `_customers_as_of` (the
+    `_last_loaded_at` (newest silver run counted) and `_customers_as_of` (the
     customers mirror's newest _ingested_at when the day was computed) are the marks.
     After editing the country_regions seed: `--full-refresh -s sales_by_region_daily`.
 -#}
 
 {%- set customers_as_of = high_water_mark(ref('customers_mirror')) -%}
 {%- if is_incremental() -%}
-    {{ require_columns(this, ['_last_ingested_at', '_customers_as_of']) }}
+    {{ require_columns(this, ['_last_loaded_at', '_customers_as_of']) }}
     {%- set purchase_days -%}
         select to_date(purchased_at) from {{ ref('purchases') }}
-        where {{ ingested_since_last_run(this, existing_column='_last_ingested_at') }}
+        where {{ loaded_since_last_run(this, '_last_loaded_at') }}
         union all
         select to_date(purchases.purchased_at)
         from {{ ref('purchases') }} as purchases
@@ -98,7 +99,7 @@ daily as (
         count(distinct customer_id) as customer_count,
         sum(quantity) as units_sold,
         sum(amount) as revenue,
-        max(_ingested_at) as _last_ingested_at,
+        max(_loaded_at) as _last_loaded_at,
         {{ customers_as_of }} as _customers_as_of
     from purchases_with_region
     group by 1, 2, 3
