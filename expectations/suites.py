@@ -121,12 +121,14 @@ def column_label(kwargs: Mapping[str, Any]) -> str | None:
 class TouchedDays:
     """The days a daily reconciliation checks unless asked for all (``lakehouse quality run --full``).
 
-    They are the days of the rows of ``source`` (silver) ingested since the suite last passed,
-    less a margin: the days the dbt runs since then recomputed in gold. A suite that has never
-    passed (or no quality history) checks every day. The query's ``{gold_days}`` and
-    ``{silver_days}`` become predicates on ``gold_column`` (a date) and ``silver_column`` (a
-    timestamp; as day ranges, which prune silver's day partitions), ``{scope}`` a text that
-    names the days checked.
+    They are the days of the rows of ``source`` (silver) that dbt runs appended since the suite
+    last passed, less a margin (by ``_loaded_at``, the run that appended the row): the days the
+    dbt runs since then recomputed in gold. Not by ``_ingested_at``: a late bronze commit
+    stamped hours earlier reaches silver and gold all the same, and its day must be checked.
+    A suite that has never passed (or no quality history) checks every day. The query's
+    ``{gold_days}`` and ``{silver_days}`` become predicates on ``gold_column`` (a date) and
+    ``silver_column`` (a timestamp; as day ranges, which prune silver's day partitions),
+    ``{scope}`` a text that names the days checked.
     """
 
     source: str
@@ -496,10 +498,10 @@ def last_passed(spark: SparkSession, suite: str) -> str | None:
 
 
 def touched_days(spark: SparkSession, scope: TouchedDays, since: str) -> list[date | None]:
-    """The event days of `scope.source` rows ingested since `since` (None: rows without a time).
-    The literal bound prunes silver's files to the recent ones."""
+    """The event days of `scope.source` rows appended since `since` (None: rows without a time).
+    The literal bound prunes silver's files to the recent ones (each dbt run writes its own)."""
     rows = spark.sql(f"select distinct cast(to_date({scope.silver_column}) as string) from {scope.source} "
-                     f"where _ingested_at >= timestamp'{since}'").collect()
+                     f"where _loaded_at >= timestamp'{since}'").collect()
     return sorted((date.fromisoformat(r[0]) if r[0] else None for r in rows),
                   key=lambda d: (d is None, d or date.min))
 

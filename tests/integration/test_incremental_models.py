@@ -16,7 +16,8 @@ applies each. Checked:
   and misses nothing;
 - every incremental gold model equals what a full refresh computes from the same silver;
 - the tables partitioned by event day write one file at a time (no fanout);
-- the daily reconciliations check the touched days by default and every day with full=True;
+- the daily reconciliations check the touched days by default (a late row's day among them)
+  and every day with full=True;
 - `lakehouse dbt loop` runs dbt repeatedly in one process, on one Spark application.
 """
 
@@ -227,6 +228,12 @@ def test_reconciliation_checks_touched_days_unless_full(lake, increments):
     # the days touched since the suite last passed, does not see it; a full run does
     oldest, kind = session.sql("select event_date, event_type from gold.events_by_type_daily "
                                "order by event_date, event_type limit 1").first()
+    # The touched days are those of the silver rows appended since the suite last passed, less
+    # an hour; this lakehouse's silver was all appended minutes ago, so the old day's rows are
+    # made to look appended two days ago, as they would be in a lakehouse that runs for days.
+    session.sql(f"update silver.user_events set _loaded_at = _loaded_at - interval 2 days "
+                f"where event_at >= timestamp'{oldest} 00:00:00' and event_at < timestamp'{oldest} 00:00:00' "
+                "+ interval 1 day")
     session.sql(f"update gold.events_by_type_daily set event_count = event_count + 1 where event_date = "
                 f"date'{oldest}' and event_type = '{kind}'")
     touched = run_quality(session, own, layer="gold", stream="user_events")
@@ -237,6 +244,34 @@ def test_reconciliation_checks_touched_days_unless_full(lake, increments):
     session.sql(f"update gold.events_by_type_daily set event_count = event_count - 1 where event_date = "
                 f"date'{oldest}' and event_type = '{kind}'")
 
+
+
+def test_reconciliation_checks_the_day_of_a_late_silver_row(lake, increments):
+    """A late bronze commit, stamped hours before the suite last passed, reaches silver in a later
+    dbt run: its day is a touched day, found by when that run appended the row (`_loaded_at`),
+    not by its bronze stamp. Here the row reaches silver and not gold, so the default
+    reconciliation must see the difference on its day."""
+    from pyspark.sql import functions as F
+
+    from expectations.runner import run_quality
+
+    own, session, _ = lake
+    suite = "gold.events_by_type_daily.reconciliation"
+    before = run_quality(session, own, layer="gold", stream="user_events")
+    assert before.result(suite, "expect_column_values_to_be_null", "mismatch").success
+    oldest = session.sql("select min(event_at) from silver.user_events").first()[0]
+    session.table("silver.user_events").where(F.col("event_at") == F.lit(oldest)).limit(1) \
+        .withColumn("event_id", F.concat(F.col("event_id"), F.lit("-late-silver"))) \
+        .withColumn("_ingested_at", F.current_timestamp() - F.expr("interval 2 hours")) \
+        .withColumn("_loaded_at", F.current_timestamp()) \
+        .writeTo("silver.user_events").append()
+    try:
+        after = run_quality(session, own, layer="gold", stream="user_events")
+        check = after.result(suite, "expect_column_values_to_be_null", "mismatch")
+        assert not check.success, check
+        assert not any("all days" in str(value) for value in check.unexpected_sample)  # the touched days only
+    finally:
+        session.sql("delete from silver.user_events where event_id like '%-late-silver'")
 
 def test_dbt_loop_runs_in_one_warm_process(lake, increments, tmp_path):
     own, _, _ = lake
@@ -299,3 +334,27 @@ def test_a_run_whose_recorded_snapshot_was_expired_reads_by_the_overlap(lake, in
     run_dbt(own, ["run", "--select", "employees"], target_dir=target, capture=True)
     found = session.sql(f"select employee_id from silver.employees where employee_id in ({', '.join(map(str, ids))})")
     assert sorted(r.employee_id for r in found.collect()) == ids
+
+
+def test_daily_marts_count_a_late_commit_stamped_before_their_last_run(lake, increments):
+    """Silver reads a late commit (the test above); the daily marts must count it too, though
+    its `_ingested_at` lies hours below what they last counted. Each equals a full refresh
+    after the run."""
+    from pyspark.sql import functions as F
+
+    own, session, target = lake
+    marts = ("events_by_type_daily", "sales_by_region_daily")
+    for table, key in (("bronze.user_events", "event_id"), ("bronze.purchases", "transaction_id")):
+        newest = session.sql(f"select max(_ingested_at) from {table}").first()[0]
+        session.table(table).orderBy("_kafka_offset").limit(20) \
+            .withColumn(key, F.concat(F.col(key), F.lit("-late"))) \
+            .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(700_000_000)) \
+            .withColumn("_ingested_at", F.lit(newest - timedelta(hours=2))) \
+            .writeTo(table).append()
+    run_dbt(own, ["run", "--select", "user_events", "purchases", *marts], target_dir=target, capture=True)
+    late = session.sql("select count(*) from silver.user_events where event_id like '%-late'").first()[0]
+    assert late == 20  # silver has them (the snapshot path)
+    incremental = {model: content(session, f"gold.{model}") for model in marts}
+    run_dbt(own, ["run", "--full-refresh", "--select", *marts], target_dir=target, capture=True)
+    for model in marts:
+        assert content(session, f"gold.{model}") == incremental[model], model
