@@ -20,7 +20,7 @@
     compared with last year's day, and the read stays the size of the days touched.
 
     `_loaded_at`: when the dbt run appended the row (one value per run), for gold models that
-    count each silver row exactly once (macros/loaded_since_last_run.sql).
+    count each silver row exactly once (`loaded_since_last_run`, macros/ingested_since_last_run.sql).
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'user_events')) -%}
