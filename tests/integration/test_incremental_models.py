@@ -245,7 +245,6 @@ def test_reconciliation_checks_touched_days_unless_full(lake, increments):
                 f"date'{oldest}' and event_type = '{kind}'")
 
 
-
 def test_reconciliation_checks_the_day_of_a_late_silver_row(lake, increments):
     """A late bronze commit, stamped hours before the suite last passed, reaches silver in a later
     dbt run: its day is a touched day, found by when that run appended the row (`_loaded_at`),
@@ -272,6 +271,7 @@ def test_reconciliation_checks_the_day_of_a_late_silver_row(lake, increments):
         assert not any("all days" in str(value) for value in check.unexpected_sample)  # the touched days only
     finally:
         session.sql("delete from silver.user_events where event_id like '%-late-silver'")
+
 
 def test_dbt_loop_runs_in_one_warm_process(lake, increments, tmp_path):
     own, _, _ = lake
