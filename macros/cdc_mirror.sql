@@ -172,7 +172,8 @@
                     when matched and mirror.{{ keys[0] }} is null then delete
                     when matched then update set
                         op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
-                        _source_ts = truncation._source_ts, _ingested_at = truncation._ingested_at
+                        _source_ts = truncation._source_ts, _ingested_at = truncation._ingested_at,
+                        _loaded_at = truncation._loaded_at
                 {%- endcall -%}
             {%- endif -%}
         {%- else -%}

@@ -101,7 +101,10 @@ mirror_changes as (
 
 final as (
 
-    select * except ({{ dropped | join(', ') }})
+    -- `_loaded_at`: when the dbt run wrote the row (one value per run, later for every later
+    -- run). Gold finds the keys changed since it last looked by it, exactly: `_ingested_at`
+    -- is bronze's clock, and a late bronze commit applied now can carry one hours old
+    select * except ({{ dropped | join(', ') }}), current_timestamp() as _loaded_at
     from mirror_changes
 
 )

@@ -88,18 +88,21 @@
 
 {#-
     The silver rows a gold model has not counted yet, exactly: silver's append-only models stamp
-    every row with `_loaded_at`, the time of the dbt run that appended it (one value per run, later
-    for every later run), so "stamped after the newest stamp counted" misses nothing and counts
-    nothing twice, with no overlap. This needs dbt runs one at a time, which `lakehouse dbt` and
-    `lakehouse dbt loop` ensure (the dbt-tables lock).
+    every row with `_loaded_at`, the time of the dbt run that appended it, and the CDC mirrors
+    every row they insert or update (one value per run, later for every later run), so "stamped
+    after the newest stamp counted" misses nothing and counts nothing twice, with no overlap.
+    `_ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
+    dead-letter replay, a held-up batch) that silver reads now can carry a stamp hours old.
+    This needs dbt runs one at a time, which `lakehouse dbt` and `lakehouse dbt loop` ensure
+    (the dbt-tables lock).
 -#}
 {% macro loaded_since_last_run(existing, existing_column, column='_loaded_at') -%}
     {{ ingested_after(increment_start(existing, existing_column, overlap_minutes=0), column) }}
 {%- endmacro %}
 
 
-{% macro ingested_since_last_run(existing, column='_ingested_at', existing_column='_ingested_at') -%}
-    {{ ingested_after(increment_start(existing, existing_column), column) }}
+{% macro ingested_since_last_run(existing, column='_ingested_at') -%}
+    {{ ingested_after(increment_start(existing, column), column) }}
 {%- endmacro %}
 
 

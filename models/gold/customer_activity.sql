@@ -13,7 +13,8 @@
     their current profile from the customers mirror when it holds them.
 
     Incremental by customer: a run updates only the customers with new events or purchases, or
-    whose mirror row changed since the last run. Counts, sums, first and last times are added
+    whose mirror row a dbt run wrote since the last run (the mirror's `_loaded_at`, exact like
+    silver's: a late CDC commit counts too). Counts, sums, first and last times are added
     to what the row holds (they combine); the silver rows counted are exactly those appended
     since the last run (`_loaded_at`, macros/ingested_since_last_run.sql), so nothing is
     counted twice and silver is read for the new rows only. Distinct sessions do not add up:
@@ -22,10 +23,11 @@
     sessions a customer has (and within about 1.6% beyond). A full refresh computes every row
     with the same functions over all of silver, so it gives the same result
     (tests/integration/test_incremental_models.py). `_events_loaded_at`, `_purchases_loaded_at`
-    and `_customers_as_of` are the marks of what the row has counted.
+    and `_customers_as_of` (the mirror's newest `_loaded_at` when the row was computed) are the
+    marks of what the row has counted.
 -#}
 
-{%- set customers_as_of = high_water_mark(ref('customers_mirror')) -%}
+{%- set customers_as_of = high_water_mark(ref('customers_mirror'), '_loaded_at') -%}
 {%- if is_incremental() -%}
     {{ require_columns(this, ['_session_sketch', '_events_loaded_at', '_purchases_loaded_at', '_customers_as_of']) }}
 {%- endif -%}
@@ -89,7 +91,7 @@ touched_customers as (
     union
     -- a changed profile (or a deleted customer) updates the row of a customer seen before
     select customer_id from {{ ref('customers_mirror') }}
-    where {{ ingested_since_last_run(this, existing_column='_customers_as_of') }}
+    where {{ loaded_since_last_run(this, '_customers_as_of') }}
     {% endif %}
 
 ),

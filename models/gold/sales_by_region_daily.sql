@@ -17,17 +17,18 @@
     so a region row a day no longer has disappears). The days recomputed are:
     - the days of the purchases silver runs appended since the last run (`_loaded_at`: exact,
       a late bronze commit stamped before the last run included);
-    - the days on which a customer whose mirror row changed since the last run bought: a
+    - the days on which a customer whose mirror row a dbt run wrote since the last run (the
+      mirror's `_loaded_at`, exact: a late CDC commit counts too) bought: a
       customer who moves, is deleted or is (re)created changes past days' attribution. Those
       days come from a scan of purchases' customer_id and purchase time (two columns), the
       one read here that follows the history rather than the change: only an index from
       customer to purchase days could avoid it.
     `_last_loaded_at` (newest silver run counted) and `_customers_as_of` (the
-    customers mirror's newest _ingested_at when the day was computed) are the marks.
+    customers mirror's newest `_loaded_at` when the day was computed) are the marks.
     After editing the country_regions seed: `--full-refresh -s sales_by_region_daily`.
 -#}
 
-{%- set customers_as_of = high_water_mark(ref('customers_mirror')) -%}
+{%- set customers_as_of = high_water_mark(ref('customers_mirror'), '_loaded_at') -%}
 {%- if is_incremental() -%}
     {{ require_columns(this, ['_last_loaded_at', '_customers_as_of']) }}
     {%- set purchase_days -%}
@@ -38,7 +39,7 @@
         from {{ ref('purchases') }} as purchases
         left semi join (
             select customer_id from {{ ref('customers_mirror') }}
-            where {{ ingested_since_last_run(this, existing_column='_customers_as_of') }}
+            where {{ loaded_since_last_run(this, '_customers_as_of') }}
         ) as changed_customers
             on changed_customers.customer_id = purchases.customer_id
     {%- endset -%}
