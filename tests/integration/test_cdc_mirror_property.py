@@ -307,8 +307,8 @@ def test_any_delivery_converges_to_the_source_table(project, data):
         project.run(model)
 
     mirror = project.spark.table(f"{SCHEMA}.{model}")
-    assert sorted(mirror.columns) == sorted(
-        [key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_is_deleted", "_loaded_at"] + ([ADDED_COLUMN] if carried else []))
+    assert sorted(mirror.columns) == sorted([key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_is_deleted",
+                                             "_loaded_at"] + ([ADDED_COLUMN] if carried else []))
     rows = {r[key]: r for r in mirror.collect()}
     assert len(rows) == mirror.count()  # one row per key (and one truncation marker, key null)
     live = {k: (r["label"], r[ADDED_COLUMN] if carried else None) for k, r in rows.items() if not r["_is_deleted"]}

@@ -376,9 +376,10 @@ def test_gold_follows_a_late_customer_change_stamped_before_its_last_run(lake, i
         "order by customer_id limit 10").collect()]
     assert len(buyers) == 10
     newest = session.sql(f"select max(_ingested_at) from {bronze}").first()[0]
-    latest = session.sql(f"""select * from (select *, row_number() over (partition by customer_id order by _seq desc) as n
-                                            from {bronze} where customer_id in ({', '.join(map(str, buyers))}))
-                             where n = 1""").drop("n")
+    latest = session.sql(f"""
+        select * from (select *, row_number() over (partition by customer_id order by _seq desc) as n
+                       from {bronze} where customer_id in ({', '.join(map(str, buyers))}))
+        where n = 1""").drop("n")
     latest.withColumn("op", F.lit("u")) \
         .withColumn("country", F.lit("ZZ")) \
         .withColumn("_seq", F.struct(F.col("_seq.phase").alias("phase"),
