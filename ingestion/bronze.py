@@ -14,6 +14,8 @@ it copies each query's last committed batch into a table property
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
@@ -23,6 +25,9 @@ from lakehouse.core.sql import quote, quote_table, sql_string
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
+# The batch's instant (its rows' ingested-at), in microseconds since the epoch: a replay of the
+# batch decodes with it again (ARCHITECTURE §8).
+INSTANT_PROPERTY = "lakehouse.instant-micros"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 
 STREAMING_TABLE_PROPERTIES = {
@@ -203,10 +208,39 @@ LINEAGE_STEPS = 200  # snapshots looked at through the Iceberg API before asking
 
 
 def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
-    """The batch id of the newest snapshot ``query_id`` wrote, walking back from the table's
-    current snapshot through Iceberg's Java API (no Spark job): the query's newest snapshot
-    holds its highest batch. None if the table has no snapshot of it; ``_UNKNOWN`` when the
-    walk is long (a table many other writers share) or the API is not reachable."""
+    """The batch id of the newest snapshot ``query_id`` wrote (the query's newest snapshot holds
+    its highest batch). None if the table has no snapshot of it; ``_UNKNOWN`` when the walk is
+    long (a table many other writers share) or the API is not reachable."""
+    summary = _newest_summary(spark, table, query_id)
+    if summary is None or summary is _UNKNOWN:
+        return summary
+    batch = summary.get(BATCH_PROPERTY)
+    return int(batch) if batch is not None else _UNKNOWN
+
+
+def batch_instant(spark: SparkSession, table: str, query_id: str, batch_id: int) -> datetime | None:
+    """The instant the query's newest append stored, if that append is of ``batch_id``; None
+    when it is not, when the append predates the property, or when its snapshot expired."""
+    summary = _newest_summary(spark, table, query_id)
+    if summary is _UNKNOWN:  # a long walk: ask the snapshots table instead
+        rows = spark.sql(
+            f"select summary['{INSTANT_PROPERTY}'] as micros from {quote_table(table)}.snapshots "
+            f"where summary['{WRITER_PROPERTY}'] = {sql_string(query_id)} "
+            f"and summary['{BATCH_PROPERTY}'] = '{int(batch_id)}' order by committed_at desc limit 1").collect()
+        summary = {BATCH_PROPERTY: str(batch_id), INSTANT_PROPERTY: rows[0].micros} if rows else None
+    if summary is None or summary.get(BATCH_PROPERTY) != str(batch_id):
+        return None
+    micros = summary.get(INSTANT_PROPERTY)
+    return EPOCH + timedelta(microseconds=int(micros)) if micros is not None and micros.isdigit() else None
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _newest_summary(spark: SparkSession, table: str, query_id: str):
+    """The summary of the newest snapshot ``query_id`` wrote, walking back from the table's
+    current snapshot through Iceberg's Java API (no Spark job); None if the table has none of
+    it, ``_UNKNOWN`` after LINEAGE_STEPS snapshots or when the API is not reachable."""
     from py4j.protocol import Py4JError
 
     # Qualified with the session's catalog: Iceberg would take "bronze" of "bronze.t" for one.
@@ -219,8 +253,7 @@ def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
                 return None
             summary = snapshot.summary()
             if summary.get(WRITER_PROPERTY) == query_id:
-                batch = summary.get(BATCH_PROPERTY)
-                return int(batch) if batch is not None else _UNKNOWN
+                return {key: summary.get(key) for key in (BATCH_PROPERTY, INSTANT_PROPERTY)}
             parent = snapshot.parentId()
             snapshot = None if parent is None else iceberg.snapshot(parent)
     except Py4JError:
@@ -229,12 +262,16 @@ def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
-           table_schema: StructType | None = None) -> None:
-    """Append the rows in one snapshot that names the query and batch it comes from.
+           table_schema: StructType | None = None, instant: datetime | None = None) -> None:
+    """Append the rows in one snapshot that names the query and batch it comes from, and the
+    batch's instant when given.
 
     ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
-    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
-        .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
-        .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
-        .append())
+    writer = (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
+              .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
+              .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id)))
+    if instant is not None:
+        micros = (instant - EPOCH) // timedelta(microseconds=1)
+        writer = writer.option(f"snapshot-property.{INSTANT_PROPERTY}", str(micros))
+    writer.append()
 

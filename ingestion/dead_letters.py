@@ -5,9 +5,10 @@ Error codes are a closed set (ARCHITECTURE §7); each record is in bronze or her
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -53,22 +54,54 @@ def schema_id(decoded: DataFrame) -> Column:
     return (F.col("_schema_id") if "_schema_id" in decoded.columns else F.lit(None)).cast("int")
 
 
+def _columns(decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column) -> dict[str, Column]:
+    """A decoded batch's columns as dead letters, by name in SCHEMA's order, bytes untouched."""
+    return {
+        "stream": F.lit(stream),
+        "topic": F.col("topic"),
+        "partition": F.col("partition").cast("int"),
+        "offset": F.col("offset").cast("long"),
+        "kafka_timestamp": F.col("timestamp"),
+        "key": F.col("key"),
+        "value": F.col("value"),
+        "error_code": F.col("_error_code"),
+        "error_detail": F.col("_error_detail"),
+        "schema_id": schema_id(decoded),
+        "ingested_at": ingested_at,
+        "batch_id": F.lit(batch_id).cast("long"),
+        "replayed_at": F.lit(None).cast("timestamp"),
+        "replay_attempts": F.lit(None).cast("int"),
+        "last_replay_at": F.lit(None).cast("timestamp"),
+    }
+
+
 def to_dead_letters(decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column) -> DataFrame:
     """Dead-letter rows of a decoded batch (rows whose ``_error_code`` is set), bytes untouched."""
-    return decoded.where(F.col("_error_code").isNotNull()).select(
-        F.lit(stream).alias("stream"),
-        F.col("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        F.col("key"),
-        F.col("value"),
-        F.col("_error_code").alias("error_code"),
-        F.col("_error_detail").alias("error_detail"),
-        schema_id(decoded).alias("schema_id"),
-        ingested_at.alias("ingested_at"),
-        F.lit(batch_id).cast("long").alias("batch_id"),
-        F.lit(None).cast("timestamp").alias("replayed_at"),
-        F.lit(None).cast("int").alias("replay_attempts"),
-        F.lit(None).cast("timestamp").alias("last_replay_at"),
-    )
+    columns = _columns(decoded, stream, batch_id, ingested_at)
+    return decoded.where(F.col("_error_code").isNotNull()).select(*[c.alias(n) for n, c in columns.items()])
+
+
+# What a record's dead letter takes from the record; the other columns are the batch's.
+RECORD_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "value", "error_code", "error_detail",
+                  "schema_id")
+_RECORD_SCHEMA = ArrayType(StructType([f for f in SCHEMA.fields if f.name in RECORD_COLUMNS]))
+# Microseconds, and the offset: a Kafka timestamp survives the trip through JSON unchanged.
+_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+
+
+def collected(decoded: DataFrame) -> Column:
+    """An aggregate for ``DataFrame.observe``: the failing records of a decoded batch, as a JSON
+    array (bytes in base64), so that the pass that writes bronze also brings the dead letters
+    home and the batch is decoded once (ARCHITECTURE §8). The caller bounds the batch's size."""
+    columns = _columns(decoded, "", 0, F.lit(None))
+    record = F.struct(*[columns[name].alias(name) for name in RECORD_COLUMNS])
+    return F.to_json(F.collect_list(F.when(F.col("_error_code").isNotNull(), record)), _JSON_OPTIONS)
+
+
+def from_collected(spark: SparkSession, rows_json: str, stream: str, batch_id: int, ingested_at: Column) -> DataFrame:
+    """The dead letters `collected` brought home, as rows of the dead-letter table."""
+    records = (spark.createDataFrame([(rows_json,)], "rows string")
+               .select(F.explode(F.from_json("rows", _RECORD_SCHEMA, _JSON_OPTIONS)).alias("r")).select("r.*"))
+    batch = {"stream": F.lit(stream), "ingested_at": ingested_at, "batch_id": F.lit(batch_id)}
+    return records.select(*[(F.col(f.name) if f.name in RECORD_COLUMNS else batch.get(f.name, F.lit(None)))
+                            .cast(f.dataType).alias(f.name) for f in SCHEMA.fields])

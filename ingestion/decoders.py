@@ -57,10 +57,11 @@ class StreamDecoder:
 
     def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
         """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
-        checked against: a batch passes its own timestamp, so its passes (dead letters, then
-        bronze) classify each record the same way. A replay of the batch after a crash is not
-        so bound: it takes a new timestamp, and the schemas current then, so a record may change
-        sides; ingestion/job.py ``_write_once`` keeps what the first run committed."""
+        checked against: a batch passes its own timestamp, so its passes (bronze, and a second
+        one for the dead letters of a big batch) classify each record the same way, and so does
+        a replay after a crash, which passes the instant the first attempt stored. A replay
+        takes the schemas current then, so a record may change sides; ingestion/job.py
+        ``_complete`` keeps what the first attempt committed."""
         if self._decode is None:
             self.refresh()
         return self._decode(raw, now or datetime.now(UTC))

@@ -1,8 +1,8 @@
 """The bronze ingestion job: one Structured Streaming query per stream, Kafka -> Iceberg.
 
 One generic runner for every stream of the pipeline configuration (lakehouse/contracts/pipeline.yml):
-each micro-batch is decoded by the stream's decoder and split: the unreadable records append
-to bronze.dead_letters, then the readable ones to the stream's bronze table (ARCHITECTURE §6-8),
+each micro-batch is decoded once by the stream's decoder and split: the readable records append
+to the stream's bronze table, then the unreadable ones to bronze.dead_letters (ARCHITECTURE §6-8),
 each table at most once per batch, with no cache of the batch.
 ``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
 """
@@ -66,12 +66,13 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
 
 def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None,
                  fault_point: str | None = None):
-    """The foreachBatch function of a stream: dead letters, then bronze, each at most once.
+    """The foreachBatch function of a stream: bronze, then dead letters, each at most once.
 
-    Nothing of the batch is cached: a first pass keeps only the failing rows (about 1%) and
-    appends them to the dead letters, a second pass appends the good rows to bronze; the first
-    that runs counts the batch with ``DataFrame.observe``. Both passes decode the same offsets
-    with the same literal timestamp, so they classify every record alike.
+    Nothing of the batch is cached, and a batch is decoded once: the pass that appends the good
+    rows to bronze also counts the batch and brings its failing rows (about 1%) home, with
+    ``DataFrame.observe``; they are then appended to the dead letters. A batch bigger than
+    COLLECT_RECORDS finds its failing rows by a second pass instead, with the same literal
+    timestamp, so both passes classify every record alike.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
@@ -79,6 +80,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
+    location = checkpoint_location(settings, spec)
     tables = _BatchAppender(spark)
     query_id: str | None = None
 
@@ -93,7 +95,12 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point)
+        records = batch_records(location, batch_id)
+        collect = records is not None and records <= COLLECT_RECORDS
+        if not collect:
+            log.info("%s batch %d: %s records, more than %s: dead letters by a second pass", spec.name, batch_id,
+                     "unknown" if records is None else f"{records:,}", f"{COLLECT_RECORDS:,}")
+        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point, collect)
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
@@ -131,64 +138,119 @@ class _BatchAppender:
     def forget_schema(self, table: str) -> None:
         self.schemas.pop(table, None)
 
-    def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
+    def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int, instant: datetime) -> None:
         known = table in self.schemas
         schema = self.schemas.get(table) or self.spark.table(table).schema
         try:
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, instant)
         except AnalysisException:
             if not known:
                 raise
             # Refused before anything was written: evolved by someone else meanwhile.
             schema = self.spark.table(table).schema
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, instant)
         self.schemas[table] = schema
         self.last[(table, query_id)] = batch_id
 
 
-def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
-                tables: _BatchAppender, fault_point: str | None = None) -> tuple[int, int] | None:
-    """Dead letters, then bronze, each holding every offset of the batch at most once, and
-    together exactly once (ARCHITECTURE §8); (records read, dead letters), or None when the
-    batch was already in bronze.
+# Up to this many records (from the checkpoint's offsets), a batch brings its failing rows home
+# from the bronze pass and is decoded once. A bigger one finds them by a second pass: a batch
+# that fails whole then never holds more than this many records in the driver's memory.
+COLLECT_RECORDS = 1_000_000
 
-    Bronze is committed last, so a batch in bronze has its dead letters committed too (or had
-    none): it is skipped whole, never decoded again. Two tables cannot commit atomically, so a
-    crash can fall between the two commits. The replay then decides per offset, whatever
-    changed meanwhile (a schema, the required fields): an offset already in the dead letters
-    of this batch stays there and is kept out of bronze; any other offset goes to the dead
-    letters if it fails now, else to bronze. The replay decodes with the instant the first
-    attempt fixed (its dead letters' ``ingested_at``), so the batch keeps one ``_ingested_at``
-    and its event times are checked against the same "now".
-    """
-    if tables.includes(spec.bronze_table, query_id, batch_id):
+
+def batch_records(location: str, batch_id: int) -> int | None:
+    """The records of a batch, from its offsets and its predecessor's in the checkpoint (the
+    first batch counts from offset 0: a topic never truncated); None when unreadable."""
+    end = checkpoint.batch_offsets(location, batch_id)
+    if not end:
         return None
-    already, now = None, datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
-    if tables.includes(dead_letters.TABLE, query_id, batch_id):
-        already, now = _committed_dead_letters(spark, spec, batch_id)
+    start = checkpoint.batch_offsets(location, batch_id - 1) if batch_id > 0 else {}
+    return sum(max(0, offset - start.get(topic, {}).get(partition, 0))
+               for topic, partitions in end.items() for partition, offset in partitions.items())
+
+
+def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
+                tables: _BatchAppender, fault_point: str | None = None,
+                collect: bool = False) -> tuple[int, int] | None:
+    """Bronze, then dead letters, each holding every offset of the batch at most once, and
+    together exactly once (ARCHITECTURE §8); (records read, dead letters), or None when an
+    earlier attempt left nothing to add.
+
+    ``collect``: the batch is small enough to bring its failing rows home from the bronze pass;
+    else a second pass finds them. A batch either table holds already is completed by
+    `_complete`.
+    """
+    in_bronze = tables.includes(spec.bronze_table, query_id, batch_id)
+    in_dead_letters = tables.includes(dead_letters.TABLE, query_id, batch_id)
+    if in_bronze or in_dead_letters:
+        return _complete(spark, spec, decoder, batch, batch_id, query_id, tables, in_bronze, in_dead_letters,
+                         fault_point)
+    now = datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
+    ingested_at = F.lit(now).cast("timestamp")
+    counted, observation = _observed(decoder.decode(batch, now), collect)
+    tables.append(spec.bronze_table, to_bronze(counted, batch_id, ingested_at), query_id, batch_id, now)
+    _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
+    metrics = observation.get
+    read, dead = metrics["read"], metrics["dead"]
+    if dead:  # an empty append, a snapshot per batch, is skipped
+        if collect:
+            failing = dead_letters.from_collected(spark, metrics["dead_rows"], spec.name, batch_id, ingested_at)
+        else:
+            again, _ = _observed(decoder.decode(batch, now))
+            failing = dead_letters.to_dead_letters(again, spec.name, batch_id, ingested_at)
+        tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
+    return read, dead
+
+
+def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id, tables: _BatchAppender,
+              in_bronze: bool, in_dead_letters: bool, fault_point: str | None) -> tuple[int, int] | None:
+    """Finish a batch that an earlier attempt committed to bronze, to the dead letters, or to
+    both, before a crash; (records placed now, of which dead letters), or None if none.
+
+    Bronze commits first and its dead letters after it, so a batch in both is complete. A batch
+    only in bronze may have failing rows the crash kept out of the dead letters (or had none).
+    A batch only in the dead letters was left by a version that committed them first. Two
+    tables cannot commit atomically; whatever changed since (a schema, the required fields),
+    the replay decides per offset: an offset either table holds for this batch stays where it
+    is; every other offset goes to bronze if it reads under the current contract, else to the
+    dead letters. It decodes with the instant the first attempt stored with its commit, so the
+    batch keeps one ``_ingested_at`` and its event times are checked against the same "now".
+    """
+    if in_bronze and in_dead_letters:
+        return None
+    committed = None
+    if in_bronze:
+        now = bronze.batch_instant(spark, spec.bronze_table, query_id, batch_id)
+        if now is None:
+            # Appended by a version that committed the dead letters first (so the batch had none)
+            # or its snapshot expired since: nothing to tell what is missing, if anything.
+            log.warning("%s batch %d: in bronze without its instant: taken as complete", spec.name, batch_id)
+            return None
+        done = (spark.table(spec.bronze_table)
+                .where((F.col("_batch_id") == batch_id) & (F.col("_ingested_at") == F.lit(now).cast("timestamp")))
+                .select(F.col("_kafka_partition").alias("partition"), F.col("_kafka_offset").alias("offset")))
+    else:
+        committed, now = _committed_dead_letters(spark, spec, batch_id)
+        done = committed.select("partition", "offset")
+    ingested_at = F.lit(now).cast("timestamp")
+    decoded = decoder.decode(batch, now)
+    # Cached (the records no table holds: the failing ones of a batch in bronze, about 1%): the
+    # two appends filter it, and a filter must not reach into the decoding (see `_observed`).
+    rest = decoded.join(done, ["partition", "offset"], "left_anti").persist()
     try:
-        decoded = decoder.decode(batch, now)
-        ingested_at = F.lit(now).cast("timestamp")
-        failing, read, dead = _failing_rows(decoded, spec, batch_id, ingested_at, already)
-        try:
-            if dead:
-                tables.append(dead_letters.TABLE, failing, query_id, batch_id)
-                _crash_if(fault_point, AFTER_DEAD_LETTERS, spec, batch_id)
-        finally:
-            failing.unpersist()
-        counted, _ = _observed(decoded)
-        good = to_bronze(counted, batch_id, ingested_at)
-        if already is not None:
-            # Dead letters appended just now fail the checks of this pass too: to_bronze drops them.
-            offsets = already.select(F.col("partition").alias("_kafka_partition"),
-                                     F.col("offset").alias("_kafka_offset"))
-            good = good.join(offsets, ["_kafka_partition", "_kafka_offset"], "left_anti")
-            dead += already.count()
-        tables.append(spec.bronze_table, good, query_id, batch_id)
-        return read, dead
+        read, dead = rest.agg(F.count(F.lit(1)), F.count("_error_code")).first()
+        if read > dead:
+            tables.append(spec.bronze_table, to_bronze(rest, batch_id, ingested_at), query_id, batch_id, now)
+            _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
+        if dead:
+            failing = dead_letters.to_dead_letters(rest, spec.name, batch_id, ingested_at)
+            tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
+        return (read, dead) if read else None
     finally:
-        if already is not None:
-            already.unpersist()
+        rest.unpersist()
+        if committed is not None:
+            committed.unpersist()
 
 
 def _committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int) -> tuple[DataFrame, datetime]:
@@ -226,45 +288,30 @@ def _read_committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id
         raise
     if newest is None:  # the batch committed no dead letters (maintenance cannot delete them)
         return rows, datetime.now(UTC)
-    return rows, EPOCH + timedelta(microseconds=newest)
+    return rows, bronze.EPOCH + timedelta(microseconds=newest)
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
-    """The decoded batch, counted (records, dead letters) as a pass goes over it.
+def _observed(decoded: DataFrame, collect: bool = False) -> tuple[DataFrame, Observation]:
+    """The decoded batch, counted (records, dead letters) as a pass goes over it, and with
+    ``collect`` its failing rows brought home (``dead_rows``, `dead_letters.collected`).
 
     The observation is also what keeps each pass fast: without it the optimizer pushes the
     pass's filter on ``_error_code`` down into the decoding, where every check that reads the
     payload repeats the decode (a dead-letter pass 20 times slower, generated code past 64 KB).
     """
     observation = Observation()
-    return decoded.observe(observation, F.count(F.lit(1)).alias("read"),
-                           F.count("_error_code").alias("dead")), observation
-
-
-def _failing_rows(decoded: DataFrame, spec: StreamSpec, batch_id: int, ingested_at,
-                  already: DataFrame | None = None) -> tuple[DataFrame, int, int]:
-    """The batch's new dead letters, found by one pass over it and kept (in memory, ~1% of the
-    batch) for their append, the records read and the dead letters to append (an empty
-    append, a snapshot per batch, is skipped). ``already``: the dead letters an earlier
-    attempt committed (partition, offset), not appended again."""
-    counted, observation = _observed(decoded)
-    failing = dead_letters.to_dead_letters(counted, spec.name, batch_id, ingested_at)
-    if already is not None:
-        failing = failing.join(already.select("partition", "offset"), ["partition", "offset"], "left_anti")
-    failing = failing.persist()
-    dead = failing.count()
-    return failing, observation.get["read"], dead
+    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead")]
+    if collect:
+        metrics.append(dead_letters.collected(decoded).alias("dead_rows"))
+    return decoded.observe(observation, *metrics), observation
 
 
 # Fault points (ARCHITECTURE §8), for tests only: the job kills itself with SIGKILL there, as a
 # crash would, so a test can restart it on the exact state a crash between two commits leaves.
 FAULT_POINT_VARIABLE = "LAKEHOUSE_FAULT_POINT"
-AFTER_DEAD_LETTERS = "after-dead-letters"  # dead letters committed, bronze not
-AFTER_ICEBERG_COMMITS = "after-iceberg-commits"  # bronze committed, the checkpoint not
-FAULT_POINTS = (AFTER_DEAD_LETTERS, AFTER_ICEBERG_COMMITS)
+AFTER_BRONZE = "after-bronze"  # bronze committed, the dead letters not
+AFTER_ICEBERG_COMMITS = "after-iceberg-commits"  # both tables committed, the checkpoint not
+FAULT_POINTS = (AFTER_BRONZE, AFTER_ICEBERG_COMMITS)
 
 
 def read_fault_point(environ=os.environ) -> str | None:
@@ -316,9 +363,9 @@ def _offsets(value) -> dict[str, dict[int, int]] | None:
 READ_TASKS_PER_CORE = 2
 # Records per micro-batch and stream unless --max-offsets-per-trigger says otherwise: a backlog
 # (an availableNow run, a restart after downtime) is read in batches of this size. A batch
-# costs about 2-3 CPU-seconds besides its records (two passes planned, three commits): 5M
-# records keep that near 1%, and bound what a crash makes the job read again.
-BATCH_RECORDS = 5_000_000
+# costs about 2-3 CPU-seconds besides its records (a pass planned, three commits), some 10% of
+# a million records; a batch beyond COLLECT_RECORDS would cost a second decoding pass, 35-40%.
+BATCH_RECORDS = COLLECT_RECORDS
 
 
 def read_tasks(spark: SparkSession) -> int:

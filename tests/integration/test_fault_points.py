@@ -1,9 +1,9 @@
 """A crash between two commits, at the exact point, and the replay that follows (ARCHITECTURE §8).
 
 `lakehouse ingest` runs as a separate process with ``LAKEHOUSE_FAULT_POINT`` set, so it kills
-itself with SIGKILL at its first batch that reaches the point: after the dead-letter commit
-(bronze not committed), or after the Iceberg commits (the checkpoint not committed). It is
-then started again without it and must complete the replay (bronze written, dead letters not
+itself with SIGKILL at its first batch that reaches the point: after the bronze commit (the
+dead letters not committed), or after the Iceberg commits (the checkpoint not committed). It is
+then started again without it and must complete the replay (dead letters written, bronze not
 duplicated) or skip it (nothing appended), leaving every offset of the topic exactly once in
 bronze or dead letters. The last test changes the contract between the kill and the restart.
 
@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 
-from ingestion import bronze
+from ingestion import bronze, job
 from lakehouse.core.kafka_admin import end_offsets
 from producers import user_events
 from producers.delivery import ensure_topic, producer_config
@@ -168,30 +169,57 @@ def writer_snapshots(spark, settings, stream: str, table: str, batch_id: int) ->
                      f"and summary['{bronze.BATCH_PROPERTY}'] = '{batch_id}'").first()[0]
 
 
-def test_a_kill_after_the_dead_letters_commit_is_completed_on_restart(spark, settings, kafka, tmp_path):
-    stream = "faulted_after_dead_letters"
+def test_a_kill_after_the_bronze_commit_is_completed_on_restart(spark, settings, kafka, tmp_path, monkeypatch):
+    stream = "faulted_after_bronze"
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
     produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=81)
 
-    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-dead-letters")
+    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
     assert code == KILLED, log[-3000:]
-    assert f"{stream} batch 0: fault point after-dead-letters" in log
-    # What the crash left: batch 0's dead letters committed, nothing in bronze.
-    assert bronze_rows(spark, stream) == []
-    first = dead_rows(spark, stream)
+    assert f"{stream} batch 0: fault point after-bronze" in log
+    # What the crash left: batch 0's good records in bronze, its dead letters nowhere.
+    first = bronze_rows(spark, stream)
     assert first and {r.batch_id for r in first} == {0}
-    assert {r.key.split("-")[0] for r in first} == {"corrupt"}
+    assert {r.key.split("-")[0] for r in first} == {"good"}
+    assert dead_rows(spark, stream) == []
+    # The instant the replay decodes with, stored in bronze's snapshot: found by the walk back
+    # through the snapshots, and by the snapshots table when the walk is too long.
+    table, query = f"bronze.{stream}", query_id(settings, stream)
+    stored = [bronze.batch_instant(spark, table, query, 0)]
+    monkeypatch.setattr(bronze, "LINEAGE_STEPS", 0)
+    stored.append(bronze.batch_instant(spark, table, query, 0))
+    assert {(t - bronze.EPOCH) // timedelta(microseconds=1) for t in stored} == {r.ingested_at for r in first}
+    assert bronze.batch_instant(spark, table, query, 1) is None
 
     code, log = run_job(settings, tmp_path, stream, pipeline)
     assert code == 0, log[-3000:]
     good, dead = assert_exactly_once(spark, settings, stream)
-    assert 0 in {r.batch_id for r in good}, "the replay did not write batch 0 to bronze"
-    assert writer_snapshots(spark, settings, stream, "bronze.dead_letters", 0) == 1, "dead letters appended again"
-    assert sorted((r.partition, r.offset) for r in dead if r.batch_id == 0) == sorted(
+    assert 0 in {r.batch_id for r in dead}, "the replay did not write batch 0's dead letters"
+    assert writer_snapshots(spark, settings, stream, f"bronze.{stream}", 0) == 1, "bronze appended again"
+    assert sorted((r.partition, r.offset) for r in good if r.batch_id == 0) == sorted(
         (r.partition, r.offset) for r in first)
     assert {r.key.split("-")[0] for r in dead} == {"corrupt"} and len(dead) == RECORDS // 5
     assert {r.key.split("-")[0] for r in good} == {"good"}
+    assert_one_instant_per_batch(good, dead)
+
+
+def test_a_batch_too_big_to_bring_its_dead_letters_home_finds_them_by_a_second_pass(
+        spark, settings, kafka, tmp_path, monkeypatch, caplog):
+    """Up to COLLECT_RECORDS records, the bronze pass brings a batch's dead letters home (the
+    tests above); a bigger batch finds them by a second pass, with the same instant."""
+    stream = "dead_letters_by_second_pass"
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=84)
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    monkeypatch.setattr(job, "COLLECT_RECORDS", BATCH - 1)
+    with caplog.at_level(logging.INFO, logger="lakehouse.ingest"):
+        job.run(spark, settings, [stream], available_now=True, max_offsets_per_trigger=BATCH)
+    assert f"{stream} batch 0: {BATCH} records, more than {BATCH - 1}: dead letters by a second pass" in caplog.text
+    good, dead = assert_exactly_once(spark, settings, stream)
+    assert {r.key.split("-")[0] for r in dead} == {"corrupt"} and len(dead) == RECORDS // 5
+    assert {r.batch_id for r in dead} == {0, 1, 2}
     assert_one_instant_per_batch(good, dead)
 
 
@@ -225,20 +253,21 @@ def test_a_kill_after_the_iceberg_commits_is_skipped_on_restart(spark, settings,
 def test_a_contract_changed_between_the_kill_and_the_restart_keeps_every_offset_once(
         spark, settings, kafka, tmp_path):
     """Under the first contract `device` is required, under the second `page` instead. In the
-    replayed batch 0, a record without `device` was dead-lettered before the crash and stays a
-    dead letter (never also in bronze); a record without `page` was good before the crash and
-    fails now: it is dead-lettered on replay (never lost). Later batches know only the second
+    replayed batch 0, a record without `page` was good before the crash and is in bronze: it
+    stays there (never also a dead letter); a record without `device` failed before the crash,
+    whose dead letter was never committed: it reads now and goes to bronze (never lost); one
+    without both fails under the new contract, for `page`. Later batches know only the second
     contract."""
     stream = "faulted_contract_change"
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream, required=["event_id", "event_timestamp", "device"])
     produce(settings, stream, {0: "corrupt", 3: "no_device", 6: "no_page", 9: "no_both"}, seed=83)
 
-    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-dead-letters")
+    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
     assert code == KILLED, log[-3000:]
-    first = dead_rows(spark, stream)
-    assert {r.key.split("-")[0] for r in first} == {"corrupt", "no_device", "no_both"}
-    assert bronze_rows(spark, stream) == []
+    first = bronze_rows(spark, stream)
+    assert {r.key.split("-")[0] for r in first} == {"good", "no_page"}
+    assert dead_rows(spark, stream) == []
 
     write_pipeline(pipeline, stream, required=["event_id", "event_timestamp", "page"])
     code, log = run_job(settings, tmp_path, stream, pipeline)
@@ -249,16 +278,16 @@ def test_a_contract_changed_between_the_kill_and_the_restart_keeps_every_offset_
     wrong = []
     for key, (where, batch_id) in side.items():
         kind = key.split("-")[0]
-        expected = "dead" if kind in ("corrupt", "no_page", "no_both") or (kind == "no_device" and batch_id == 0) \
-            else "bronze"
+        expected = "dead" if kind in ("corrupt", "no_both") or (kind == "no_page" and batch_id > 0) else "bronze"
         if where != expected:
             wrong.append((key, batch_id, where))
     assert not wrong, f"{len(wrong)} records on the wrong side: {wrong[:5]}"
-    replayed_no_page = [r for r in dead if r.batch_id == 0 and r.key.startswith("no_page")]
-    assert replayed_no_page and all(r.error_code == "MISSING_REQUIRED_FIELD" and "page" in r.error_detail
-                                    for r in replayed_no_page)
+    replayed_no_both = [r for r in dead if r.batch_id == 0 and r.key.startswith("no_both")]
+    assert replayed_no_both and all(r.error_code == "MISSING_REQUIRED_FIELD" and "page" in r.error_detail
+                                    for r in replayed_no_both)
+    assert any(r.batch_id == 0 and r.key.startswith("no_device") for r in good)
+    assert writer_snapshots(spark, settings, stream, f"bronze.{stream}", 0) == 2, "batch 0's readable rest"
     assert_one_instant_per_batch(good, dead)
     # The kinds really were in batch 0 and after it.
     assert {k.split("-")[0] for k, (_, b) in side.items() if b == 0} >= {"no_device", "no_page"}
-    assert any(k.startswith("no_device") and b > 0 for k, (_, b) in side.items())
-
+    assert any(k.startswith("no_page") and b > 0 for k, (_, b) in side.items())
