@@ -235,8 +235,9 @@ def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, q
         done = committed.select("partition", "offset")
     ingested_at = F.lit(now).cast("timestamp")
     decoded = decoder.decode(batch, now)
-    # Cached (the records no table holds: the failing ones of a batch in bronze, about 1%): the
-    # two appends filter it, and a filter must not reach into the decoding (see `_observed`).
+    # Cached: the two appends filter it, and a filter must not reach into the decoding (see
+    # `_observed`). Small after a crash of this version (the failing records of a batch in
+    # bronze, about 1%); most of the batch after one of a version that wrote dead letters first.
     rest = decoded.join(done, ["partition", "offset"], "left_anti").persist()
     try:
         read, dead = rest.agg(F.count(F.lit(1)), F.count("_error_code")).first()
