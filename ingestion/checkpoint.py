@@ -47,6 +47,52 @@ def batch_offsets(checkpoint: str | Path, batch_id: int) -> dict[str, dict[int, 
     return offsets
 
 
+def parse_initial_offsets(text: str) -> dict[str, dict[int, int]]:
+    """The starting offsets Spark's Kafka source records before batch 0 (``sources/0/0``).
+
+    The file is a version line (after a NUL byte kept for Spark 2.1 compatibility) and one
+    JSON object ``{"topic": {"partition": offset}}``; {} when it is not that.
+    """
+    for line in text.replace("\0", "").splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            source = json.loads(line)
+            return {topic: {int(p): int(o) for p, o in partitions.items()}
+                    for topic, partitions in source.items() if isinstance(partitions, dict)}
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return {}
+    return {}
+
+
+def batch_records(end_offsets: dict[int, int], previous_end_offsets: dict[int, int] | None) -> int | None:
+    """Records a batch read: per partition, its end offset minus where the batch started.
+
+    A batch starts where the previous one ended; a partition the previous batch did not know
+    started at 0. None when the start is unknown (the previous offsets file was purged).
+    """
+    if previous_end_offsets is None or not end_offsets:
+        return None
+    return sum(max(0, end - previous_end_offsets.get(partition, 0)) for partition, end in end_offsets.items())
+
+
+def records_of_batch(checkpoint: str | Path, batch_id: int, topic: str) -> int | None:
+    """Records batch ``batch_id`` of a checkpoint reads (or read) from ``topic``, from its offsets
+    file and the one before it (batch 0: the source's starting offsets); None where unknown."""
+    folder = Path(checkpoint)
+    end = batch_offsets(folder, batch_id).get(topic, {})
+    if batch_id == 0:
+        try:
+            initial = parse_initial_offsets((folder / "sources" / "0" / "0").read_text(errors="replace"))
+        except OSError:
+            initial = {}
+        previous: dict[int, int] | None = initial.get(topic, {})  # unknown start: offsets begin at 0
+    else:
+        previous = batch_offsets(folder, batch_id - 1).get(topic)  # None: purged with old batches
+    return batch_records(end, previous)
+
+
 def last_commit(checkpoint: str | Path) -> BatchCommit | None:
     """The last committed batch of a checkpoint, or None if it has committed nothing."""
     commits = Path(checkpoint) / "commits"

@@ -95,12 +95,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        records = batch_records(location, batch_id)
-        collect = records is not None and records <= COLLECT_RECORDS
-        if not collect:
-            log.info("%s batch %d: %s records, more than %s: dead letters by a second pass", spec.name, batch_id,
-                     "unknown" if records is None else f"{records:,}", f"{COLLECT_RECORDS:,}")
-        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point, collect)
+        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point, location)
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
@@ -159,26 +154,16 @@ class _BatchAppender:
 COLLECT_RECORDS = 1_000_000
 
 
-def batch_records(location: str, batch_id: int) -> int | None:
-    """The records of a batch, from its offsets and its predecessor's in the checkpoint (the
-    first batch counts from offset 0: a topic never truncated); None when unreadable."""
-    end = checkpoint.batch_offsets(location, batch_id)
-    if not end:
-        return None
-    start = checkpoint.batch_offsets(location, batch_id - 1) if batch_id > 0 else {}
-    return sum(max(0, offset - start.get(topic, {}).get(partition, 0))
-               for topic, partitions in end.items() for partition, offset in partitions.items())
-
-
 def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
                 tables: _BatchAppender, fault_point: str | None = None,
-                collect: bool = False) -> tuple[int, int] | None:
+                location: str | None = None) -> tuple[int, int] | None:
     """Bronze, then dead letters, each holding every offset of the batch at most once, and
     together exactly once (ARCHITECTURE §8); (records read, dead letters), or None when an
     earlier attempt left nothing to add.
 
-    ``collect``: the batch is small enough to bring its failing rows home from the bronze pass;
-    else a second pass finds them. A batch either table holds already is completed by
+    ``location``: the query's checkpoint, whose offsets give the batch's size: up to
+    COLLECT_RECORDS, the bronze pass brings the failing rows home; else (or when the size is
+    unknown) a second pass finds them. A batch either table holds already is completed by
     `_complete`.
     """
     in_bronze = tables.includes(spec.bronze_table, query_id, batch_id)
@@ -186,6 +171,11 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
     if in_bronze or in_dead_letters:
         return _complete(spark, spec, decoder, batch, batch_id, query_id, tables, in_bronze, in_dead_letters,
                          fault_point)
+    records = checkpoint.records_of_batch(location, batch_id, spec.topic) if location else None
+    collect = records is not None and records <= COLLECT_RECORDS
+    if not collect:
+        log.info("%s batch %d: %s, more than %s: dead letters by a second pass", spec.name, batch_id,
+                 "size unknown" if records is None else f"{records:,} records", f"{COLLECT_RECORDS:,}")
     now = datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
     ingested_at = F.lit(now).cast("timestamp")
     counted, observation = _observed(decoder.decode(batch, now), collect)

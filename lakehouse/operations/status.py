@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestion import checkpoint
-from ingestion.checkpoint import batch_offsets
+from ingestion.checkpoint import records_of_batch
 from ingestion.job import checkpoint_location
 from lakehouse.contracts.streams import resolve_streams
 from lakehouse.core.errors import LakehouseError
@@ -104,17 +104,6 @@ class StatusReport:
 # Pure functions: computations and summaries
 # --------------------------------------------------------------------------------------------
 
-def batch_records(end_offsets: dict[int, int], previous_end_offsets: dict[int, int] | None) -> int | None:
-    """Records a batch read: per partition, its end offset minus where the batch started.
-
-    A batch starts where the previous one ended; a partition the previous batch did not know
-    started at 0. None when the start is unknown (the previous offsets file was purged).
-    """
-    if previous_end_offsets is None or not end_offsets:
-        return None
-    return sum(max(0, end - previous_end_offsets.get(partition, 0)) for partition, end in end_offsets.items())
-
-
 def batch_rate(records: int | None, started_at: float | None, committed_at: float | None
                ) -> tuple[float | None, float | None]:
     """(seconds the batch took, records per second); None where unknown or not measurable."""
@@ -124,25 +113,6 @@ def batch_rate(records: int | None, started_at: float | None, committed_at: floa
     if seconds <= 0:  # clock steps or copied checkpoints: no meaningful duration
         return None, None
     return round(seconds, 3), None if records is None else round(records / seconds, 1)
-
-
-def parse_initial_offsets(text: str) -> dict[str, dict[int, int]]:
-    """The starting offsets Spark's Kafka source records before batch 0 (``sources/0/0``).
-
-    The file is a version line (after a NUL byte kept for Spark 2.1 compatibility) and one
-    JSON object ``{"topic": {"partition": offset}}``; {} when it is not that.
-    """
-    for line in text.replace("\0", "").splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            source = json.loads(line)
-            return {topic: {int(p): int(o) for p, o in partitions.items()}
-                    for topic, partitions in source.items() if isinstance(partitions, dict)}
-        except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-            return {}
-    return {}
 
 
 def dead_letter_counts(streams: Iterable[str], codes: Iterable[str], replayed: Iterable[bool]
@@ -444,21 +414,12 @@ def last_batch_throughput(checkpoint: str | Path, batch_id: int, topic: str) -> 
     """
 
     folder = Path(checkpoint)
-    end = batch_offsets(folder, batch_id).get(topic, {})
-    if batch_id == 0:
-        try:
-            initial = parse_initial_offsets((folder / "sources" / "0" / "0").read_text(errors="replace"))
-        except OSError:
-            initial = {}
-        previous: dict[int, int] | None = initial.get(topic, {})  # unknown start: offsets begin at 0
-    else:
-        previous = batch_offsets(folder, batch_id - 1).get(topic)  # None: purged with old batches
     try:
         started_at: float | None = (folder / "offsets" / str(batch_id)).stat().st_mtime
         committed_at: float | None = (folder / "commits" / str(batch_id)).stat().st_mtime
     except OSError:
         started_at = committed_at = None
-    records = batch_records(end, previous)
+    records = records_of_batch(folder, batch_id, topic)
     seconds, _ = batch_rate(records, started_at, committed_at)
     return records, seconds
 

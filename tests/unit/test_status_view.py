@@ -6,14 +6,15 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ingestion import checkpoint as c
 from lakehouse.core.local_kafka import free_port
 from lakehouse.core.settings import Settings
 from lakehouse.operations import status as s
 
 
 def test_batch_records_and_rate():
-    assert s.batch_records({0: 150, 1: 80}, {0: 100}) == 130  # a partition new to this batch started at 0
-    assert s.batch_records({0: 150}, None) is None  # the previous offsets file was purged
+    assert c.batch_records({0: 150, 1: 80}, {0: 100}) == 130  # a partition new to this batch started at 0
+    assert c.batch_records({0: 150}, None) is None  # the previous offsets file was purged
     assert s.batch_rate(100, 10.0, 12.0) == (2.0, 50.0)
     assert s.batch_rate(100, 12.0, 10.0) == (None, None)  # a clock step is no duration
     assert s.batch_rate(None, 0.0, 4.0) == (4.0, None)
@@ -21,8 +22,8 @@ def test_batch_records_and_rate():
 
 def test_initial_offsets_file_is_read_past_its_version_line():
     text = 'v1\n\0{"purchases":{"0":5,"2":7}}'
-    assert s.parse_initial_offsets(text) == {"purchases": {0: 5, 2: 7}}
-    assert s.parse_initial_offsets("v1\nnot json") == {}
+    assert c.parse_initial_offsets(text) == {"purchases": {0: 5, 2: 7}}
+    assert c.parse_initial_offsets("v1\nnot json") == {}
 
 
 def test_dead_letters_pending_by_reason_and_replayed_by_stream():
