@@ -9,7 +9,9 @@ checkpoint is reset (then everything is, rightly, written again).
 
 Snapshot expiry would erase that evidence, so before `lakehouse maintain` expires snapshots
 it copies each query's last committed batch into a table property
-(``lakehouse.committed.<query id>``, `record_committed_batches`); the check reads both.
+(``lakehouse.committed.<query id>``, `record_committed_batches`), with that batch's instant
+(``lakehouse.committed-instant.<query id>``: a crash between bronze's and the dead letters'
+commits needs it to finish the batch); the check reads both.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ BATCH_PROPERTY = "lakehouse.batch-id"
 # batch decodes with it again (ARCHITECTURE §8).
 INSTANT_PROPERTY = "lakehouse.instant-micros"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
+COMMITTED_INSTANT_PROPERTY_PREFIX = "lakehouse.committed-instant."
 
 STREAMING_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -152,42 +155,65 @@ def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
 
 def committed_batches_in_snapshots(spark: SparkSession, table: str) -> dict[str, int]:
     """Per writing query, the highest batch id among the table's (unexpired) snapshots."""
+    return {query_id: batch_id for query_id, (batch_id, _) in _newest_appends_in_snapshots(spark, table).items()}
+
+
+def _newest_appends_in_snapshots(spark: SparkSession, table: str) -> dict[str, tuple[int, str | None]]:
+    """Per writing query, (highest batch id, that batch's instant in micros or None) among the
+    table's (unexpired) snapshots."""
     rows = spark.sql(
         f"select summary['{WRITER_PROPERTY}'] as query_id, "
-        f"max(cast(summary['{BATCH_PROPERTY}'] as bigint)) as batch_id "
+        f"max(struct(cast(summary['{BATCH_PROPERTY}'] as bigint) as batch_id, "
+        f"summary['{INSTANT_PROPERTY}'] as micros)) as newest "
         f"from {quote_table(table)}.snapshots where summary['{WRITER_PROPERTY}'] is not null group by 1"
     ).collect()
-    return {row.query_id: int(row.batch_id) for row in rows if row.batch_id is not None}
+    return {row.query_id: (int(row.newest.batch_id), row.newest.micros)
+            for row in rows if row.newest.batch_id is not None}
 
 
 def committed_batches_in_properties(spark: SparkSession, table: str) -> dict[str, int]:
     """The markers `record_committed_batches` left in the table's properties."""
+    return {query_id: int(value) for query_id, value in _markers(spark, table, COMMITTED_PROPERTY_PREFIX).items()
+            if value.isdigit()}
+
+
+def _markers(spark: SparkSession, table: str, prefix: str) -> dict[str, str]:
+    """The table properties whose key starts with ``prefix``, by the rest of the key."""
     rows = spark.sql(f"show tblproperties {quote_table(table)}").collect()
-    return {row.key.removeprefix(COMMITTED_PROPERTY_PREFIX): int(row.value)
-            for row in rows if row.key.startswith(COMMITTED_PROPERTY_PREFIX) and row.value.isdigit()}
+    return {row.key.removeprefix(prefix): row.value for row in rows if row.key.startswith(prefix)}
 
 
 def record_committed_batches(spark: SparkSession, table: str, live_query_ids: set[str] | None = None) -> dict[str, int]:
-    """Copy each query's last committed batch from snapshot summaries into table properties.
+    """Copy each query's last committed batch, and its instant, from snapshot summaries into
+    table properties.
 
-    Called before snapshots expire, so the exactly-once check survives the expiry. Markers of
-    queries that can no longer write (their checkpoint is gone: not in ``live_query_ids``)
-    are dropped; ``None`` keeps them all. Returns the markers now in place.
+    Called before snapshots expire, so the exactly-once check, and the completion of a batch
+    a crash left in bronze only, survive the expiry. Markers of queries that can no longer
+    write (their checkpoint is gone: not in ``live_query_ids``) are dropped; ``None`` keeps
+    them all. Returns the batch markers now in place.
     """
     marked = committed_batches_in_properties(spark, table)
-    seen = committed_batches_in_snapshots(spark, table)
-    wanted = {query_id: max(batch_id, marked.get(query_id, -1)) for query_id, batch_id in seen.items()}
-    wanted = {**marked, **wanted}
+    marked_instants = _markers(spark, table, COMMITTED_INSTANT_PROPERTY_PREFIX)
+    wanted, instants = dict(marked), dict(marked_instants)
+    for query_id, (batch_id, micros) in _newest_appends_in_snapshots(spark, table).items():
+        if batch_id > marked.get(query_id, -1):
+            wanted[query_id] = batch_id
+            instants.pop(query_id, None)  # an older batch's instant
+        if batch_id == wanted[query_id] and micros is not None:
+            instants[query_id] = micros
     if live_query_ids is not None:
         wanted = {q: b for q, b in wanted.items() if q in live_query_ids}
-    changed = {q: b for q, b in wanted.items() if marked.get(q) != b}
+    instants = {q: micros for q, micros in instants.items() if q in wanted}
+    changed = {COMMITTED_PROPERTY_PREFIX + q: str(int(b)) for q, b in wanted.items() if marked.get(q) != b}
+    changed |= {COMMITTED_INSTANT_PROPERTY_PREFIX + q: micros for q, micros in instants.items()
+                if marked_instants.get(q) != micros}
     if changed:
-        props = ", ".join(f"{sql_string(COMMITTED_PROPERTY_PREFIX + q)} = '{int(b)}'"
-                          for q, b in sorted(changed.items()))
+        props = ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in sorted(changed.items()))
         spark.sql(f"alter table {quote_table(table)} set tblproperties ({props})")
-    stale = sorted(set(marked) - set(wanted))
+    stale = sorted([COMMITTED_PROPERTY_PREFIX + q for q in set(marked) - set(wanted)]
+                   + [COMMITTED_INSTANT_PROPERTY_PREFIX + q for q in set(marked_instants) - set(instants)])
     if stale:
-        keys = ", ".join(sql_string(COMMITTED_PROPERTY_PREFIX + q) for q in stale)
+        keys = ", ".join(sql_string(key) for key in stale)
         spark.sql(f"alter table {quote_table(table)} unset tblproperties if exists ({keys})")
     return wanted
 
@@ -219,8 +245,9 @@ def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
 
 
 def batch_instant(spark: SparkSession, table: str, query_id: str, batch_id: int) -> datetime | None:
-    """The instant the query's newest append stored, if that append is of ``batch_id``; None
-    when it is not, when the append predates the property, or when its snapshot expired."""
+    """The instant the query's newest append stored, if that append is of ``batch_id``, read
+    from its snapshot, or from the markers maintenance left when it expired the snapshot; None
+    when it is not of ``batch_id`` or when the append predates the property."""
     summary = _newest_summary(spark, table, query_id)
     if summary is _UNKNOWN:  # a long walk: ask the snapshots table instead
         rows = spark.sql(
@@ -228,7 +255,11 @@ def batch_instant(spark: SparkSession, table: str, query_id: str, batch_id: int)
             f"where summary['{WRITER_PROPERTY}'] = {sql_string(query_id)} "
             f"and summary['{BATCH_PROPERTY}'] = '{int(batch_id)}' order by committed_at desc limit 1").collect()
         summary = {BATCH_PROPERTY: str(batch_id), INSTANT_PROPERTY: rows[0].micros} if rows else None
-    if summary is None or summary.get(BATCH_PROPERTY) != str(batch_id):
+    if summary is None:  # its snapshots expired: maintenance copied the newest one's instant
+        markers = _markers(spark, table, COMMITTED_PROPERTY_PREFIX)
+        summary = {BATCH_PROPERTY: markers.get(query_id),
+                   INSTANT_PROPERTY: _markers(spark, table, COMMITTED_INSTANT_PROPERTY_PREFIX).get(query_id)}
+    if summary.get(BATCH_PROPERTY) != str(batch_id):
         return None
     micros = summary.get(INSTANT_PROPERTY)
     return EPOCH + timedelta(microseconds=int(micros)) if micros is not None and micros.isdigit() else None

@@ -213,8 +213,9 @@ def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, q
     if in_bronze:
         now = bronze.batch_instant(spark, spec.bronze_table, query_id, batch_id)
         if now is None:
-            # Appended by a version that committed the dead letters first (so the batch had none)
-            # or its snapshot expired since: nothing to tell what is missing, if anything.
+            # Appended by a version that committed the dead letters first (so the batch had none),
+            # or its snapshot expired under a version whose maintenance kept no instant: nothing
+            # to tell what is missing, if anything.
             log.warning("%s batch %d: in bronze without its instant: taken as complete", spec.name, batch_id)
             return None
         done = (spark.table(spec.bronze_table)

@@ -32,6 +32,7 @@ import yaml
 
 from ingestion import bronze, job
 from lakehouse.core.kafka_admin import end_offsets
+from lakehouse.operations import maintenance
 from producers import user_events
 from producers.delivery import ensure_topic, producer_config
 
@@ -201,6 +202,38 @@ def test_a_kill_after_the_bronze_commit_is_completed_on_restart(spark, settings,
         (r.partition, r.offset) for r in first)
     assert {r.key.split("-")[0] for r in dead} == {"corrupt"} and len(dead) == RECORDS // 5
     assert {r.key.split("-")[0] for r in good} == {"good"}
+    assert_one_instant_per_batch(good, dead)
+
+
+def test_a_kill_after_the_bronze_commit_is_completed_after_maintenance_expired_its_snapshot(
+        spark, settings, kafka, tmp_path):
+    """While the job is down after the crash, `lakehouse maintain` compacts bronze and expires
+    every older snapshot, the one that stored the batch's instant too: its marker keeps the
+    instant, so the restart still writes the batch's dead letters (ARCHITECTURE §8)."""
+    stream = "faulted_then_maintained"
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=85)
+    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
+    assert code == KILLED, log[-3000:]
+    first = bronze_rows(spark, stream)
+    assert {r.batch_id for r in first} == {0} and dead_rows(spark, stream) == []
+
+    policy = tmp_path / "maintenance.yml"
+    policy.write_text(yaml.safe_dump({"defaults": {"quiet_minutes": 0, "min_input_files": 1,
+                                                   "snapshot_retention_hours": 0, "snapshots_to_keep": 1}}))
+    [result] = maintenance.maintain(spark, settings, [f"bronze.{stream}"], policies=maintenance.load_policies(policy))
+    assert not result.problems and result.committed_markers == 1, maintenance.format_result(result)
+    assert writer_snapshots(spark, settings, stream, f"bronze.{stream}", 0) == 0, "the batch's snapshot is still there"
+
+    code, log = run_job(settings, tmp_path, stream, pipeline)
+    assert code == 0, log[-3000:]
+    assert "without its instant" not in log, log[-3000:]
+    good, dead = assert_exactly_once(spark, settings, stream)
+    assert {r.key.split("-")[0] for r in dead} == {"corrupt"} and len(dead) == RECORDS // 5
+    assert 0 in {r.batch_id for r in dead}, "batch 0's dead letters are missing"
+    assert sorted((r.partition, r.offset) for r in good if r.batch_id == 0) == sorted(
+        (r.partition, r.offset) for r in first)
     assert_one_instant_per_batch(good, dead)
 
 
