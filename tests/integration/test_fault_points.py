@@ -29,8 +29,10 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from pyspark.sql import functions as F
 
-from ingestion import bronze, job
+from ingestion import bronze, checkpoint, dead_letters, decoders, job
+from lakehouse.contracts.streams import get_stream
 from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.operations import maintenance
 from producers import user_events
@@ -235,6 +237,49 @@ def test_a_kill_after_the_bronze_commit_is_completed_after_maintenance_expired_i
     assert sorted((r.partition, r.offset) for r in good if r.batch_id == 0) == sorted(
         (r.partition, r.offset) for r in first)
     assert_one_instant_per_batch(good, dead)
+
+
+def test_a_batch_an_older_version_left_in_the_dead_letters_only_is_completed(
+        spark, settings, kafka, tmp_path, monkeypatch):
+    """Up to commit 488cb33 the job committed a batch's dead letters first and bronze second, so a
+    crash between the two left the batch in the dead letters only; this version finishes such a
+    batch per offset, with the dead letters' instant (ARCHITECTURE §8). The state is made as that
+    version left it: the kill leaves batch 0 planned in the checkpoint; bronze is dropped (the
+    restart creates it again) and batch 0's dead letters are appended as that version did, from
+    the batch's offsets decoded by the stream's decoder, under the query's id."""
+    stream = "left_in_dead_letters_only"
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=86)
+    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
+    assert code == KILLED, log[-3000:]
+    spark.sql(f"drop table bronze.{stream} purge")
+
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    spec = get_stream(stream)
+    ends = checkpoint.batch_offsets(job.checkpoint_location(settings, spec), 0)[spec.topic]
+    batch = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+             .option("subscribe", spec.topic).option("startingOffsets", "earliest")
+             .option("endingOffsets", json.dumps({spec.topic: {str(p): end for p, end in ends.items()}})).load())
+    instant = datetime.now(UTC)
+    decoded = decoders.decoder_for(spark, settings, spec).decode(batch, instant)
+    failing = dead_letters.to_dead_letters(decoded, stream, 0, F.lit(instant).cast("timestamp"))
+    bronze.append(spark, dead_letters.TABLE, failing, query_id(settings, stream), 0)
+    left = dead_rows(spark, stream)
+    assert len(left) == sum(ends.values()) // 5 and {r.key.split("-")[0] for r in left} == {"corrupt"}
+
+    code, log = run_job(settings, tmp_path, stream, pipeline)
+    assert code == 0, log[-3000:]
+    good, dead = assert_exactly_once(spark, settings, stream)
+    assert "batch 0: already committed: skipped" not in log, log[-3000:]
+    assert sorted((r.partition, r.offset) for r in dead if r.batch_id == 0) == sorted(
+        (r.partition, r.offset) for r in left), "batch 0's dead letters changed"
+    assert len([r for r in good if r.batch_id == 0]) == sum(ends.values()) - len(left), "batch 0 not completed"
+    assert writer_snapshots(spark, settings, stream, "bronze.dead_letters", 0) == 1  # nothing more to add
+    assert {r.key.split("-")[0] for r in dead} == {"corrupt"} and len(dead) == RECORDS // 5
+    assert_one_instant_per_batch(good, dead)
+    assert {r.ingested_at for r in good if r.batch_id == 0} == {
+        (instant - bronze.EPOCH) // timedelta(microseconds=1)}
 
 
 def test_a_batch_too_big_to_bring_its_dead_letters_home_finds_them_by_a_second_pass(
