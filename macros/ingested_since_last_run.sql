@@ -137,25 +137,6 @@
 {%- endmacro %}
 
 
-{#- The current snapshot of `relation` (its id, as text); none outside a run, in a dbt unit
-    test (fixtures are CTEs) and for a table not built yet or without a snapshot. -#}
-{% macro current_snapshot(relation) -%}
-    {%- if not execute or relation is string or relation.is_cte or (relation | string).startswith('__dbt__cte__')
-           or load_relation(relation) is none -%}
-        {{ return(none) }}
-    {%- endif -%}
-    {{ return(run_query(current_snapshot_sql(relation)).rows[0][0]) }}
-{%- endmacro %}
-
-
-{#- Whether `relation` still has snapshot `snapshot_id` (maintenance expires old ones), so a
-    query can read it (`version as of`). -#}
-{% macro snapshot_is_kept(relation, snapshot_id) -%}
-    {{ return(run_query('select count(*) from ' ~ relation ~ '.snapshots where snapshot_id = '
-                        ~ snapshot_id).rows[0][0] > 0) }}
-{%- endmacro %}
-
-
 {% macro files_added_since_sql(source, snapshot_id, column='_ingested_at') -%}
     {#- known: is the recorded snapshot still in the table's history (maintenance expires old
         ones)? Then: how many data files later snapshots added, and their smallest bound. -#}
@@ -211,7 +192,7 @@
             before every stream has been ingested): the overlap's subquery -#}
         {{ return(ingested_since_last_run(existing, column) if is_incremental() else none) }}
     {%- endif -%}
-    {%- set snapshot = current_snapshot(source) -%}
+    {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
     {%- if snapshot is not none -%}
         {%- do run_query("set " ~ pending_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
                          ~ ":" ~ snapshot) -%}
