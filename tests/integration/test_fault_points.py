@@ -172,14 +172,20 @@ def writer_snapshots(spark, settings, stream: str, table: str, batch_id: int) ->
                      f"and summary['{bronze.BATCH_PROPERTY}'] = '{batch_id}'").first()[0]
 
 
-def test_a_kill_after_the_bronze_commit_is_completed_on_restart(spark, settings, kafka, tmp_path, monkeypatch):
-    stream = "faulted_after_bronze"
+def killed_after_bronze(settings, tmp_path: Path, stream: str, seed: int) -> tuple[Path, str]:
+    """The stream's topic with corrupt records (every 5th), and the job killed at its first
+    batch's `after-bronze` point; (its pipeline file, what it logged)."""
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
-    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=81)
-
+    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=seed)
     code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
     assert code == KILLED, log[-3000:]
+    return pipeline, log
+
+
+def test_a_kill_after_the_bronze_commit_is_completed_on_restart(spark, settings, kafka, tmp_path, monkeypatch):
+    stream = "faulted_after_bronze"
+    pipeline, log = killed_after_bronze(settings, tmp_path, stream, seed=81)
     assert f"{stream} batch 0: fault point after-bronze" in log
     # What the crash left: batch 0's good records in bronze, its dead letters nowhere.
     first = bronze_rows(spark, stream)
@@ -213,11 +219,7 @@ def test_a_kill_after_the_bronze_commit_is_completed_after_maintenance_expired_i
     every older snapshot, the one that stored the batch's instant too: its marker keeps the
     instant, so the restart still writes the batch's dead letters (ARCHITECTURE §8)."""
     stream = "faulted_then_maintained"
-    pipeline = tmp_path / "pipeline.yml"
-    write_pipeline(pipeline, stream)
-    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=85)
-    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
-    assert code == KILLED, log[-3000:]
+    pipeline, _ = killed_after_bronze(settings, tmp_path, stream, seed=85)
     first = bronze_rows(spark, stream)
     assert {r.batch_id for r in first} == {0} and dead_rows(spark, stream) == []
 
@@ -248,11 +250,7 @@ def test_a_batch_an_older_version_left_in_the_dead_letters_only_is_completed(
     restart creates it again) and batch 0's dead letters are appended as that version did, from
     the batch's offsets decoded by the stream's decoder, under the query's id."""
     stream = "left_in_dead_letters_only"
-    pipeline = tmp_path / "pipeline.yml"
-    write_pipeline(pipeline, stream)
-    produce(settings, stream, {0: "corrupt", 5: "corrupt"}, seed=86)
-    code, log = run_job(settings, tmp_path, stream, pipeline, fault="after-bronze")
-    assert code == KILLED, log[-3000:]
+    pipeline, _ = killed_after_bronze(settings, tmp_path, stream, seed=86)
     spark.sql(f"drop table bronze.{stream} purge")
 
     monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
