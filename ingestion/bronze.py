@@ -171,16 +171,22 @@ def _newest_appends_in_snapshots(spark: SparkSession, table: str) -> dict[str, t
             for row in rows if row.newest.batch_id is not None}
 
 
-def committed_batches_in_properties(spark: SparkSession, table: str) -> dict[str, int]:
-    """The markers `record_committed_batches` left in the table's properties."""
-    return {query_id: int(value) for query_id, value in _markers(spark, table, COMMITTED_PROPERTY_PREFIX).items()
-            if value.isdigit()}
+def committed_batches_in_properties(spark: SparkSession, table: str,
+                                    properties: dict[str, str] | None = None) -> dict[str, int]:
+    """The markers `record_committed_batches` left in the table's properties (read unless given)."""
+    if properties is None:
+        properties = _table_properties(spark, table)
+    found = _markers(properties, COMMITTED_PROPERTY_PREFIX)
+    return {query_id: int(value) for query_id, value in found.items() if value.isdigit()}
 
 
-def _markers(spark: SparkSession, table: str, prefix: str) -> dict[str, str]:
-    """The table properties whose key starts with ``prefix``, by the rest of the key."""
-    rows = spark.sql(f"show tblproperties {quote_table(table)}").collect()
-    return {row.key.removeprefix(prefix): row.value for row in rows if row.key.startswith(prefix)}
+def _table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    return {row.key: row.value for row in spark.sql(f"show tblproperties {quote_table(table)}").collect()}
+
+
+def _markers(properties: dict[str, str], prefix: str) -> dict[str, str]:
+    """The properties whose key starts with ``prefix``, by the rest of the key."""
+    return {key.removeprefix(prefix): value for key, value in properties.items() if key.startswith(prefix)}
 
 
 def record_committed_batches(spark: SparkSession, table: str, live_query_ids: set[str] | None = None) -> dict[str, int]:
@@ -192,8 +198,9 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
     write (their checkpoint is gone: not in ``live_query_ids``) are dropped; ``None`` keeps
     them all. Returns the batch markers now in place.
     """
-    marked = committed_batches_in_properties(spark, table)
-    marked_instants = _markers(spark, table, COMMITTED_INSTANT_PROPERTY_PREFIX)
+    properties = _table_properties(spark, table)
+    marked = committed_batches_in_properties(spark, table, properties)
+    marked_instants = _markers(properties, COMMITTED_INSTANT_PROPERTY_PREFIX)
     wanted, instants = dict(marked), dict(marked_instants)
     for query_id, (batch_id, micros) in _newest_appends_in_snapshots(spark, table).items():
         if batch_id > marked.get(query_id, -1):
@@ -256,9 +263,9 @@ def batch_instant(spark: SparkSession, table: str, query_id: str, batch_id: int)
             f"and summary['{BATCH_PROPERTY}'] = '{int(batch_id)}' order by committed_at desc limit 1").collect()
         summary = {BATCH_PROPERTY: str(batch_id), INSTANT_PROPERTY: rows[0].micros} if rows else None
     if summary is None:  # its snapshots expired: maintenance copied the newest one's instant
-        markers = _markers(spark, table, COMMITTED_PROPERTY_PREFIX)
-        summary = {BATCH_PROPERTY: markers.get(query_id),
-                   INSTANT_PROPERTY: _markers(spark, table, COMMITTED_INSTANT_PROPERTY_PREFIX).get(query_id)}
+        properties = _table_properties(spark, table)
+        summary = {BATCH_PROPERTY: properties.get(COMMITTED_PROPERTY_PREFIX + query_id),
+                   INSTANT_PROPERTY: properties.get(COMMITTED_INSTANT_PROPERTY_PREFIX + query_id)}
     if summary.get(BATCH_PROPERTY) != str(batch_id):
         return None
     micros = summary.get(INSTANT_PROPERTY)
