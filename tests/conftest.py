@@ -25,6 +25,14 @@ hypothesis.settings.register_profile("deep", derandomize=False, max_examples=150
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# Every JVM the tests start (the Spark sessions of the tests, jobs and dbt; the brokers) compiles
+# with C1 only. These JVMs live seconds to minutes on small data, where C2's compilations cost
+# more CPU than their faster code saves: on the fault-point tests, a third less CPU for the same
+# or a shorter wall time (benchmarks/RESULTS.md, "The test run"), which the two pytest workers of
+# `make test` then share. Subprocesses inherit it; LAKEHOUSE_JVM_OPTIONS set outside wins.
+JVM_OPTIONS = os.environ.setdefault("LAKEHOUSE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+
 def _jars_source() -> Path:
     return Path(os.environ.get("LAKEHOUSE_TEST_JARS", Path(default_home()) / "jars"))
 
@@ -42,6 +50,7 @@ def settings(tmp_path_factory) -> Settings:
         "LAKEHOUSE_HOME": str(home),
         "LAKEHOUSE_KAFKA_PORT": str(free_port()),
         "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+        "LAKEHOUSE_JVM_OPTIONS": JVM_OPTIONS,
     })
 
 

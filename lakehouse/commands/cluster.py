@@ -118,7 +118,8 @@ def thrift_server_command(settings: Settings, port: int, bind_host: str) -> list
         # dbt reads and writes is in the Iceberg catalog `lake`, the session's default catalog.
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={state}/metastore_db;create=true",
-        "spark.driver.extraJavaOptions": f"{_log4j_option()} -Dderby.system.home={state}",
+        "spark.driver.extraJavaOptions":
+            f"{_log4j_option()} -Dderby.system.home={state} {settings.jvm_options}".rstrip(),
     })
     return [
         str(spark_home() / "bin" / "spark-submit"),

@@ -8,6 +8,7 @@ reuse the data. `start` returns only once the broker answers a metadata request.
 from __future__ import annotations
 
 import base64
+import shlex
 import socket
 import subprocess
 import time
@@ -209,7 +210,8 @@ def start(settings: Settings, log=print) -> int:
     for folder in (paths.data, paths.logs):
         folder.mkdir(parents=True, exist_ok=True)
     write_configs(paths, port, controller_port)
-    jvm = [java, BROKER_HEAP, f"-Dlog4j2.configurationFile=file:{paths.log4j}", "-cp", classpath]
+    jvm = [java, BROKER_HEAP, *shlex.split(settings.jvm_options), f"-Dlog4j2.configurationFile=file:{paths.log4j}",
+           "-cp", classpath]
 
     if not (paths.data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -65,6 +65,8 @@ SETTINGS: dict[str, Setting] = {
                                    lambda home: ""),
     "spark_master": Setting("SPARK_MASTER", "Spark master URL", lambda home: "local[2]"),
     "spark_driver_memory": Setting("SPARK_DRIVER_MEMORY", "Spark driver memory", lambda home: "2g"),
+    "jvm_options": Setting("JVM_OPTIONS", "extra options of every JVM started here: Spark drivers (jobs, CLI, "
+                           "dbt) and the local broker (empty: none)", lambda home: ""),
     "spark_driver_host": Setting("SPARK_DRIVER_HOST", "address executors reach the driver at",
                                  lambda home: "127.0.0.1"),
     "spark_driver_bind_address": Setting("SPARK_DRIVER_BIND_ADDRESS", "address the driver listens on",
@@ -197,6 +199,7 @@ class Settings:
     schema_registry_url: str
     spark_master: str
     spark_driver_memory: str
+    jvm_options: str
     spark_driver_host: str
     spark_driver_bind_address: str
     spark_executor_memory: str
@@ -260,6 +263,7 @@ class Settings:
             schema_registry_url=raw["schema_registry_url"],
             spark_master=raw["spark_master"],
             spark_driver_memory=raw["spark_driver_memory"],
+            jvm_options=raw["jvm_options"],
             spark_driver_host=raw["spark_driver_host"],
             spark_driver_bind_address=raw["spark_driver_bind_address"],
             spark_executor_memory=raw["spark_executor_memory"],
@@ -343,6 +347,8 @@ class Settings:
             "jars_dir": str(self.jars_dir),
             "spark_master": self.spark_master,
             "spark_driver_memory": self.spark_driver_memory,
+            # appended to the driver's Java options as is: with its separating space, if any
+            "jvm_options": f" {self.jvm_options}" if self.jvm_options else "",
             "spark_driver_host": self.spark_driver_host,
             "spark_driver_bind_address": self.spark_driver_bind_address,
             "shuffle_partitions": str(self.shuffle_partitions),
@@ -366,6 +372,8 @@ def jinja_spark_inputs() -> dict[str, str]:
     # cluster's catalog is configured in its Thrift Server, not in the dbt profile.
     inputs = {"home": "{{ " + home_expr + " }}", "catalog_type": "jdbc", "s3_endpoint": "", "s3_region": "",
               "spark_driver_host": "127.0.0.1", "spark_driver_bind_address": "127.0.0.1"}
+    jvm_options = f"env_var('{PREFIX}{SETTINGS['jvm_options'].env}', '')"
+    inputs["jvm_options"] = "{{ ' ' ~ " + jvm_options + " if " + jvm_options + " else '' }}"  # as Settings.spark_inputs
     for name in ("jars_dir", "spark_master", "spark_driver_memory", "shuffle_partitions", "catalog_uri",
                  "warehouse"):
         setting = SETTINGS[name]

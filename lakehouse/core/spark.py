@@ -62,7 +62,8 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
         # profile binds all interfaces and names the host executors reach it at.
         "spark.driver.host": inputs["spark_driver_host"],
         "spark.driver.bindAddress": inputs["spark_driver_bind_address"],
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{package_dir}/{LOG4J_FILE}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{package_dir}/{LOG4J_FILE}"
+                                         f"{inputs['jvm_options']}",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         **catalog_conf(inputs),
         "spark.sql.defaultCatalog": CATALOG_NAME,

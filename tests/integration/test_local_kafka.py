@@ -27,6 +27,18 @@ def test_broker_answers_and_reports_status(kafka, settings):
     assert (settings.kafka_dir / "data" / "meta.properties").exists()
 
 
+def test_the_broker_and_spark_run_with_the_configured_jvm_options(kafka, settings, spark):
+    """LAKEHOUSE_JVM_OPTIONS (here the suite's, tests/conftest.py) reaches the JVMs themselves."""
+    import psutil
+
+    options = settings.jvm_options.split()
+    assert options, "the test suite sets LAKEHOUSE_JVM_OPTIONS"
+    broker = psutil.Process(local_kafka.running_pid(settings)).cmdline()
+    assert all(option in broker for option in options), broker
+    driver = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert all(option in driver for option in options), driver
+
+
 def test_start_refuses_a_taken_port_quickly(settings, tmp_path):
     other = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": "0"})
     with socket.socket() as sock:
