@@ -12,10 +12,12 @@ KAFKA_PORT := $(or $(LAKEHOUSE_KAFKA_PORT),9092)
 JARS_STAMP := $(STATE)/jars/.complete
 DEBEZIUM_STAMP := $(STATE)/jars/debezium/.complete
 # The default run in TEST_WORKERS pytest processes (pytest-xdist), a test file per worker at a
-# time (module fixtures built once); 0 runs it in this process. Each worker has its own broker,
-# Spark session and state folder (tests/conftest.py).
+# time (module fixtures built once), taken in collection order, which tests/conftest.py starts
+# with the longest files (xdist would put the files with most tests first); 0 runs it in this
+# process. Each worker has its own broker, Spark session and state folder (tests/conftest.py).
 TEST_WORKERS ?= 2
-PYTEST_DEFAULT := -m "not slow and not chaos and not cluster and not debezium" -n $(TEST_WORKERS) --dist loadfile
+PYTEST_DEFAULT := -m "not slow and not chaos and not cluster and not debezium" \
+	-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium \
 	debezium debezium-databases test-debezium
