@@ -12,6 +12,7 @@ at most every ``REGISTRY_POLL_SECONDS``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from pyspark.sql.types import StructField, StructType
 
 from ingestion import formats
 from ingestion.bronze import is_widening
+from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
@@ -111,7 +113,14 @@ class JsonStreamDecoder(StreamDecoder):
         self._columns = contract.schema
         spec = self.spec
         if spec.format == "json":
-            self._decode = lambda raw, now: formats.decode_json(raw, contract, spec.event_time_column, now)
+            schema = contract.schema
+            function = _function_name(spec, schema.json().encode())
+            register_json_udf(self.spark, function, schema)  # a schema it cannot read fails here, at start
+
+            def decode(raw: DataFrame, now: datetime) -> DataFrame:
+                _ensure_function(raw, function, lambda session: register_json_udf(session, function, schema))
+                return formats.decode_json(raw, function, contract, spec.event_time_column, now)
+            self._decode = decode
         else:
             normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
             self._decode = lambda raw, now: normalize(raw, contract, spec.identity_columns, spec.source_table)
@@ -226,15 +235,38 @@ class ProtobufStreamDecoder(StreamDecoder):
 
     def _load(self, version) -> list[str]:
 
-        function = f"lakehouse_decode_{self.spec.name}"
-        result = register_udf(self.spark, function, self._descriptor_path().read_bytes(), self.spec.message)
+        spec = self.spec
+        descriptor_set = self._descriptor_path().read_bytes()
+        function = _function_name(spec, descriptor_set, spec.message.encode())
+        result = register_udf(self.spark, function, descriptor_set, spec.message)
         columns = result["payload"].dataType
         changes = _field_changes(self._columns, columns)
         self._columns = columns
-        spec = self.spec
-        self._decode = lambda raw, now: formats.decode_protobuf(raw, function, columns, spec.required_columns,
-                                                                spec.event_time_column, now)
+
+        def decode(raw: DataFrame, now: datetime) -> DataFrame:
+            _ensure_function(raw, function, lambda session: register_udf(session, function, descriptor_set,
+                                                                         spec.message))
+            return formats.decode_protobuf(raw, function, columns, spec.required_columns, spec.event_time_column, now)
+        self._decode = decode
         return changes
+
+
+def _function_name(spec: StreamSpec, *schema: bytes) -> str:
+    """The name of a stream's JVM decoding function for one version of its schema. A name per
+    version, not per stream: a session that already has the function has the right one, and
+    no registration ever replaces another (which Spark logs as a warning)."""
+    digest = hashlib.sha256(b"\0".join(schema)).hexdigest()[:16]
+    return f"lakehouse_decode_{spec.name}_{digest}"
+
+
+def _ensure_function(raw: DataFrame, function: str, register) -> None:
+    """Register ``function`` in the session of ``raw`` unless it has it. Each query's batches
+    come in a session of their own: Structured Streaming clones the starting session, with the
+    functions it has then, when the query starts, so a function registered later (a new
+    schema) must be registered there too."""
+    session = raw.sparkSession
+    if not session.catalog.functionExists(function):
+        register(session)
 
 
 DECODERS = {"json": JsonStreamDecoder, "avro": AvroStreamDecoder, "protobuf": ProtobufStreamDecoder,

@@ -89,13 +89,18 @@ def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Col
 
 # Spark's JSON reader converts two kinds of token silently: a number into a timestamp (read as
 # epoch seconds: a Debezium microsecond timestamp became the year 195827) and any token into a
-# string (a number, a boolean, an object become their JSON text). So a string, date-time, date
-# or decimal field is read as VARIANT, which keeps the token's JSON type, and converted here: a
-# date-time must be a string that looks like an ISO 8601 date-time, a decimal a number or a
-# string of digits that fits its precision and scale without rounding. A token of another type
-# is a SCHEMA_MISMATCH like any other (ARCHITECTURE §7). Every other type already refuses a
-# token it cannot hold (a string into a long, a number into a boolean), through the
-# corrupt-record column. Still one parse per record.
+# string (a number, a boolean, an object become their JSON text). Both JSON paths refuse that,
+# with one set of rules: a date-time must be a string that looks like an ISO 8601 date-time
+# (then Spark's cast), a date a string that is an ISO date, a decimal a number or a string of
+# digits that fits its precision and scale without rounding, a string a JSON string; a long,
+# double or boolean takes only its own JSON type. A token of another type is a SCHEMA_MISMATCH
+# like any other (ARCHITECTURE §7).
+# - JSON events: the project's JVM decoder (jvm/json-decoder, ingestion/json_udf.py) applies
+#   the rules in its one parse of the record.
+# - CDC row images (inside a Debezium or DMS envelope, some fields by their semantic type):
+#   `from_json` reads a string, date-time, date or decimal field as VARIANT, which keeps the
+#   token's JSON type, and the functions below convert it; every other type already refuses a
+#   token it cannot hold, through the corrupt-record column.
 _VARIANT_READ = (StringType, TimestampType, DateType, DecimalType)
 _ISO_DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}"  # how every ISO 8601 date-time starts; no JSON number does
 _DECIMAL_TEXT = r"^[+-]?[0-9]+(\.([0-9]*))?$"
@@ -191,40 +196,23 @@ def with_strict_image(parsed: DataFrame, image: Column, declared: StructType,
     return parsed, struct, {name: F.col(wrong_columns[name]) for name in fields}
 
 
-def decode_json(raw: DataFrame, contract: JsonContract, event_time_column: str,
+def decode_json(raw: DataFrame, function: str, contract: JsonContract, event_time_column: str,
                 now: datetime | None = None) -> DataFrame:
-    """JSON objects: parsed once against the declared schema (typed values; a field that does
-    not convert sets the corrupt-record column while the others keep their values), their keys
-    listed by a scan that skips the values (is it an object at all? any undeclared key?). Only
-    a record with an undeclared key is parsed again, into a map, for ``_rescued``."""
-    text = F.col("value").cast("string")
-    typed_schema = StructType([*strict_parse_schema(contract.schema).fields,
-                               StructField(CORRUPT_COLUMN, StringType(), True)])
-    typed = F.from_json(text, typed_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN})
+    """JSON objects through the registered function ``function`` (ingestion/json_udf.py), which
+    reads each record once into its declared fields with the strict checks above. Only a record
+    with an undeclared key is parsed again, into a map, for ``_rescued``."""
+    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(function, F.col("value")).alias("_decoded"))
+    decoded = F.col("_decoded")
+    payload = decoded["payload"]
     declared = [field.name for field in contract.schema.fields]
-    fields = strict_fields(F.col("_typed"), contract.schema)
-    # The values and their type checks get columns of their own: the checks below read them
-    # several times, inside conditional branches, where Spark would compute them again.
-    value_columns = {name: f"_field_{number}" for number, name in enumerate(declared)}  # any name may be declared
-    wrong_columns = {name: f"_wrong_type_{number}" for number, name in enumerate(declared)}
-    parsed = raw.select(*KAFKA_COLUMNS, typed.alias("_typed"), F.json_object_keys(text).alias("_keys")).select(
-        *KAFKA_COLUMNS, "_keys", F.col("_typed").isNull().alias("_not_parsed"),
-        F.col("_typed")[CORRUPT_COLUMN].alias(CORRUPT_COLUMN),
-        *[value.alias(value_columns[name]) for name, (value, _) in fields.items()],
-        *[wrong.alias(wrong_columns[name]) for name, (_, wrong) in fields.items()])
-    keys_col = F.col("_keys")  # null: not a JSON object
-    payload = {name: F.col(value_columns[name]) for name in declared}
-    strict_wrong = {name: F.col(wrong_columns[name]) for name in declared}
-    undeclared = F.array_except(keys_col, F.array(*[F.lit(name) for name in declared]))
+    text = F.col("value").cast("string")
     extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
-    rescued = F.when(F.size(undeclared) > 0, F.to_json(extra))
-    wrong_type = {name: strict_wrong[name] if isinstance(contract.schema[name].dataType, _VARIANT_READ)
-                  else F.array_contains(keys_col, name) & payload[name].isNull() for name in declared}
+    rescued = F.when(decoded["undeclared"], F.to_json(extra))
     return _with_errors(parsed, [*[payload[name].alias(name) for name in declared], rescued.alias("_rescued")], [
-        (keys_col.isNull() | F.col("_not_parsed"), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
-        (F.col(CORRUPT_COLUMN).isNotNull() | _any(strict_wrong.values()), "SCHEMA_MISMATCH",
-         F.concat(F.lit("wrong type for field(s): "), _names_where(wrong_type))),
-        _missing_check_of(payload, contract.required),
+        (decoded["not_object"], "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
+        (decoded["wrong_fields"].isNotNull(), "SCHEMA_MISMATCH",
+         F.concat(F.lit("wrong type for field(s): "), decoded["wrong_fields"])),
+        _missing_check(payload, contract.required),
         _event_time_check(payload[event_time_column], event_time_column, now),
     ])
 

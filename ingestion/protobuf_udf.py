@@ -21,38 +21,21 @@ This module is glue only; the type mapping lives in the Java code.
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
-from pyspark.errors import IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from lakehouse.core.errors import LakehouseError
+from ingestion.jvm_udf import jvm_class, schema_errors
 
 UDF_CLASS = "io.github.lakehouse.protobuf.ProtobufDecoder"
 
 
 def _udf_class(spark: SparkSession):
-    from py4j.java_gateway import JavaClass
-
-    target = spark._jvm
-    for part in UDF_CLASS.split("."):
-        target = getattr(target, part)
-    # py4j answers an unknown class name with a JavaPackage, not an error.
-    if not isinstance(target, JavaClass):
-        raise LakehouseError(f"the Protobuf decoder jar ({UDF_CLASS}) is missing from Spark's classpath: "
-                             "run `make setup`")
-    return target
+    return jvm_class(spark, UDF_CLASS, "Protobuf decoder")
 
 
-@contextmanager
 def _schema_errors(message_name: str):
-    # The JVM's IllegalArgumentException means a bad descriptor set or message name (config).
-    try:
-        yield
-    except IllegalArgumentException as exc:
-        reason = str(exc).partition("\n")[0]
-        raise LakehouseError(f"cannot decode Protobuf message {message_name}: {reason}") from None
+    return schema_errors(f"Protobuf message {message_name}")
 
 
 def udf_result_schema(spark: SparkSession, descriptor_set: bytes, message_name: str) -> StructType:

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType, StructField, StructType, TimestampType
 
 from ingestion import formats
+from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import JsonContract
 from tests.unit.test_decode_formats import kafka_rows
 
@@ -175,7 +176,9 @@ def test_json_decimals_are_numbers_or_digits_that_fit_without_rounding(spark):
     prices = [12.5, "12.50", 7, "-0.10", 12.505, "12,5", True, 12345.6]
     messages = [(b"k", json.dumps({"id": n, "at": "2026-11-20T10:00:00Z", "price": p}).encode())
                 for n, p in enumerate(prices)]
-    rows = formats.decode_json(kafka_rows(spark, messages), contract, "at", now).orderBy("offset").collect()
+    register_json_udf(spark, "decode_priced", contract.schema)
+    decoded = formats.decode_json(kafka_rows(spark, messages), "decode_priced", contract, "at", now)
+    rows = decoded.orderBy("offset").collect()
     assert [(r.price, r._error_code) for r in rows] == [
         (Decimal("12.50"), None), (Decimal("12.50"), None), (Decimal("7.00"), None), (Decimal("-0.10"), None),
         (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH")]

@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 
 from ingestion import dead_letters
 from ingestion.formats import decode_json, to_bronze
+from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract
 
 SPEC = get_stream("user_events")
@@ -29,7 +30,8 @@ def kafka_rows(spark, values):
 
 def decode(spark, *payloads):
     values = [p if isinstance(p, bytes) or p is None else json.dumps(p).encode() for p in payloads]
-    return decode_json(kafka_rows(spark, values), CONTRACT, SPEC.event_time_column)
+    register_json_udf(spark, "decode_user_events", CONTRACT.schema)
+    return decode_json(kafka_rows(spark, values), "decode_user_events", CONTRACT, SPEC.event_time_column)
 
 
 def test_valid_event_decodes_with_types_and_no_error(spark):

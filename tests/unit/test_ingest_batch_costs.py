@@ -8,9 +8,12 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from ingestion import decoders
 from ingestion.formats import decode_json
 from ingestion.job import progress_lag
+from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract
 
 SPEC = get_stream("user_events")
@@ -23,8 +26,11 @@ def test_event_times_are_checked_against_the_batch_timestamp_not_the_clock(spark
                                 "key binary, value binary, topic string, partition int, offset long, "
                                 "timestamp timestamp")
     contract = json_contract(SPEC)
-    a_day_before = decode_json(raw, contract, SPEC.event_time_column, datetime(2026, 11, 20, 11, tzinfo=UTC))
-    same_day = decode_json(raw, contract, SPEC.event_time_column, datetime(2026, 11, 21, tzinfo=UTC))
+    register_json_udf(spark, "decode_user_events", contract.schema)
+    a_day_before = decode_json(raw, "decode_user_events", contract, SPEC.event_time_column,
+                               datetime(2026, 11, 20, 11, tzinfo=UTC))
+    same_day = decode_json(raw, "decode_user_events", contract, SPEC.event_time_column,
+                           datetime(2026, 11, 21, tzinfo=UTC))
     assert a_day_before.collect()[0]._error_code == "EVENT_TIME_OUT_OF_RANGE"
     assert same_day.collect()[0]._error_code is None
     assert "current_timestamp" not in same_day._jdf.queryExecution().analyzed().toString().lower()
@@ -123,3 +129,17 @@ def test_maintenance_markers_keep_the_newest_batch_and_its_instant_once_its_snap
     keys = {r.key for r in spark.sql(f"show tblproperties {table}").collect()}
     assert not {k for k in keys if k.endswith("query-a")}
     spark.sql(f"drop table {table}")
+
+
+@pytest.mark.parametrize("stream, payload, code", [("user_events", b"{}", "MISSING_REQUIRED_FIELD"),
+                                                   ("employees", b"\xff", "CORRUPT_PAYLOAD")])
+def test_a_batch_in_a_session_of_its_own_is_decoded_by_the_current_function(spark, settings, stream, payload, code):
+    # A query's batches come in a clone of the starting session, made when the query starts: a
+    # decoding function registered after that (a new schema) must reach the batch's session.
+    decoder = decoders.decoder_for(spark, settings, get_stream(stream))
+    decoder.refresh()
+    batch_session = spark.newSession()
+    raw = batch_session.createDataFrame([(b"k", payload, stream, 0, 0, None)],
+                                        "key binary, value binary, topic string, partition int, offset long, "
+                                        "timestamp timestamp")
+    assert decoder.decode(raw, datetime(2026, 11, 21, tzinfo=UTC)).collect()[0]._error_code == code
