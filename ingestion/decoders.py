@@ -25,7 +25,7 @@ from pyspark.sql.types import StructField, StructType
 from ingestion import formats
 from ingestion.bronze import is_widening
 from ingestion.json_udf import register_json_udf
-from ingestion.protobuf_udf import register_udf
+from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
 from lakehouse.contracts.streams import StreamSpec, json_contract
@@ -115,10 +115,13 @@ class JsonStreamDecoder(StreamDecoder):
         if spec.format == "json":
             schema = contract.schema
             function = _function_name(spec, schema.json().encode())
-            register_json_udf(self.spark, function, schema)  # a schema it cannot read fails here, at start
+            def register(session: SparkSession) -> None:
+                register_json_udf(session, function, schema)
+
+            _ensure_function(self.spark, function, register)  # a schema it cannot read fails here, at start
 
             def decode(raw: DataFrame, now: datetime) -> DataFrame:
-                _ensure_function(raw, function, lambda session: register_json_udf(session, function, schema))
+                _ensure_function(raw.sparkSession, function, register)
                 return formats.decode_json(raw, function, contract, spec.event_time_column, now)
             self._decode = decode
         else:
@@ -222,30 +225,30 @@ class ProtobufStreamDecoder(StreamDecoder):
     _proto_seen: object = None
 
     def _descriptor_path(self) -> Path:
-
         return protobuf.GENERATED_DIR / f"{protobuf.module_name(self.spec.schema_path)}.desc"
 
     def _current_version(self) -> object:
         proto = _file_version(self.spec.schema_path)  # a clear error if the .proto is gone
         if proto != self._proto_seen:
-
             protobuf.compile_all(schemas_dir=self.spec.schema_path.parent)  # a no-op when up to date
             self._proto_seen = proto
         return proto, _file_version(self._descriptor_path())
 
     def _load(self, version) -> list[str]:
-
         spec = self.spec
         descriptor_set = self._descriptor_path().read_bytes()
         function = _function_name(spec, descriptor_set, spec.message.encode())
-        result = register_udf(self.spark, function, descriptor_set, spec.message)
-        columns = result["payload"].dataType
+        columns = udf_result_schema(self.spark, descriptor_set, spec.message)["payload"].dataType
         changes = _field_changes(self._columns, columns)
         self._columns = columns
 
+        def register(session: SparkSession) -> None:
+            register_udf(session, function, descriptor_set, spec.message)
+
+        _ensure_function(self.spark, function, register)
+
         def decode(raw: DataFrame, now: datetime) -> DataFrame:
-            _ensure_function(raw, function, lambda session: register_udf(session, function, descriptor_set,
-                                                                         spec.message))
+            _ensure_function(raw.sparkSession, function, register)
             return formats.decode_protobuf(raw, function, columns, spec.required_columns, spec.event_time_column, now)
         self._decode = decode
         return changes
@@ -259,12 +262,12 @@ def _function_name(spec: StreamSpec, *schema: bytes) -> str:
     return f"lakehouse_decode_{spec.name}_{digest}"
 
 
-def _ensure_function(raw: DataFrame, function: str, register) -> None:
-    """Register ``function`` in the session of ``raw`` unless it has it. Each query's batches
-    come in a session of their own: Structured Streaming clones the starting session, with the
-    functions it has then, when the query starts, so a function registered later (a new
-    schema) must be registered there too."""
-    session = raw.sparkSession
+def _ensure_function(session: SparkSession, function: str, register) -> None:
+    """Register ``function`` in ``session`` unless it has it (a job started again in the same
+    session, as tests and benchmarks do, finds it there). Each query's batches come in a
+    session of their own: Structured Streaming clones the starting session, with the functions
+    it has then, when the query starts, so a function registered later (a new schema) must be
+    registered in the batch's session too."""
     if not session.catalog.functionExists(function):
         register(session)
 

@@ -1,4 +1,4 @@
-"""The JVM Protobuf UDF (jvm/protobuf-decoder) registered in a Spark session: Python glue only.
+"""The JVM Protobuf function (jvm/protobuf-decoder) registered in a Spark session: Python glue only.
 
 Why not ``pyspark.sql.protobuf.functions.from_protobuf``: it needs the ``spark-protobuf``
 connector jar, which the only reachable Maven registry does not serve. So
@@ -14,6 +14,9 @@ The registered function takes the message bytes and returns one struct::
 
 A value that does not parse gives a null payload and ``CORRUPT_PAYLOAD``; it never fails
 the task. Select the function's result once as a column, then expand it: each call parses.
+
+It is registered as a Catalyst expression (``DecodeExpression``), not a Java UDF, so Spark
+takes the row it builds as it is, with no conversion per field after each call.
 
 This module is glue only; the type mapping lives in the Java code.
 """

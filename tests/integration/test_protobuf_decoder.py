@@ -91,6 +91,39 @@ def test_bad_values_are_corrupt_payloads_not_failures(spark, employee_udf):
     assert (rows[41].payload, rows[41].error_code, rows[41].error_detail) == (None, "CORRUPT_PAYLOAD", "no value")
 
 
+def test_generated_code_gives_what_interpreted_evaluation_gives(spark, employee_udf):
+    """The function is a Catalyst expression with generated code of its own (no UDF, so no
+    conversion of each decoded row). The rows above come through Spark's local-relation
+    shortcut, which evaluates without generated code; here a shuffle keeps the plan real, and
+    CODEGEN_ONLY makes code that does not compile an error instead of a silent fallback."""
+    rng = random.Random(5)
+    values = [employees.encode(employees.make_employee(rng, NOW)) for _ in range(200)]
+    values += [employees._garbled(employees.make_employee(rng, NOW), rng) for _ in range(20)] + [None]
+    frame = spark.createDataFrame(list(enumerate(values)), "i int, value binary").repartition(3)
+    query = frame.select("i", F.call_function(employee_udf, "value").alias("d"))
+
+    decode = query._jdf.queryExecution().analyzed().projectList().apply(1).child()
+    assert decode.getClass().getName() == "io.github.lakehouse.protobuf.DecodeExpression"
+    assert decode.sql() == f"{employee_udf}(value)"
+
+    def collected(**conf: str) -> list:
+        previous = {key: spark.conf.get(key, None) for key in conf}
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        try:
+            return query.orderBy("i").collect()
+        finally:
+            for key, value in previous.items():
+                spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+
+    generated = collected(**{"spark.sql.codegen.factoryMode": "CODEGEN_ONLY", "spark.sql.codegen.fallback": "false",
+                             "spark.sql.codegen.wholeStage": "true"})
+    interpreted = collected(**{"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"})
+    assert generated == interpreted
+    assert sum(row.d.error_code == "CORRUPT_PAYLOAD" for row in generated) >= 21
+    assert sum(row.d.payload is not None for row in generated) >= 200
+
+
 def test_schema_json_is_the_udf_return_type(spark, employee_udf, employee_descriptor):
     expected = udf_result_schema(spark, employee_descriptor, employees.MESSAGE_NAME)
     returned = spark.range(1).select(F.call_function(employee_udf, F.lit(None).cast("binary")).alias("d"))

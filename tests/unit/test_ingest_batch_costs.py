@@ -143,3 +143,19 @@ def test_a_batch_in_a_session_of_its_own_is_decoded_by_the_current_function(spar
                                         "key binary, value binary, topic string, partition int, offset long, "
                                         "timestamp timestamp")
     assert decoder.decode(raw, datetime(2026, 11, 21, tzinfo=UTC)).collect()[0]._error_code == code
+
+
+@pytest.mark.parametrize("stream, module", [("user_events", "register_json_udf"), ("employees", "register_udf")])
+def test_a_decoder_started_again_in_the_same_session_registers_nothing(spark, settings, monkeypatch, stream, module):
+    # The function's name is per schema version, so a session that has it has the right one.
+    # Registering it again replaced it, and Spark logged a warning for every job started again
+    # in one session (the benchmarks' repeated runs, the tests).
+    decoders.decoder_for(spark, settings, get_stream(stream)).refresh()
+    registered = []
+    original = getattr(decoders, module)
+    monkeypatch.setattr(decoders, module, lambda session, *args: registered.append(args) or original(session, *args))
+    again = decoders.decoder_for(spark, settings, get_stream(stream))
+    again.refresh()
+    raw = spark.createDataFrame([], decoders.KAFKA_SOURCE_SCHEMA)
+    again.decode(raw, datetime(2026, 11, 21, tzinfo=UTC)).collect()
+    assert registered == []

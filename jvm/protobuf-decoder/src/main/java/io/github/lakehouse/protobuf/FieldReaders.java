@@ -9,15 +9,22 @@ import com.google.protobuf.Descriptors.FieldDescriptor;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.protobuf.WireFormat;
 import java.io.IOException;
-import java.time.Instant;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Readers of one occurrence of a field on the wire, each with the Spark type of what it
  * yields: the schema and the rows come from the same objects, so they cannot disagree.
+ *
+ * <p>Values are yielded as Spark holds them inside a row (its "internal" forms): text as
+ * {@link UTF8String}, a timestamp as microseconds since the epoch, numbers boxed, bytes as
+ * byte[]. So Spark takes the decoded row as it is, with no conversion per field
+ * ({@link DecodeExpression}).
  */
 final class FieldReaders {
     private FieldReaders() {}
@@ -60,7 +67,7 @@ final class FieldReaders {
          */
         abstract Object read(CodedInputStream in, Object current) throws IOException;
 
-        /** The value as Spark takes it, from what {@link #read} built. */
+        /** The value as Spark holds it, from what {@link #read} built. */
         Object finish(Object partial) {
             return partial;
         }
@@ -116,6 +123,8 @@ final class FieldReaders {
                 value = Integer.toUnsignedLong((Integer) value);
             } else if (kind == BYTES) {
                 value = ((ByteString) value).toByteArray();
+            } else if (kind == STRING_STRICT || kind == STRING_LOOSE) {
+                value = UTF8String.fromString((String) value);
             }
             this.defaultValue = value;
         }
@@ -134,8 +143,8 @@ final class FieldReaders {
                 case FLOAT: return in.readFloat();
                 case DOUBLE: return in.readDouble();
                 case BOOL: return in.readBool();
-                case STRING_STRICT: return in.readStringRequireUtf8();
-                case STRING_LOOSE: return in.readString();
+                case STRING_STRICT: return text(in.readByteArray(), true);
+                case STRING_LOOSE: return text(in.readByteArray(), false);
                 case BYTES: return in.readByteArray();
                 default: throw new IllegalStateException("scalar kind " + kind);
             }
@@ -150,15 +159,38 @@ final class FieldReaders {
         boolean packable() {
             return wireType != WireFormat.WIRETYPE_LENGTH_DELIMITED;
         }
+
+        /**
+         * UTF-8 bytes as Spark's text, with protobuf-java's semantics: {@code strict}
+         * (readStringRequireUtf8) refuses invalid UTF-8; otherwise (readString) each invalid
+         * sequence becomes U+FFFD, as Java's decoder replaces it. ASCII, the common case, is
+         * taken as it is; other text is checked by decoding it the way protobuf-java does.
+         */
+        private static UTF8String text(byte[] bytes, boolean strict) throws InvalidProtocolBufferException {
+            for (byte b : bytes) {
+                if (b < 0) {
+                    String decoded = new String(bytes, StandardCharsets.UTF_8);
+                    byte[] encoded = decoded.getBytes(StandardCharsets.UTF_8);
+                    if (Arrays.equals(encoded, bytes)) {
+                        return UTF8String.fromBytes(bytes); // valid: nothing was replaced
+                    }
+                    if (strict) {
+                        throw new InvalidProtocolBufferException("Protocol message had invalid UTF-8.");
+                    }
+                    return UTF8String.fromBytes(encoded);
+                }
+            }
+            return UTF8String.fromBytes(bytes);
+        }
     }
 
     /** An enum as its value's name; a number the schema does not name, as that number in text. */
     static final class EnumReader extends FieldReader {
-        private final String[] dense; // by number - offset, when the numbers are close together
+        private final UTF8String[] dense; // by number - offset, when the numbers are close together
         private final int offset;
-        private final Map<Integer, String> sparse;
+        private final Map<Integer, UTF8String> sparse;
         private final boolean closed;
-        private final String defaultName;
+        private final UTF8String defaultName;
 
         EnumReader(FieldDescriptor field) {
             super(DataTypes.StringType, WireFormat.WIRETYPE_VARINT, false);
@@ -169,7 +201,7 @@ final class FieldReaders {
                 max = Math.max(max, value.getNumber());
             }
             if ((long) max - min < 1024) {
-                dense = new String[max - min + 1];
+                dense = new UTF8String[max - min + 1];
                 offset = min;
                 sparse = null;
             } else {
@@ -179,22 +211,24 @@ final class FieldReaders {
             }
             for (EnumValueDescriptor value : type.getValues()) {
                 if (type.findValueByNumber(value.getNumber()) == value) { // the first of aliases
+                    UTF8String name = UTF8String.fromString(value.getName());
                     if (dense != null) {
-                        dense[value.getNumber() - min] = value.getName();
+                        dense[value.getNumber() - min] = name;
                     } else {
-                        sparse.put(value.getNumber(), value.getName());
+                        sparse.put(value.getNumber(), name);
                     }
                 }
             }
             // As DynamicMessage: an unknown number of a closed enum leaves the field unset.
             closed = field.legacyEnumFieldTreatedAsClosed();
-            defaultName = field.isRepeated() ? null : ((EnumValueDescriptor) field.getDefaultValue()).getName();
+            defaultName = field.isRepeated() ? null
+                    : UTF8String.fromString(((EnumValueDescriptor) field.getDefaultValue()).getName());
         }
 
         @Override
         Object read(CodedInputStream in, Object current) throws IOException {
             int number = in.readEnum();
-            String name;
+            UTF8String name;
             if (dense != null) {
                 int at = number - offset;
                 name = at >= 0 && at < dense.length ? dense[at] : null;
@@ -204,7 +238,7 @@ final class FieldReaders {
             if (name != null) {
                 return name;
             }
-            return closed ? SKIP : Integer.toString(number);
+            return closed ? SKIP : UTF8String.fromString(Integer.toString(number));
         }
 
         @Override
@@ -255,7 +289,7 @@ final class FieldReaders {
         }
     }
 
-    /** google.protobuf.Timestamp as a Spark timestamp (microseconds: finer digits are dropped). */
+    /** google.protobuf.Timestamp as a Spark timestamp: microseconds since the epoch (finer digits are dropped). */
     static final class TimestampReader extends FieldReader {
         private static final int SECONDS_TAG = tag(1, WireFormat.WIRETYPE_VARINT);
         private static final int NANOS_TAG = tag(2, WireFormat.WIRETYPE_VARINT);
@@ -289,13 +323,14 @@ final class FieldReaders {
             if (seconds < MIN_SECONDS || seconds > MAX_SECONDS || nanos < 0 || nanos > 999_999_999) {
                 throw new BadValue(": timestamp out of range (seconds=" + seconds + ", nanos=" + nanos + ")");
             }
-            // Instant, not java.sql.Timestamp: Spark takes it as is, with no calendar rebasing.
-            return Instant.ofEpochSecond(seconds, nanos);
+            // As Spark converts an Instant (DateTimeUtils.instantToMicros): no calendar rebasing,
+            // and nanos are never negative, so the division truncates toward the earlier instant.
+            return seconds * 1_000_000L + nanos / 1_000L;
         }
 
         @Override
         Object defaultValue() {
-            return Instant.EPOCH;
+            return 0L;
         }
     }
 

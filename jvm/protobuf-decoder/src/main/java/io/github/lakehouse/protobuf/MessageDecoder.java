@@ -24,16 +24,19 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /** One message type of one descriptor set: its Spark type and its bytes-to-row conversion. */
 final class MessageDecoder {
     private static final int DETAIL_MAX = 200;
-    private static final Row NO_VALUE = RowFactory.create(null, ProtobufDecoder.CORRUPT_PAYLOAD, "no value");
+    private static final UTF8String CORRUPT_PAYLOAD = UTF8String.fromString(ProtobufDecoder.CORRUPT_PAYLOAD);
+    private static final InternalRow NO_VALUE = new GenericInternalRow(
+            new Object[] {null, CORRUPT_PAYLOAD, UTF8String.fromString("no value")});
 
     // Fallbacks for a set compiled without --include_imports.
     private static final Map<String, FileDescriptor> WELL_KNOWN = Map.of(
@@ -74,17 +77,17 @@ final class MessageDecoder {
         return resultType;
     }
 
-    /** Never throws for bad input: a value that does not decode gives an error row. */
-    Row decode(byte[] value) {
+    /** The result row ({@link #resultType}). Never throws for bad input: a value that does not decode gives an error row. */
+    InternalRow decode(byte[] value) {
         if (value == null) {
             return NO_VALUE;
         }
         try {
             Object[] values = payload.newValues();
             payload.parse(CodedInputStream.newInstance(value), values, 0);
-            return RowFactory.create(payload.finish(values), null, null);
+            return new GenericInternalRow(new Object[] {payload.finish(values), null, null});
         } catch (IOException | RuntimeException e) {
-            return RowFactory.create(null, ProtobufDecoder.CORRUPT_PAYLOAD, detail(e));
+            return new GenericInternalRow(new Object[] {null, CORRUPT_PAYLOAD, UTF8String.fromString(detail(e))});
         }
     }
 

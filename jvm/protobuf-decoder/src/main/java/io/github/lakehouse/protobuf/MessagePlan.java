@@ -11,14 +11,15 @@ import io.github.lakehouse.protobuf.FieldReaders.FieldReader;
 import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.Deque;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -34,14 +35,16 @@ import org.apache.spark.sql.types.StructType;
  * an Employee cost about 4.5 us of CPU that way against 1 us this way.
  *
  * <p>While a message is read its fields live in an Object[] (nested messages as their own
- * Object[], repeated fields as lists); {@link #finish} turns that into the Row Spark expects.
+ * Object[], repeated fields as lists); {@link #finish} turns that into the row Spark holds
+ * (GenericInternalRow, arrays as GenericArrayData, maps as ArrayBasedMapData).
  */
 final class MessagePlan {
     private static final int SINGULAR = 0;
     private static final int REPEATED = 1;
     private static final int MAP = 2;
     private static final int DENSE_LOOKUP_MAX = 2048;
-    private static final Object[] NO_ELEMENTS = new Object[0];
+    private static final GenericArrayData NO_ELEMENTS = new GenericArrayData(new Object[0]);
+    private static final ArrayBasedMapData NO_ENTRIES = new ArrayBasedMapData(NO_ELEMENTS, NO_ELEMENTS);
 
     private static final class Slot {
         final int index;
@@ -74,7 +77,7 @@ final class MessagePlan {
                 valueTag = FieldReaders.tag(2, reader.wireType);
                 wireType = WireFormat.WIRETYPE_LENGTH_DELIMITED;
                 packable = false;
-                absent = Collections.emptyMap();
+                absent = NO_ENTRIES;
             } else {
                 shape = field.isRepeated() ? REPEATED : SINGULAR;
                 reader = reader(field, path);
@@ -267,13 +270,13 @@ final class MessagePlan {
         }
     }
 
-    /** The row Spark takes, from what {@link #parse} read; reuses {@code values}. */
-    Row finish(Object[] values) {
+    /** The row Spark holds, from what {@link #parse} read; reuses {@code values}. */
+    InternalRow finish(Object[] values) {
         return finish(values, true);
     }
 
     /** {@code checkRequired} false: the default instance of a map value, which DynamicMessage does not check. */
-    Row finish(Object[] values, boolean checkRequired) {
+    InternalRow finish(Object[] values, boolean checkRequired) {
         for (Slot slot : slots) {
             Object value = values[slot.index];
             if (value == null) {
@@ -295,12 +298,16 @@ final class MessagePlan {
                             elements[i] = slot.reader.finish(elements[i]);
                         }
                     }
-                    values[slot.index] = elements;
+                    values[slot.index] = new GenericArrayData(elements);
+                } else {
+                    Map<?, ?> entries = (Map<?, ?>) value;
+                    values[slot.index] = new ArrayBasedMapData(new GenericArrayData(entries.keySet().toArray()),
+                            new GenericArrayData(entries.values().toArray()));
                 }
             } catch (BadValue e) {
                 throw e.at(slot.name);
             }
         }
-        return RowFactory.create(values);
+        return new GenericInternalRow(values);
     }
 }

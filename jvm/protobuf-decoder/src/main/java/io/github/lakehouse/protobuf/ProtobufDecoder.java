@@ -1,6 +1,11 @@
 package io.github.lakehouse.protobuf;
 
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
+import scala.Function1;
+import scala.collection.immutable.Seq;
 
 /**
  * Decodes Protobuf message bytes into Spark rows, with a descriptor set read at run time.
@@ -21,12 +26,24 @@ public final class ProtobufDecoder {
     }
 
     /**
-     * Registers {@code udfName(value binary)} returning the result struct; replaces any function
-     * of that name (a new descriptor after a schema change).
+     * Registers {@code udfName(value binary)} in the session, returning the result struct (a
+     * {@link DecodeExpression}); replaces any function of that name.
      */
     public static void register(SparkSession spark, String udfName, byte[] descriptorSet, String messageName) {
-        DecodeUdf udf = new DecodeUdf(descriptorSet, messageName);
+        byte[] descriptors = descriptorSet.clone();
         // Built here first: a bad descriptor or message name fails now, on the driver.
-        spark.udf().register(udfName, udf, udf.decoder().resultType());
+        MessageDecoder.of(descriptors, messageName);
+        Function1<Seq<Expression>, Expression> builder = arguments -> {
+            if (arguments.size() != 1) {
+                throw new IllegalArgumentException(udfName + " takes one argument (the message bytes), not "
+                        + arguments.size());
+            }
+            return new DecodeExpression(arguments.apply(0), udfName, descriptors, messageName);
+        };
+        ExpressionInfo info = new ExpressionInfo(DecodeExpression.class.getName(), null, udfName,
+                "_FUNC_(value) - the Protobuf message " + messageName + " in value, as struct<payload, error_code, error_detail>",
+                "", "", "", "", "", "", "java_udf");
+        ((org.apache.spark.sql.classic.SparkSession) spark).sessionState().functionRegistry()
+                .registerFunction(FunctionIdentifier.apply(udfName), info, builder);
     }
 }
