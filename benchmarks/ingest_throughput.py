@@ -6,12 +6,15 @@ stream at a time) reads the whole topic with ``availableNow`` into bronze and de
 Prints a table, where the time goes, and a final ``RESULT {json}`` line.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
-    .venv/bin/python benchmarks/ingest_throughput.py --ceiling --messages 1000000 [--repeat 3]
+    .venv/bin/python benchmarks/ingest_throughput.py --ceiling [--steps] --messages 1000000 [--repeat 3]
     .venv/bin/python benchmarks/ingest_throughput.py --steady-state --streams employees
 
 ``--ceiling`` also runs, in the same JVM and on each stream's topic, the raw append: the job's
 own Kafka source appending the value bytes to an Iceberg table (bronze's table properties) by
 Iceberg's streaming sink, no decoding; each stream is reported beside it (``ratio_to_ceiling``).
+``--steps`` adds two appends by the same sink between the two: the records decoded alone (the
+design documents' Java sample: decode, append), and decoded and checked (the job without its
+exactly-once protocol), so that the gap splits into layout, checks and protocol.
 ``--steady-state`` instead produces at fixed rates while the job runs with a processing-time
 trigger, and finds the highest rate at which the lag stays bounded.
 
@@ -589,15 +592,81 @@ def steady_state(spark, settings: Settings, stream: str, args) -> dict:
             "steps": steps}
 
 
-# --- the raw ceiling: what Spark + Kafka + Iceberg allow here ---------------------------------
+# --- the raw ceiling, and the job's steps appended alone -------------------------------------
 
 CEILING_TABLE = "bronze.bench_raw_ceiling"
+# What ``--steps`` appends, each by Iceberg's own streaming sink (no foreachBatch, no dead
+# letters, no commit markers), so that the gap between the raw ceiling and the job splits
+# into the cost of bronze's layout, of the checks, and of the exactly-once protocol.
+STEPS = {
+    "decode_only": "the format's decoding alone (no checks), the decoded fields with bronze's Kafka metadata, "
+                   "unpartitioned: the reference Java sample's from_protobuf -> Iceberg",
+    "checked": "the job's decoding and checks, its good rows in bronze's columns and partitioning: "
+               "the job without its exactly-once protocol",
+}
+STEP_LABELS = {"decode_only": "decode only", "checked": "decode + checks"}
 
 
-def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: int | None) -> dict:
+def _decode_only(spark, settings: Settings, spec, raw):
+    """``raw`` decoded by the format's function alone: Protobuf and JSON by the project's JVM
+    function (its payload); Avro by Spark's ``from_avro`` with the writer schema whose header
+    the record carries (the topic holds two versions), each field from the writer that has it.
+    No field is checked."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from ingestion.decoders import decoder_for
+    from ingestion.formats import HEADER_SIZE
+    from lakehouse.contracts import wire
+    from lakehouse.contracts.registry import registry_for
+
+    if spec.format == "avro":
+        body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), F.substring("value", 1, HEADER_SIZE)
+        writers = registry_for(settings).subject_schemas(spec.subject)
+        decoded = raw.select(*[F.when(header == F.lit(bytearray(wire.header(writer))),
+                                      from_avro(body, text, {"mode": "PERMISSIVE"})).alias(f"_writer_{writer}")
+                               for writer, text in writers.items()], "topic", "partition", "offset", "timestamp",
+                             "key")
+        fields: dict[str, list] = {}
+        for writer in writers:
+            for field in decoded.schema[f"_writer_{writer}"].dataType.fields:
+                fields.setdefault(field.name, []).append(F.col(f"_writer_{writer}")[field.name])
+        payload = F.struct(*[F.coalesce(*columns).alias(name) for name, columns in fields.items()])
+    else:
+        decoder = decoder_for(spark, settings, spec)
+        decoder.refresh()
+        decoded, payload = raw, F.call_function(decoder.function, F.col("value"))["payload"]
+    return decoded.select(payload.alias("_payload"), "topic", "partition", "offset", "timestamp", "key").select(
+        "_payload.*", F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("key").cast("string").alias("_kafka_key"), F.current_timestamp().alias("_ingested_at"))
+
+
+def _checked(spark, settings: Settings, spec, raw):
+    """``raw`` through the job's own decoder and ``to_bronze``: its good rows as bronze holds them."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    from ingestion.decoders import decoder_for
+    from ingestion.formats import to_bronze
+
+    now = datetime.now(UTC)
+    # Observed, as the job's pass is (ingestion/job.py `_observed`): without it the optimizer
+    # pushes the good-rows filter into the decoding, and each check decodes the record again.
+    decoded = decoder_for(spark, settings, spec).decode(raw, now).observe(f"checked_{spec.name}", F.count(F.lit(1)))
+    return to_bronze(decoded, 0, F.lit(now).cast("timestamp"))
+
+
+def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: int | None,
+            step: str | None = None, dead_letters: int = 0) -> dict:
     """The stream's topic read by the job's own Kafka source (``ingestion.job.kafka_source``)
-    and its value bytes appended to an Iceberg table with bronze's table properties, by
-    Iceberg's own streaming sink (availableNow): no decoding, no Python in the batch."""
+    and appended to an Iceberg table with bronze's table properties by Iceberg's own streaming
+    sink (availableNow), no Python in the batch. Without ``step``: the value bytes, no decoding
+    (the raw ceiling); with one of STEPS: what it names (``dead_letters``: the records the
+    checks turn away, which "checked" leaves out)."""
+    from pyspark.sql import functions as F
+
     from ingestion import bronze, job
     from lakehouse.contracts.streams import get_stream
     from lakehouse.core.kafka_admin import end_offsets
@@ -605,15 +674,23 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
     spec = get_stream(stream)
     in_topic = sum(end_offsets(settings, spec.topic).values())
     spark.sql(f"drop table if exists {CEILING_TABLE} purge")
-    properties = ", ".join(f"'{k}' = '{v}'" for k, v in bronze.STREAMING_TABLE_PROPERTIES.items())
-    spark.sql(f"create table {CEILING_TABLE} (value binary) using iceberg tblproperties ({properties})")
+    source = job.kafka_source(spark, settings, spec, args.max_offsets_per_trigger).load()
+    if step is None:
+        rows, expected, partitioning = source.select("value"), in_topic, ()
+    elif step == "decode_only":
+        # Every record, and unpartitioned: a damaged Avro body may decode to any event time,
+        # and a partition per such day (fanout) would hold thousands of open files.
+        rows, expected, partitioning = _decode_only(spark, settings, spec, source), in_topic, ()
+    else:
+        rows = _checked(spark, settings, spec, source)
+        expected, partitioning = in_topic - dead_letters, spec.partitioning
+    spark.sql(bronze.create_table_ddl(CEILING_TABLE, rows.schema, partitioning, bronze.STREAMING_TABLE_PROPERTIES))
     location = Path(tempfile.mkdtemp(prefix=f"ceiling-{stream}-", dir=settings.home))
-    name = f"raw_ceiling_{stream}"
+    name = f"{step or 'raw_ceiling'}_{stream}"
     known = set(recorder.terminated)
     cpu = CpuWindow(broker_pid)
     started = time.perf_counter()
-    query = (job.kafka_source(spark, settings, spec, args.max_offsets_per_trigger).load().select("value")
-             .writeStream.queryName(name).format("iceberg").outputMode("append").trigger(availableNow=True)
+    query = (rows.writeStream.queryName(name).format("iceberg").outputMode("append").trigger(availableNow=True)
              .option("checkpointLocation", str(location)).toTable(CEILING_TABLE))
     try:
         query.awaitTermination()
@@ -624,9 +701,13 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
     recorder.wait_for_termination(known)
     triggers = recorder.progress.pop(name, [])
     trigger_ms = sum(t["duration_ms"].get("triggerExecution", 0) for t in triggers)
-    rows = spark.table(CEILING_TABLE).count()
+    written = spark.table(CEILING_TABLE).count()
+    correct = written == expected
+    if step == "decode_only":  # decoded, not just written: every good record has its event time
+        timed = spark.table(CEILING_TABLE).where(F.col(spec.event_time_column).isNotNull()).count()
+        correct = correct and timed >= in_topic - dead_letters
     spark.sql(f"drop table if exists {CEILING_TABLE} purge")
-    return {"messages": in_topic, "rows": rows, "correct": rows == in_topic, "seconds": round(seconds, 2),
+    return {"messages": in_topic, "rows": written, "correct": correct, "seconds": round(seconds, 2),
             "msgs_per_s": round(in_topic / seconds),
             "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
             "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1), **cpu_use}
@@ -659,10 +740,15 @@ def measure_stream(spark, settings: Settings, stream: str, loaded: dict, args, r
     """``--repeat`` runs of the job on the stream's topic (each after the raw ceiling on the same
     topic, with ``--ceiling``); the median run's figures, and its ratio to the median ceiling."""
     runs, ceilings = [], []
+    steps = {step: [] for step in (STEPS if args.steps else ())}
     for number in range(args.repeat):
         if args.ceiling:
             ceilings.append(ceiling(spark, settings, stream, args, recorder, broker_pid))
             log.info("%s: raw ceiling %s msg/s (run %d)", stream, f"{ceilings[-1]['msgs_per_s']:,}", number + 1)
+        for step, step_runs in steps.items():
+            step_runs.append(ceiling(spark, settings, stream, args, recorder, broker_pid, step,
+                                     loaded["expected_dead_letters"]))
+            log.info("%s: %s %s msg/s (run %d)", stream, step, f"{step_runs[-1]['msgs_per_s']:,}", number + 1)
         if number:
             reset_stream(spark, settings, stream)
         runs.append(ingest(spark, settings, stream, loaded, args, recorder, timers, broker_pid))
@@ -674,13 +760,21 @@ def measure_stream(spark, settings: Settings, stream: str, loaded: dict, args, r
         result["ceiling_msgs_per_s"] = raw["msgs_per_s"]
         result["ratio_to_ceiling"] = round(result["msgs_per_s"] / max(raw["msgs_per_s"], 1), 3)
         result["correct"] = result["correct"] and raw["correct"]
+    if steps:
+        result["steps"] = {step: median_run(step_runs) for step, step_runs in steps.items()}
+        # each step's median msg/s over the median raw ceiling's, the job's last
+        base = max(result.get("ceiling_msgs_per_s", 0), 1)
+        result["steps_ratio_to_ceiling"] = {
+            **{step: round(r["msgs_per_s"] / base, 3) for step, r in result["steps"].items()},
+            "job": round(result["msgs_per_s"] / base, 3)}
+        result["correct"] = result["correct"] and all(r["correct"] for r in result["steps"].values())
     if args.probe:
         result["probe"] = probe(spark, settings, stream, args.source_option)
     return result
 
 
 SUMMARY_KEYS = ("msgs_per_s", "runs_msgs_per_s", "cpu_us_per_msg", "ceiling_msgs_per_s", "ratio_to_ceiling",
-                "target_ratio", "correct")
+                "target_ratio", "steps_ratio_to_ceiling", "correct")
 # Share of the raw ceiling each format should reach (the issue "Ingestion at the machine's limit").
 TARGET_RATIO = {"protobuf": 0.8, "avro": 0.65, "json": 0.5}
 
@@ -713,6 +807,21 @@ def print_summary(results: list[dict], machine: dict) -> None:
               f"{r['correct']}")
     print("(ratio: the stream's median msg/s over the median raw ceiling on the same topic; other CPU s: CPU "
           "time used meanwhile by processes outside the benchmark, which makes the figures noisy)")
+    stepped = [r for r in results if "steps" in r]
+    if stepped:
+        print(f"\n{'stream':<12} {'appended by Iceberg sink alone':<34} {'msg/s':>9} {'runs (msg/s)':<26} "
+              f"{'CPU us/msg':>10} {'ratio':>6}")
+        for r in stepped:
+            ratios = r["steps_ratio_to_ceiling"]
+            rows = [("raw value bytes (the ceiling)", r["ceiling"], 1.0),
+                    *[(STEP_LABELS[step], r["steps"][step], ratios[step]) for step in STEPS],
+                    ("the job", r, ratios["job"])]
+            for label, run, ratio in rows:
+                runs = ", ".join(f"{x:,}" for x in run["runs_msgs_per_s"])
+                print(f"{r['stream']:<12} {label:<34} {run['msgs_per_s']:>9,} {runs:<26} "
+                      f"{run['cpu_us_per_msg']:>10} {ratio:>6}")
+        for step, what in STEPS.items():
+            print(f"({STEP_LABELS[step]}: {what})")
 
 
 def _figure(value) -> str:
@@ -806,6 +915,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ceiling", action="store_true",
                         help="also measure the raw ceiling on each stream's topic, in the same JVM: the job's Kafka "
                              "source appending the value bytes to an Iceberg table, no decoding (ratio_to_ceiling)")
+    parser.add_argument("--steps", action="store_true",
+                        help="with --ceiling: also append, by Iceberg's sink alone, the decoded records without "
+                             "checks, then the checked good rows (the job without its exactly-once protocol), to "
+                             "show where the gap to the ceiling goes (steps_ratio_to_ceiling)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="runs per stream (and ceiling); the median is reported, with every run (default: 1)")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
@@ -838,6 +951,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"unknown stream(s) in --messages-per-stream: {', '.join(sorted(unknown))}")
     if not 0 <= args.fault_rate <= 1 or args.messages < 1 or args.processes < 1 or args.repeat < 1:
         parser.error("--fault-rate must be within 0..1, --messages, --processes and --repeat at least 1")
+    if args.steps and not args.ceiling:
+        parser.error("--steps needs --ceiling: its ratios are to the raw ceiling")
     return args
 
 
@@ -937,7 +1052,7 @@ def main(argv=None) -> int:
                "fault_rate": args.fault_rate, "max_offsets_per_trigger": args.max_offsets_per_trigger,
                "spark_conf": args.spark_conf, "source_options": args.source_option,
                "table_properties": args.table_property,
-               "load_processes": args.processes, "ceiling": args.ceiling, "repeat": args.repeat,
+               "load_processes": args.processes, "ceiling": args.ceiling, "steps": args.steps, "repeat": args.repeat,
                "read_tasks_per_core": job_read_tasks_per_core()}
     summary = {"benchmark": "ingest_throughput", "options": options, "machine": machine}
     ceilings = [r for r in results if "ceiling_msgs_per_s" in r]

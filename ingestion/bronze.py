@@ -60,12 +60,13 @@ def sql_type(data_type: DataType) -> str:
 
 def create_table_ddl(table: str, schema: StructType, partitioning: tuple[str, ...],
                      properties: dict[str, str]) -> str:
-    """``partitioning``: transforms whose column names are quoted already (`StreamSpec.partitioning`)."""
+    """``partitioning``: transforms whose column names are quoted already (`StreamSpec.partitioning`);
+    none: an unpartitioned table."""
     columns = ",\n  ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in schema.fields)
     props = ",\n  ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+    partitioned = f"partitioned by ({', '.join(partitioning)})\n" if partitioning else ""
     return (
-        f"create table if not exists {quote_table(table)} (\n  {columns}\n) using iceberg\n"
-        f"partitioned by ({', '.join(partitioning)})\n"
+        f"create table if not exists {quote_table(table)} (\n  {columns}\n) using iceberg\n{partitioned}"
         f"tblproperties (\n  {props}\n)"
     )
 

@@ -43,6 +43,9 @@ REGISTRY_POLL_SECONDS = 10.0
 class StreamDecoder:
     """Base: subclasses set ``self._decode`` (raw DataFrame, now -> decoded) in ``_load``."""
 
+    # The JVM function that reads the current schema's records (JSON events and Protobuf), by name
+    function: str | None = None
+
     def __init__(self, spark: SparkSession, settings: Settings, spec: StreamSpec):
         self.spark, self.settings, self.spec = spark, settings, spec
         self._version: object = None
@@ -114,7 +117,7 @@ class JsonStreamDecoder(StreamDecoder):
         spec = self.spec
         if spec.format == "json":
             schema = contract.schema
-            function = _function_name(spec, schema.json().encode())
+            function = self.function = _function_name(spec, schema.json().encode())
             def register(session: SparkSession) -> None:
                 register_json_udf(session, function, schema)
 
@@ -237,7 +240,7 @@ class ProtobufStreamDecoder(StreamDecoder):
     def _load(self, version) -> list[str]:
         spec = self.spec
         descriptor_set = self._descriptor_path().read_bytes()
-        function = _function_name(spec, descriptor_set, spec.message.encode())
+        function = self.function = _function_name(spec, descriptor_set, spec.message.encode())
         columns = udf_result_schema(self.spark, descriptor_set, spec.message)["payload"].dataType
         changes = _field_changes(self._columns, columns)
         self._columns = columns

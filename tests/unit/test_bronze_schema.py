@@ -1,9 +1,9 @@
-"""How bronze evolves to a decoder's new schema (ingestion.bronze.schema_changes): pure, no Spark session."""
+"""How bronze evolves to a decoder's new schema (ingestion.bronze.schema_changes), and its DDL; no Spark session."""
 
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ingestion.bronze import schema_changes
+from ingestion.bronze import create_table_ddl, schema_changes
 from lakehouse.core.errors import LakehouseError
 
 
@@ -39,3 +39,13 @@ def test_a_changelog_order_key_of_other_fields_is_refused_not_evolved():
     decoded = StructType([StructField("customer_id", LongType()), StructField("_seq", StructType(
         [StructField(f.name, f.dataType, nullable=False) for f in wanted["_seq"].dataType.fields]))])
     assert schema_changes(stored, decoded) == []
+
+
+def test_a_table_without_partitioning_gets_no_partition_clause():
+    """Spark refuses ``partitioned by ()``: an unpartitioned table has no clause at all."""
+    columns = struct(id=LongType(), ts=StringType())
+    unpartitioned = create_table_ddl("bronze.t", columns, (), {"format-version": "2"})
+    partitioned = create_table_ddl("bronze.t", columns, ("days(`ts`)",), {"format-version": "2"})
+    assert "partitioned by" not in unpartitioned
+    assert "using iceberg\ntblproperties (" in unpartitioned
+    assert "using iceberg\npartitioned by (days(`ts`))\ntblproperties (" in partitioned
