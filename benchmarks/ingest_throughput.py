@@ -1028,11 +1028,13 @@ def main(argv=None) -> int:
             **peak_memory(broker_pid),
         }
     finally:
-        if spark is not None:
-            spark.stop()
-        if broker_pid is not None:
-            local_kafka.stop(settings, log=log.info)
-        shutil.rmtree(home, ignore_errors=True)
+        try:
+            if spark is not None:
+                spark.stop()  # raises when the JVM is gone (an OutOfMemoryError killed it)
+        finally:  # so the broker stops, and the state folder goes, either way
+            if broker_pid is not None:
+                local_kafka.stop(settings, log=log.info)
+            shutil.rmtree(home, ignore_errors=True)
 
     if args.steady_state:
         for s in steady:
