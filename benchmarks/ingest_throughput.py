@@ -598,48 +598,43 @@ CEILING_TABLE = "bronze.bench_raw_ceiling"
 # What ``--steps`` appends, each by Iceberg's own streaming sink (no foreachBatch, no dead
 # letters, no commit markers), so that the gap between the raw ceiling and the job splits
 # into the cost of bronze's layout, of the checks, and of the exactly-once protocol.
-STEPS = {
-    "decode_only": "the format's decoding alone (no checks), the decoded fields with bronze's Kafka metadata, "
-                   "unpartitioned: the reference Java sample's from_protobuf -> Iceberg",
-    "checked": "the job's decoding and checks, its good rows in bronze's columns and partitioning: "
-               "the job without its exactly-once protocol",
+STEPS = {  # name: (label, what it appends)
+    "decode_only": ("decode only", "the format's decoding alone (no checks), the decoded fields with bronze's Kafka "
+                    "metadata, unpartitioned: the reference Java sample's from_protobuf -> Iceberg"),
+    "checked": ("decode + checks", "the job's decoding and checks, its good rows in bronze's columns and "
+                "partitioning: the job without its exactly-once protocol"),
 }
-STEP_LABELS = {"decode_only": "decode only", "checked": "decode + checks"}
 
 
 def _decode_only(spark, settings: Settings, spec, raw):
-    """``raw`` decoded by the format's function alone: Protobuf and JSON by the project's JVM
-    function (its payload); Avro by Spark's ``from_avro`` with the writer schema whose header
-    the record carries (the topic holds two versions), each field from the writer that has it.
-    No field is checked."""
+    """``raw`` decoded by the format's function alone, in bronze's columns: Protobuf and JSON by
+    the project's JVM function (its payload); Avro by Spark's ``from_avro`` with the writer
+    schema the record's header names (the topic holds two versions), each field from the
+    writer that has it. No field is checked: every record is kept."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     from ingestion.decoders import decoder_for
-    from ingestion.formats import HEADER_SIZE
-    from lakehouse.contracts import wire
+    from ingestion.formats import ERROR_COLUMNS, HEADER_SIZE, KAFKA_COLUMNS, confluent_schema_id, to_bronze
     from lakehouse.contracts.registry import registry_for
 
     if spec.format == "avro":
-        body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), F.substring("value", 1, HEADER_SIZE)
         writers = registry_for(settings).subject_schemas(spec.subject)
-        decoded = raw.select(*[F.when(header == F.lit(bytearray(wire.header(writer))),
-                                      from_avro(body, text, {"mode": "PERMISSIVE"})).alias(f"_writer_{writer}")
-                               for writer, text in writers.items()], "topic", "partition", "offset", "timestamp",
-                             "key")
+        schema_id, body = confluent_schema_id(F.col("value"), writers), F.expr(f"substring(value, {HEADER_SIZE + 1})")
+        raw = raw.select(*KAFKA_COLUMNS, *[F.when(schema_id == writer, from_avro(body, text, {"mode": "PERMISSIVE"}))
+                                           .alias(f"_writer_{writer}") for writer, text in writers.items()])
         fields: dict[str, list] = {}
         for writer in writers:
-            for field in decoded.schema[f"_writer_{writer}"].dataType.fields:
+            for field in raw.schema[f"_writer_{writer}"].dataType.fields:
                 fields.setdefault(field.name, []).append(F.col(f"_writer_{writer}")[field.name])
         payload = F.struct(*[F.coalesce(*columns).alias(name) for name, columns in fields.items()])
     else:
         decoder = decoder_for(spark, settings, spec)
         decoder.refresh()
-        decoded, payload = raw, F.call_function(decoder.function, F.col("value"))["payload"]
-    return decoded.select(payload.alias("_payload"), "topic", "partition", "offset", "timestamp", "key").select(
-        "_payload.*", F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
-        F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
-        F.col("key").cast("string").alias("_kafka_key"), F.current_timestamp().alias("_ingested_at"))
+        payload = F.call_function(decoder.function, F.col("value"))["payload"]
+    decoded = raw.select(*KAFKA_COLUMNS, payload.alias("_payload")).select(
+        "_payload.*", *KAFKA_COLUMNS, *[F.lit(None).cast("string").alias(name) for name in ERROR_COLUMNS])
+    return to_bronze(decoded, 0, F.current_timestamp())
 
 
 def _checked(spark, settings: Settings, spec, raw):
@@ -814,14 +809,14 @@ def print_summary(results: list[dict], machine: dict) -> None:
         for r in stepped:
             ratios = r["steps_ratio_to_ceiling"]
             rows = [("raw value bytes (the ceiling)", r["ceiling"], 1.0),
-                    *[(STEP_LABELS[step], r["steps"][step], ratios[step]) for step in STEPS],
+                    *[(label, r["steps"][step], ratios[step]) for step, (label, _) in STEPS.items()],
                     ("the job", r, ratios["job"])]
             for label, run, ratio in rows:
                 runs = ", ".join(f"{x:,}" for x in run["runs_msgs_per_s"])
                 print(f"{r['stream']:<12} {label:<34} {run['msgs_per_s']:>9,} {runs:<26} "
                       f"{run['cpu_us_per_msg']:>10} {ratio:>6}")
-        for step, what in STEPS.items():
-            print(f"({STEP_LABELS[step]}: {what})")
+        for label, what in STEPS.values():
+            print(f"({label}: {what})")
 
 
 def _figure(value) -> str:
