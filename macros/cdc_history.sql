@@ -1,22 +1,31 @@
 {#-
     SCD type 2 history from a CDC changelog: one row per distinct change (version) of a key,
-    `valid_from` its commit time at the source, `valid_to` the next version's, `is_current` on
+    `valid_from` its commit time at the source (below: never before its predecessor's),
+    `valid_to` the next version's, `is_current` on
     the last version of a key that still exists. A delete is a version too (op 'D', never
     current), so the history says when a row disappeared and when it came back. Ordered by the
     sequence, never by arrival.
 
     First run (`existing` none): every change of `changes`.
 
+    `valid_from` never goes back: it is the version's commit time, or its predecessor's
+    `valid_from` when that is later. The sequence orders the versions, and commit times need not
+    follow it: a source clock stepped back, a PostgreSQL snapshot read stamped after changes
+    streamed before it. Taking each commit time as it is would give a version that ends before it
+    starts; a version whose commit time is behind its predecessor's is valid from its
+    predecessor's (an empty interval when the next one starts there too).
+
     Incremental run: `changes` is the increment only. The rows it writes (merged on key and
-    sequence, merge-on-read) are the new versions, and the stored versions whose valid_to or
-    is_current they change: usually each touched key's open version, which the first new one
-    closes. A late change slots in between stored versions: its predecessor gets a new valid_to
-    and it takes its successor's valid_from as its own valid_to. The stored versions read are
-    those of the touched keys still valid at the key's earliest new change (valid_to null or
-    not before it): that is the predecessor of every new version and everything after it,
-    because a version's commit time follows its sequence (the source commits in sequence order;
-    producers/cdc/oracle.py). Versions before stay as they are, so the history is read for the
-    touched keys' recent versions only, and the changelog for the increment only.
+    sequence, merge-on-read) are the new versions, and the stored versions whose valid_from,
+    valid_to or is_current they change: usually each touched key's open version, which the first
+    new one closes. A late change slots in between stored versions: its predecessor gets a new
+    valid_to and it takes its successor's valid_from as its own valid_to. The stored versions
+    read are, per touched key, those at or after its earliest new sequence and the one just
+    before it: the predecessor of every new version and everything after it, chosen by
+    sequence, not by time, so that a run gives what a full build gives whatever the clocks did.
+    Versions before stay as they are (the predecessor's valid_from already holds the running
+    maximum), so the history's rows are read for the touched keys only, and the changelog for
+    the increment only.
 
     The history has the changelog's columns, in its order, then valid_from, valid_to and
     is_current (its first run creates it so): the stored and the new versions line up by
@@ -100,20 +109,32 @@ truncated_versions as (
 {% if existing is not none %}
 , touched_keys as (
 
-    select {{ key_list }}, min({{ committed_at }}) as earliest_change
+    select {{ key_list }}, min({{ sequence_by }}) as _earliest_seq
     from {{ changes }}
     group by {{ key_list }}
 
 ),
 
-stored_versions as (
+touched_versions as (
 
     -- the increment is small: Spark broadcasts it and streams the history once
-    select stored.*
+    select
+        stored.*,
+        touched_keys._earliest_seq,
+        max(case when stored.{{ sequence_by }} < touched_keys._earliest_seq then stored.{{ sequence_by }} end)
+            over (partition by {% for k in keys %}stored.{{ k }}{{ ', ' if not loop.last }}{% endfor %}) as _predecessor_seq
     from {{ existing }} as stored
     inner join touched_keys
         on {% for k in keys %}touched_keys.{{ k }} = stored.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
-    where stored.valid_to is null or stored.valid_to >= touched_keys.earliest_change
+
+),
+
+stored_versions as (
+
+    -- each touched key's versions from its earliest new change on, and the one before it
+    select * except (_earliest_seq, _predecessor_seq)
+    from touched_versions
+    where {{ sequence_by }} >= _earliest_seq or {{ sequence_by }} = _predecessor_seq
 
 )
 {% endif %}
@@ -122,7 +143,8 @@ stored_versions as (
 
     select
         changes.*,
-        {{ committed_at }} as valid_from,
+        {{ committed_at }} as _starts_at,
+        cast(null as timestamp) as _stored_valid_from,
         cast(null as timestamp) as _stored_valid_to,
         cast(null as boolean) as _stored_is_current,
         false as _is_stored
@@ -133,6 +155,8 @@ stored_versions as (
 
     select
         stored_versions.* except (valid_from, valid_to, is_current),
+        -- a stored valid_from is already the running maximum up to its version
+        stored_versions.valid_from,
         stored_versions.valid_from,
         stored_versions.valid_to,
         stored_versions.is_current,
@@ -156,24 +180,35 @@ distinct_links as (
 
 ),
 
-versions as (
+starts as (
 
+    -- never before the version it follows: the running maximum in sequence order
     select
-        distinct_links.* except (_copy),
-        lead(valid_from) over ({{ window }}) as valid_to,
-        lead({{ sequence_by }}) over ({{ window }}) is null and not ({{ ends_a_row }}) as is_current
+        distinct_links.* except (_copy, _starts_at),
+        max(_starts_at) over ({{ window }} rows between unbounded preceding and current row) as valid_from
     from distinct_links
     where _copy = 1
 
 ),
 
+versions as (
+
+    select
+        starts.*,
+        lead(valid_from) over ({{ window }}) as valid_to,
+        lead({{ sequence_by }}) over ({{ window }}) is null and not ({{ ends_a_row }}) as is_current
+    from starts
+
+),
+
 final as (
 
-    select * except (_stored_valid_to, _stored_is_current, _is_stored)
+    select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored)
     from versions
-    -- the new versions, and the stored ones whose end or currency they change
+    -- the new versions, and the stored ones whose start, end or currency they change
     where not _is_stored
-        or not (valid_to <=> _stored_valid_to and is_current = _stored_is_current)
+        or not (valid_from <=> _stored_valid_from and valid_to <=> _stored_valid_to
+                and is_current = _stored_is_current)
 
 )
 
