@@ -13,6 +13,9 @@
       {{ config(materialized='cdc_mirror',
                 buckets=16,                     -- bucket(n, key) partitioning (optional)
                 tombstone_retention_hours=168,  -- purge tombstones older than this (optional)
+                -- the stream's name and the dbt source of the dead letters, which hold
+                -- tombstones back (below; optional)
+                stream='...', dead_letters=['bronze', 'dead_letters'],
                 **cdc) }}
 
       {%- set increment = bronze_increment(this, source('bronze', '...')) -%}
@@ -191,7 +194,9 @@
         {%- endif -%}
     {%- endif -%}
 
-    {{ purge_expired_tombstones(target_relation, retention_hours) }}
+    {%- set dead_letters = config.get('dead_letters') -%}
+    {{ purge_expired_tombstones(target_relation, retention_hours,
+                                source(dead_letters[0], dead_letters[1]) if dead_letters else none, config.get('stream')) }}
 
     {% do persist_docs(target_relation, model) %}
 
@@ -205,6 +210,17 @@
     Tombstones exist only to stop late, older changes; past the retention nothing that late is
     expected, and keeping every deleted key forever would grow the mirror unbounded.
 
+    Except from the stream's dead letters: `lakehouse dlq replay` appends a change that failed
+    once, with its original `_seq` and a new `_ingested_at`, however long after. Were its key's
+    tombstone (or the truncation marker) purged by then, nothing would stop the old change and
+    the deleted row would come back. So a tombstone stays while the stream has a dead letter that
+    is pending, or was replayed within the retention (its rows may not have been read yet),
+    ingested before the tombstone (less the overlap window: a change may reach bronze a little
+    after a later one in another partition): a dead letter's change precedes in its partition
+    every later change of its key, so only tombstones ingested since it can be the ones it
+    would cross. A pending dead letter thus holds the tombstones after it back until it is
+    replayed (`lakehouse dlq stats` lists the pending ones).
+
     Whether one can be old enough is read from metadata, not from the rows: a data file holds
     an expired tombstone only if its `_is_deleted` upper bound is true and its `_ingested_at`
     range reaches below the cutoff. The table property `lakehouse.tombstones-purged-before`
@@ -214,14 +230,28 @@
     and only when the probe finds a row does the DELETE commit. A run with nothing to purge
     commits nothing.
 -#}
-{% macro purge_expired_tombstones(relation, retention_hours) -%}
+{% macro purge_expired_tombstones(relation, retention_hours, dead_letters=none, stream=none) -%}
     {%- set horizon_property = 'lakehouse.tombstones-purged-before' -%}
-    {%- set cutoff = run_query('select cast(current_timestamp() - interval ' ~ retention_hours
-                               ~ ' hours as string)').rows[0][0] | string -%}
+    {%- set retention_cutoff = 'current_timestamp() - interval ' ~ retention_hours ~ ' hours' -%}
+    {%- set cutoff = run_query('select cast(' ~ retention_cutoff ~ ' as string)').rows[0][0] | string -%}
+    {%- if dead_letters is not none and stream and load_relation(dead_letters) is not none -%}
+        {%- set held_back -%}
+            select cast(least(min(ingested_at) - interval {{ var('overlap_minutes') }} minutes, {{ retention_cutoff }})
+                        as string)
+            from {{ dead_letters }}
+            where stream = '{{ stream }}' and (replayed_at is null or replayed_at >= {{ retention_cutoff }})
+        {%- endset -%}
+        {%- set floor = run_query(held_back).rows[0][0] -%}
+        {%- if floor is not none -%}{%- set cutoff = floor | string -%}{%- endif -%}
+    {%- endif -%}
     {%- set purged_before = '1970-01-01 00:00:00' -%}
     {%- for row in run_query('show tblproperties ' ~ relation).rows -%}
         {%- if row[0] == horizon_property -%}{%- set purged_before = row[1] | string -%}{%- endif -%}
     {%- endfor -%}
+    {%- if run_query('select ' ~ timestamp_literal(cutoff) ~ ' <= ' ~ timestamp_literal(purged_before)).rows[0][0] -%}
+        {#- nothing below the cutoff that an earlier purge has not purged -#}
+        {{ return('') }}
+    {%- endif -%}
     {%- set candidate_files -%}
         select count(*) from {{ relation }}.data_files
         where coalesce(readable_metrics._is_deleted.upper_bound, true)

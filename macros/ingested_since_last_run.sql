@@ -125,9 +125,23 @@
     (`record_bronze_snapshot`, dbt_project.yml) then stores it on the table: a run that fails
     records nothing and the next one starts from the last recorded snapshot.
 
-    A full build records the snapshot too. The overlap window stays the fallback: for a table
-    built before models recorded snapshots, when the recorded snapshot has been expired by
-    maintenance (`lakehouse maintain`), or when a data file lacks bounds.
+    Compaction (`lakehouse maintain`) commits `replace` snapshots: their files hold rows appended
+    before, so they are not counted as added. The files the appends after the recorded snapshot
+    added are found in `all_entries` (the entries of every snapshot still kept), where their bounds
+    stay when compaction has since rewritten them into larger files: a run after compaction reads
+    from the smallest bound of what was appended since, not from the start of every compacted
+    partition.
+
+    A model records, beside the snapshot, the largest data sequence number of its files
+    (`lakehouse.input-sequence.<bronze table>`). When maintenance has expired the recorded
+    snapshot, the files whose data sequence number is above it hold every row appended since,
+    whatever its `_ingested_at`: a crashed batch completed later keeps its original instant, which
+    a window back from the newest `_ingested_at` could miss. (A file compaction wrote keeps the
+    sequence number of the snapshot it started from, so it is read again only if that snapshot
+    came after the recorded one: more read, nothing missed.)
+
+    A full build records the snapshot too. The overlap window stays the fallback for a table built
+    before models recorded snapshots, or when a data file lacks bounds.
 -#}
 
 {% macro current_snapshot_sql(source) -%}
@@ -137,23 +151,46 @@
 {%- endmacro %}
 
 
+{% macro sequence_as_of_sql(source, snapshot_id) -%}
+    {#- the largest data sequence number of the files of `snapshot_id`: every file committed
+        after it has a larger one -#}
+    select cast(coalesce(max(sequence_number), 0) as string) from {{ source }}.entries version as of {{ snapshot_id }}
+{%- endmacro %}
+
+
 {% macro files_added_since_sql(source, snapshot_id, column='_ingested_at') -%}
     {#- known: is the recorded snapshot still in the table's history (maintenance expires old
-        ones)? Then: how many data files later snapshots added, and their smallest bound. -#}
+        ones)? Then: how many data files the later snapshots that append added (not compaction's
+        `replace`: its files hold rows appended before), and their smallest bound, read from the
+        entries of those snapshots (`all_entries`), whether or not compaction rewrote them since -#}
     with recorded as (
         select made_current_at from {{ source }}.history
         where snapshot_id = {{ snapshot_id }} and is_current_ancestor
     ),
     later as (
-        select snapshot_id from {{ source }}.history
-        where is_current_ancestor and made_current_at > (select max(made_current_at) from recorded)
+        select history.snapshot_id
+        from {{ source }}.history as history
+        inner join {{ source }}.snapshots as snapshots on history.snapshot_id = snapshots.snapshot_id
+        where history.is_current_ancestor and snapshots.operation <> 'replace'
+          and history.made_current_at > (select max(made_current_at) from recorded)
     )
     select (select count(*) from recorded) as known,
            cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
            count(*) as files,
            count_if(readable_metrics.{{ column }}.lower_bound is null) as files_without_bounds
+    from {{ source }}.all_entries
+    where status = 1 and data_file.content = 0 and snapshot_id in (select snapshot_id from later)
+{%- endmacro %}
+
+
+{% macro files_after_sequence_sql(source, sequence, column='_ingested_at') -%}
+    {#- the live data files committed after the recorded snapshot, by data sequence number: what
+        a run reads when that snapshot has been expired -#}
+    select cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
+           count(*) as files,
+           count_if(readable_metrics.{{ column }}.lower_bound is null) as files_without_bounds
     from {{ source }}.entries
-    where status <> 2 and data_file.content = 0 and snapshot_id in (select snapshot_id from later)
+    where status <> 2 and data_file.content = 0 and sequence_number > {{ sequence }}
 {%- endmacro %}
 
 
@@ -169,6 +206,11 @@
 {%- endmacro %}
 
 
+{% macro bronze_sequence_property(source_name) -%}
+    lakehouse.input-sequence.{{ source_name }}
+{%- endmacro %}
+
+
 {#- a table property of `relation`, none when it has none -#}
 {% macro table_property(relation, name) -%}
     {%- set value = run_query("show tblproperties " ~ relation ~ " ('" ~ name ~ "')").rows[0][1] -%}
@@ -177,9 +219,18 @@
 {%- endmacro %}
 
 
-{% macro recorded_bronze_snapshot(existing, source) -%}
-    {%- set value = table_property(existing, bronze_snapshot_property(source.schema ~ '.' ~ source.identifier)) -%}
+{#- the number a model recorded in its property `name` (default: the bronze snapshot it read), or none -#}
+{% macro recorded_bronze_snapshot(existing, source, name=none) -%}
+    {%- set value = table_property(existing, name or bronze_snapshot_property(source.schema ~ '.' ~ source.identifier)) -%}
     {{ return(value if value and value.lstrip('-').isdigit() else none) }}
+{%- endmacro %}
+
+
+{#- a bound `column >= <literal>` from (increment_start, files, files_without_bounds); none when a
+    file lacks bounds; 'false' when nothing was added -#}
+{% macro bound_of_added_files(increment_start, files, files_without_bounds, column) -%}
+    {%- if files_without_bounds > 0 -%}{{ return(none) }}{%- endif -%}
+    {{ return('false' if files == 0 else column ~ ' >= ' ~ timestamp_literal(increment_start)) }}
 {%- endmacro %}
 
 
@@ -194,19 +245,29 @@
     {%- endif -%}
     {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
     {%- if snapshot is not none -%}
+        {%- set sequence = run_query(sequence_as_of_sql(source, snapshot)).rows[0][0] -%}
         {%- do run_query("set " ~ pending_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
-                         ~ ":" ~ snapshot) -%}
+                         ~ ":" ~ snapshot ~ ":" ~ sequence) -%}
     {%- endif -%}
     {%- if not is_incremental() -%}
         {{ return(none) }}
     {%- endif -%}
+    {#- after the snapshot above: the files below include every one the run's query may miss -#}
     {%- set recorded = recorded_bronze_snapshot(existing, source) -%}
     {%- if recorded is not none -%}
-        {#- after the snapshot above: these files include every one the run's query may miss -#}
         {%- set added = run_query(files_added_since_sql(source, recorded, column)).rows[0] -%}
-        {%- if added[0] > 0 and added[3] == 0 -%}
-            {{ return('false' if added[2] == 0 else column ~ ' >= ' ~ timestamp_literal(added[1])) }}
+        {%- if added[0] > 0 -%}
+            {%- set bound = bound_of_added_files(added[1], added[2], added[3], column) -%}
+            {%- if bound is not none -%}{{ return(bound) }}{%- endif -%}
         {%- endif -%}
+    {%- endif -%}
+    {%- set recorded_sequence = recorded_bronze_snapshot(existing, source,
+                                                         bronze_sequence_property(source.schema ~ '.' ~ source.identifier)) -%}
+    {%- if recorded_sequence is not none -%}
+        {#- the recorded snapshot was expired: by data sequence number -#}
+        {%- set after = run_query(files_after_sequence_sql(source, recorded_sequence, column)).rows[0] -%}
+        {%- set bound = bound_of_added_files(after[0], after[1], after[2], column) -%}
+        {%- if bound is not none -%}{{ return(bound) }}{%- endif -%}
     {%- endif -%}
     {{ return(ingested_since_last_run(existing, column)) }}
 {%- endmacro %}
@@ -219,11 +280,14 @@
         {%- set value = run_query("set " ~ key).rows[0][1] -%}
         {%- if value and value != '<undefined>' -%}
             {%- do run_query("reset " ~ key) -%}
-            {%- set source_name, snapshot = value.split(':') -%}
+            {%- set source_name, snapshot, sequence = value.split(':') -%}
             {%- set property = bronze_snapshot_property(source_name) -%}
+            {%- set sequence_property = bronze_sequence_property(source_name) -%}
             {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
-            {%- if table_property(existing, property) != snapshot -%}
-                alter table {{ existing }} set tblproperties ('{{ property }}' = '{{ snapshot }}')
+            {%- if table_property(existing, property) != snapshot
+                   or table_property(existing, sequence_property) != sequence -%}
+                alter table {{ existing }} set tblproperties ('{{ property }}' = '{{ snapshot }}',
+                                                              '{{ sequence_property }}' = '{{ sequence }}')
             {%- endif -%}
         {%- endif -%}
     {%- endif -%}

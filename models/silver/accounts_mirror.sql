@@ -5,7 +5,8 @@
     'except_columns': ['_kafka_topic'],
 } -%}
 
-{{ config(materialized='cdc_mirror', buckets=16, **cdc) }}
+{{ config(materialized='cdc_mirror', buckets=16, dead_letters=['bronze', 'dead_letters'],
+          stream='accounts', **cdc) }}
 
 {#-
     The accounts table of the source database, mirrored from its AWS DMS changelog with the

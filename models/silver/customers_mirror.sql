@@ -6,7 +6,8 @@
     'truncate_when': "op = 'T'",
 } -%}
 
-{{ config(materialized='cdc_mirror', buckets=16, **cdc) }}
+{{ config(materialized='cdc_mirror', buckets=16, dead_letters=['bronze', 'dead_letters'],
+          stream='customers', **cdc) }}
 
 {#-
     The customers table of the source database, mirrored from its Debezium changelog: one row

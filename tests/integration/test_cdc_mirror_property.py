@@ -10,7 +10,7 @@ private dbt project whose `<table>_changelog` is an Iceberg table the test appen
 increment to, as ingestion appends to bronze (it is the project's `bronze` source too, whose
 snapshots bound each run's increment); dbt runs once per increment. Before a run the mirror
 may lose its record of the snapshot its last run read (as when maintenance expires it), so
-that run falls back to the overlap window.
+that run falls back to the data sequence number it recorded, or to the overlap window.
 
 Drawn: a few keys, each through inserts, updates, deletes and re-inserts, interleaved in one
 commit order; for Debezium, some keys' first change a snapshot read (phase 0, at a snapshot
@@ -22,9 +22,19 @@ change arrives, between increments or not); every change delivered one to three 
 order, cut into increments. The first increment may be old:
 the changes of a commit-order prefix, ingested more than the tombstone retention ago, so its
 deletes are purged (nothing of their keys arrives later, the purge's assumption). Later
-increments are recent, and each row is stamped either after everything delivered before or up
-to the overlap window before it: a micro-batch that committed after the previous dbt run had
-read past its `_ingested_at` (the case the overlap exists for).
+increments are recent, and each row is stamped either after everything delivered before, up
+to the overlap window before it (a micro-batch that committed after the previous dbt run had
+read past its `_ingested_at`, the case the overlap exists for), or hours before it (a crashed
+batch completed later with its original instant). Before a run the changelog may be compacted
+(a `replace` snapshot rewriting every file, read and unread rows together), and the mirror may
+lose its record of the snapshot its last run read: the snapshot alone, as when maintenance
+expires it (the run then reads by data sequence number), or the whole record, as for a table
+built before runs recorded it (the run falls back to the overlap window; never drawn with an
+increment stamped hours back, which only the record can find). Some changes are dead-lettered
+at first: none of their copies lands where it would have, a pending dead letter of the stream
+does, and a later increment brings one copy back as `lakehouse dlq replay` does (its original
+`_seq`, the replay time as `_ingested_at`) and marks the dead letter replayed; a change of the
+old part so replayed comes back long after its key's later delete reached the retention.
 
 The oracle is independent of the SQL: the source table computed in plain Python by applying the
 changes in commit order (a TRUNCATE empties it). The live mirror must equal it; tombstones must
@@ -131,9 +141,46 @@ def histories(draw) -> History:
     return History(shape, changes, old)
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    change: Change
+    ingested_at: datetime  # when its batch ran: the stamp its copies would have had
+    withheld_from: int  # the increment it would have landed in
+    replayed_in: int  # the later increment that replays it
+
+
+@dataclass(frozen=True)
+class Delivery:
+    increments: list[list[tuple[Change, datetime]]]  # in landing order: (change, _ingested_at)
+    dead_letters: list[DeadLetter]
+
+
+@st.composite
+def dead_lettered(draw, increments: list[list[tuple[Change, datetime]]]) -> Delivery:
+    """Some changes of every increment but the last dead-lettered: every copy taken out of its
+    increment, one copy replayed by a later one, stamped after everything in it."""
+    increments = [list(increment) for increment in increments]
+    candidates = sorted({(number, c.position) for number, increment in enumerate(increments[:-1])
+                         for c, _ in increment if c.key is not None})
+    chosen = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=2)) if candidates else []
+    letters = []
+    for number, position in chosen:
+        if all(c.position == position for c, _ in increments[number]):
+            continue  # an increment keeps a change of its own: the first creates the changelog
+        copies = [(c, at) for c, at in increments[number] if c.position == position]
+        increments[number] = [(c, at) for c, at in increments[number] if c.position != position]
+        replayed_in = draw(st.integers(number + 1, len(increments) - 1))
+        replay = max(at for _, at in increments[replayed_in]) + timedelta(seconds=1) \
+            if increments[replayed_in] else copies[0][1] + timedelta(hours=1)
+        increments[replayed_in].append((copies[0][0], replay))
+        letters.append(DeadLetter(copies[0][0], min(at for _, at in copies), number, replayed_in))
+    return Delivery(increments, letters)
+
+
 @st.composite
 def deliveries(draw, history: History, now: datetime) -> list[list[tuple[Change, datetime]]]:
-    """The increments, in landing order, of (change, _ingested_at)."""
+    """The increments, in landing order, of (change, _ingested_at): recent ones are stamped
+    after the newest so far, up to the overlap before it, or hours before it."""
     changes, old = history.changes, history.old
     copies = {c.position: draw(st.integers(1, 3)) for c in changes}
 
@@ -152,8 +199,9 @@ def deliveries(draw, history: History, now: datetime) -> list[list[tuple[Change,
     seen = now - timedelta(hours=6)  # the newest _ingested_at delivered so far (recent part)
     late = st.integers(-(int(OVERLAP.total_seconds()) - 1), 0)  # committed after a run read past it
     on_time = st.integers(1, 1800)
+    completed = st.integers(-4 * 3600, -int(OVERLAP.total_seconds()) - 60)  # a crashed batch's instant
     for number, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        offsets = st.integers(0, 600) if number == 0 else st.one_of(late, on_time)
+        offsets = st.integers(0, 600) if number == 0 else st.one_of(late, on_time, completed)
         increment = [(c, seen + timedelta(seconds=draw(offsets))) for c in recent[a:b]]
         seen = max(seen, *(at for _, at in increment))
         increments.append(increment)
@@ -194,7 +242,7 @@ class MirrorProject:
         (folder / "models" / "bronze.yml").write_text(yaml.safe_dump({"version": 2, "sources": [{
             "name": "bronze", "schema": SCHEMA,
             "tables": [{"name": model.removesuffix("_mirror"), "identifier": self.changelog(model)}
-                       for model, _, _ in MODELS.values()]}]}))
+                       for model, _, _ in MODELS.values()] + [{"name": "dead_letters"}]}]}))
         silver = yaml.safe_load((REPO / "dbt_project.yml").read_text())["models"]["lakehouse"]["silver"]
         (folder / "dbt_project.yml").write_text(yaml.safe_dump({
             "name": "cdc_mirror_property", "version": "1.0", "config-version": 2, "profile": "cdc_mirror_property",
@@ -220,8 +268,21 @@ class MirrorProject:
         return model.replace("_mirror", "_changelog")
 
     def reset(self, model: str) -> None:
-        for table in (model, f"{model}__dbt_changes", self.changelog(model)):
+        for table in (model, f"{model}__dbt_changes", self.changelog(model), "dead_letters"):
             self.spark.sql(f"drop table if exists {SCHEMA}.{table} purge")
+        # the columns of bronze.dead_letters the mirror reads
+        self.spark.sql(f"create table {SCHEMA}.dead_letters (stream string, ingested_at timestamp, "
+                       "replayed_at timestamp) using iceberg")
+
+    def dead_letter(self, model: str, letter: DeadLetter) -> None:
+        """The change's record is a pending dead letter of the mirror's stream."""
+        self.spark.sql(f"insert into {SCHEMA}.dead_letters values ('{model.removesuffix('_mirror')}', "
+                       f"timestamp'{letter.ingested_at:%Y-%m-%d %H:%M:%S}', null)")
+
+    def replayed(self, model: str, letter: DeadLetter, at: datetime) -> None:
+        self.spark.sql(f"update {SCHEMA}.dead_letters set replayed_at = timestamp'{at:%Y-%m-%d %H:%M:%S}' "
+                       f"where stream = '{model.removesuffix('_mirror')}' "
+                       f"and ingested_at = timestamp'{letter.ingested_at:%Y-%m-%d %H:%M:%S}' and replayed_at is null")
 
     def land(self, model: str, key: str, fields: tuple[str, ...], rows: list[tuple[Change, datetime]],
              with_column: bool) -> None:
@@ -251,14 +312,23 @@ class MirrorProject:
         self.spark.sql(f"insert into {table} ({', '.join(columns)}) values "
                        + ", ".join(literal(c, at) for c, at in rows))
 
-    def forget_snapshot_read(self, model: str) -> bool:
-        """Drop the mirror's record of the source snapshot its last run read; whether it had one."""
+    def forget_snapshot_read(self, model: str, sequence_too: bool) -> bool:
+        """Drop the mirror's record of the source snapshot its last run read (as maintenance's
+        expiry would make it useless), and with `sequence_too` the data sequence number recorded
+        beside it; whether it had them."""
         table = f"{SCHEMA}.{model}"
+        prefixes = ("lakehouse.input-snapshot.", "lakehouse.input-sequence.")[:2 if sequence_too else 1]
         recorded = [r.key for r in self.spark.sql(f"show tblproperties {table}").collect()
-                    if r.key.startswith("lakehouse.input-snapshot.")]
+                    if r.key.startswith(prefixes)]
         for key in recorded:
             self.spark.sql(f"alter table {table} unset tblproperties ('{key}')")
-        return bool(recorded)
+        return len(recorded) == len(prefixes)
+
+    def compact(self, model: str) -> None:
+        """Rewrite every data file of the changelog, as `lakehouse maintain` does: a `replace`
+        snapshot whose files mix rows the mirror read with rows it has not."""
+        self.spark.sql(f"call lake.system.rewrite_data_files(table => '{SCHEMA}.{self.changelog(model)}', "
+                       "options => map('rewrite-all', 'true'))").collect()
 
     def run(self, model: str) -> None:
         result = self.runner.invoke(["run", "--select", model, *self.flags])
@@ -292,18 +362,33 @@ def project(spark, tmp_path_factory):
 def test_any_delivery_converges_to_the_source_table(project, data):
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # Spark's session time zone is UTC
     history = data.draw(histories(), label="history")
-    increments = data.draw(deliveries(history, now), label="delivery")
+    delivery = data.draw(dead_lettered(data.draw(deliveries(history, now), label="delivery")), label="dead letters")
+    increments = delivery.increments
     changes = history.changes
     model, key, fields = MODELS[history.shape]
     project.reset(model)
 
     carried = False  # whether the changelog has the added column yet
+    newest = None  # the newest _ingested_at landed so far
     for number, increment in enumerate(increments):
         carried = carried or any(c.tier is not None for c, _ in increment)
         project.land(model, key, fields, increment, with_column=carried)
-        if number and data.draw(st.booleans(), label="record of the snapshot read lost"):
+        for letter in delivery.dead_letters:
+            if letter.withheld_from == number:
+                project.dead_letter(model, letter)
+            if letter.replayed_in == number:
+                project.replayed(model, letter, max(at for _, at in increment))
+        stamps = [at for _, at in increment]
+        stamped_back = newest is not None and min(stamps) < newest - OVERLAP  # only a record finds it
+        newest = max(stamps) if newest is None else max(newest, *stamps)
+        if number and data.draw(st.booleans(), label="changelog compacted"):
+            project.compact(model)
+        if number:
             # every run records it, the first (a full build) too
-            assert project.forget_snapshot_read(model)
+            lost = data.draw(st.sampled_from(["nothing", "snapshot"] + ([] if stamped_back else ["everything"])),
+                             label="record of the snapshot read lost")
+            if lost != "nothing":
+                assert project.forget_snapshot_read(model, sequence_too=lost == "everything")
         project.run(model)
 
     mirror = project.spark.table(f"{SCHEMA}.{model}")
@@ -323,11 +408,36 @@ def test_any_delivery_converges_to_the_source_table(project, data):
     ended = {k for k, c in last.items() if truncation is not None and c.position < truncation.position}
     # a key the latest TRUNCATE ended is a tombstone, or gone (never mirrored, or purged)
     assert all(rows[k]["_is_deleted"] for k in ended if k in rows)
+    # a dead letter of the old part, pending at the first run's purge, holds back every old
+    # tombstone: all were ingested within the overlap window of it
+    held_back = any(letter.withheld_from == 0 and history.old for letter in delivery.dead_letters)
     assert {k: (r["op"], tuple(r["_seq"])) for k, r in rows.items() if k not in ended} == {
         k: (c.op, c.seq) for k, c in last.items() if k not in ended
         # a key deleted by its last change keeps a tombstone, unless the delete was old: purged
-        if c.op != "D" or c.position >= history.old}
+        if c.op != "D" or c.position >= history.old or held_back}
 
     before = project.snapshot(model)
     project.run(model)  # nothing new: no MERGE, no purge, no snapshot
     assert project.snapshot(model) == before
+
+
+@pytest.mark.parametrize("ended_by", ["D", "T"])
+def test_a_replay_older_than_the_tombstone_retention_resurrects_nothing(project, ended_by):
+    """A change dead-lettered, then replayed long after a later delete (or TRUNCATE) of its key
+    reached the tombstone retention: the pending dead letter held the tombstone (or marker) back,
+    so the replayed change, older, does not bring the row back."""
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    model, key, fields = MODELS["debezium"]
+    project.reset(model)
+    old = now - timedelta(hours=RETENTION_HOURS + 6)
+    insert, update = (Change(n, 1, op, f"k1 v{n}", None, seq_of(n, "debezium")) for n, op in ((0, "I"), (1, "U")))
+    end = Change(2, None if ended_by == "T" else 1, ended_by, None, None, seq_of(2, "debezium"))
+    letter = DeadLetter(update, old, withheld_from=0, replayed_in=1)
+    project.land(model, key, fields, [(insert, old), (end, old)], with_column=False)
+    project.dead_letter(model, letter)
+    project.run(model)
+    project.land(model, key, fields, [(update, now)], with_column=False)  # `lakehouse dlq replay`
+    project.replayed(model, letter, now)
+    project.run(model)
+    live = project.spark.sql(f"select {key} from {SCHEMA}.{model} where not _is_deleted").collect()
+    assert live == []

@@ -12,8 +12,11 @@ applies each. Checked:
   (macros/ingested_since_last_run.sql, "Exact increments");
 - exactness: rows committed to bronze after a run, stamped long before it (a late replay), are
   read by the next run all the same;
-- a run whose recorded bronze snapshot maintenance has expired falls back to the overlap window
-  and misses nothing;
+- a run whose recorded bronze snapshot maintenance has expired reads by the data sequence number
+  recorded beside it, and misses nothing, even rows stamped hours before the model's newest (a
+  crashed batch completed later with its original instant);
+- a run after compaction reads from what was appended since its last run, not from the start
+  of every partition compaction rewrote;
 - every incremental gold model equals what a full refresh computes from the same silver;
 - the tables partitioned by event day write one file at a time (no fanout);
 - the gold models that follow customers' profiles see a late CDC commit, as silver does;
@@ -310,10 +313,11 @@ def test_a_late_commit_stamped_before_the_last_run_is_read(lake, increments):
     assert sorted(r.employee_id for r in found.collect()) == ids
 
 
-def test_a_run_whose_recorded_snapshot_was_expired_reads_by_the_overlap(lake, increments):
-    """Maintenance can expire the bronze snapshot a model recorded. The files added since it
-    cannot be told then (the snapshots between are gone too), so the run falls back to the
-    overlap window; read as "nothing added since", it would skip what landed."""
+def test_a_run_whose_recorded_snapshot_was_expired_reads_by_sequence_number(lake, increments):
+    """Maintenance can expire the bronze snapshot a model recorded, and the snapshots after it
+    with it. The data sequence number recorded beside it still tells the files committed since:
+    rows stamped two hours before the newest (a crashed batch completed later with its original
+    instant) are read, where the overlap window back from the newest stamp would miss them."""
     from pyspark.sql import functions as F
 
     own, session, target = lake
@@ -324,7 +328,7 @@ def test_a_run_whose_recorded_snapshot_was_expired_reads_by_the_overlap(lake, in
     landed = session.table(bronze).orderBy("_kafka_offset").limit(3) \
         .withColumn("id", F.col("id") + F.lit(800_000_000)) \
         .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(800_000_000)) \
-        .withColumn("_ingested_at", F.lit(newest + timedelta(minutes=1)))
+        .withColumn("_ingested_at", F.lit(newest - timedelta(hours=2)))
     ids = sorted(r.id for r in landed.select("id").collect())
     landed.writeTo(bronze).append()
     session.sql(f"call lake.system.expire_snapshots(table => '{bronze}', "
@@ -333,6 +337,32 @@ def test_a_run_whose_recorded_snapshot_was_expired_reads_by_the_overlap(lake, in
     history = [r.snapshot_id for r in session.sql(f"select snapshot_id from {bronze}.history").collect()]
     assert int(recorded) not in history, (recorded, history)
     run_dbt(own, ["run", "--select", "employees"], target_dir=target, capture=True)
+    found = session.sql(f"select employee_id from silver.employees where employee_id in ({', '.join(map(str, ids))})")
+    assert sorted(r.employee_id for r in found.collect()) == ids
+
+
+def test_a_run_after_compaction_reads_from_what_was_appended(lake, increments):
+    """Compaction commits a `replace` snapshot whose files hold rows read long ago beside rows not
+    read yet. The next run's bound comes from the files the appends added (their entries keep
+    their bounds), not from the compacted files, which would re-read every partition compacted."""
+    from pyspark.sql import functions as F
+
+    own, session, target = lake
+    bronze = "bronze.employees"
+    newest = session.sql(f"select max(_ingested_at) from {bronze}").first()[0]
+    stamp = (newest + timedelta(minutes=1)).replace(microsecond=0)
+    landed = session.table(bronze).orderBy("_kafka_offset").limit(3) \
+        .withColumn("id", F.col("id") + F.lit(700_000_000)) \
+        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(700_000_000)) \
+        .withColumn("_ingested_at", F.lit(stamp))
+    ids = sorted(r.id for r in landed.select("id").collect())
+    landed.writeTo(bronze).append()
+    [compacted] = session.sql(f"call lake.system.rewrite_data_files(table => '{bronze}', "
+                              "options => map('rewrite-all', 'true'))").collect()
+    assert compacted.rewritten_data_files_count > 1, compacted
+    run_dbt(own, ["run", "--select", "employees"], target_dir=target, capture=True)
+    compiled = (target / "run" / "lakehouse" / "models" / "silver" / "employees.sql").read_text()
+    assert f"_ingested_at >= timestamp'{stamp:%Y-%m-%d %H:%M:%S}'" in compiled, compiled
     found = session.sql(f"select employee_id from silver.employees where employee_id in ({', '.join(map(str, ids))})")
     assert sorted(r.employee_id for r in found.collect()) == ids
 

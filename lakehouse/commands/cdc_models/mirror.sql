@@ -6,7 +6,8 @@
     'truncate_when': "op = 'T'",
 } -%}
 
-{{ config(materialized='cdc_mirror', buckets=[[ buckets ]], **cdc) }}
+{{ config(materialized='cdc_mirror', buckets=[[ buckets ]], dead_letters=['bronze', 'dead_letters'],
+          stream='[[ stream ]]', **cdc) }}
 
 {#-
     The [[ table ]] table of the source database, mirrored from its changelog: one row per key,
