@@ -41,8 +41,11 @@ class DatabaseSource:
     """``source`` (read by lakehouse.contracts.source_tables.read_table) as the truth of the live
     view silver.<stream>, compared on ``columns`` (the ones both have)."""
 
-    def __init__(self, source: SourceTable, stream: str, columns: list[str]):
+    def __init__(self, source: SourceTable, stream: str, columns: list[str], uncontracted: tuple[str, ...] = ()):
         self.source, self.table, self.columns = source, stream, columns
+        # columns of the table that the stream's contract lacks (and `cdc add --exclude-columns`
+        # did not leave out): bronze drops them, so the mirror cannot hold them
+        self.uncontracted = uncontracted
 
     def spell(self, column: str, value, from_mirror: bool):
         """One value of ``column`` as both sides spell it."""
@@ -84,8 +87,9 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
     """The source table of CDC stream ``spec`` in the database at ``url`` (``table``: NAME or
     SCHEMA.NAME, default the stream's source_table), to compare with its live view on the
     columns of its contract that the live view has; also the ones it lacks (renamed in silver,
-    say), which are not compared."""
-    from lakehouse.contracts.streams import json_contract
+    say), which are not compared. The table's columns that the contract lacks, other than the
+    ones it names as left out (EXCLUDED_KEYWORD), are the source's ``uncontracted``."""
+    from lakehouse.contracts.streams import EXCLUDED_KEYWORD, json_contract
     from lakehouse.core.spark import relation_exists
 
     live_view = f"silver.{spec.name}"
@@ -94,10 +98,12 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
                              f"`lakehouse dbt run --select {spec.name}_changelog+` first")
     live = spark.table(live_view).columns
     source = read_table(url, table or spec.source_table or spec.name, only=json_contract(spec).schema.fieldNames())
+    excluded = set(json.loads(spec.schema_path.read_text()).get(EXCLUDED_KEYWORD) or ())
     missing_key = [k for k in source.key if k not in live]
     if missing_key:
         raise LakehouseError(f"{live_view} has no column {', '.join(missing_key)} of the source's key")
-    return (DatabaseSource(source, spec.name, [c for c in source.columns if c in live]),
+    return (DatabaseSource(source, spec.name, [c for c in source.columns if c in live],
+                           tuple(c for c in source.left_out if c not in excluded)),
             [c for c in source.columns if c not in live])
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from lakehouse.contracts.source_tables import SourceTable, read_table
-from lakehouse.contracts.streams import load_pipeline, pipeline_file
+from lakehouse.contracts.streams import EXCLUDED_KEYWORD, load_pipeline, pipeline_file
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.sql import quote
@@ -39,6 +40,7 @@ def contract(source: SourceTable) -> str:
         "type": "object",
         "properties": source.columns,
         "required": list(source.key),
+        **({EXCLUDED_KEYWORD: list(source.excluded)} if source.excluded else {}),
     }, indent=2) + "\n"
 
 
@@ -76,99 +78,203 @@ def models(stream: str, source: SourceTable) -> dict[str, str]:
     return {path: environment.get_template(template).render(values) for template, path in files.items()}
 
 
-def debezium_properties(stream: str, source: SourceTable, url: str, settings: Settings) -> str:
-    """The connector's properties for Debezium Server (or Kafka Connect): the password left out."""
+RUNTIMES = ("kafka-connect", "debezium-server")
+CONNECTOR_CLASSES = {"postgresql": "io.debezium.connector.postgresql.PostgresConnector",
+                     "mysql": "io.debezium.connector.mysql.MySqlConnector",
+                     # Debezium's MySQL connector refuses MariaDB (3.5: it asks for SHOW BINARY LOG STATUS)
+                     "mariadb": "io.debezium.connector.mariadb.MariaDbConnector"}
+SERVER_ID_BASE = 5400  # MySQL/MariaDB: the connector joins the server as a replica with an id of its own
+
+
+def connector_properties(connector: str, streams: list[tuple[str, SourceTable]], url: str) -> list[str]:
+    """The connector's own properties for the ``streams`` (stream, its table), all of one database
+    at ``url``, as lines: comments on lines of their own (a properties file has no inline
+    comments: a `#` after a value is part of the value). The password is a placeholder."""
     parts = urlsplit(url)
-    name = source.name
-    common = [
-        f"topic.prefix={stream}",
-        "key.converter=org.apache.kafka.connect.json.JsonConverter",
-        "value.converter=org.apache.kafka.connect.json.JsonConverter",
-        "key.converter.schemas.enable=false",
-        "value.converter.schemas.enable=false",
-        "# the table's topic (<topic.prefix>.<schema or database>.<table>) renamed as the stream",
-        "transforms=route",
-        "transforms.route.type=org.apache.kafka.connect.transforms.RegexRouter",
-        "transforms.route.regex=" + re.escape(f"{stream}.{source.schema or source.database}.{name}"),
-        f"transforms.route.replacement={stream}",
-        "# send TRUNCATE as a change (skipped by default: the mirror would keep the rows)",
-        "skipped.operations=none",
-        f"# Kafka: {settings.kafka_bootstrap_servers}",
-    ]
-    if source.kind == "postgresql":
-        specific = [
-            "connector.class=io.debezium.connector.postgresql.PostgresConnector",
-            "plugin.name=pgoutput",
-            f"slot.name={stream}_slot",
-            f"publication.name={stream}_publication",
-            "publication.autocreate.mode=filtered",
-            f"table.include.list={source.schema}.{name}",
-        ]
+    first = streams[0][1]
+    kind = "mariadb" if parts.scheme == "mariadb" else first.kind
+    where = [f"{source.schema or source.database}.{source.name}" for _, source in streams]
+    lines = [f"connector.class={CONNECTOR_CLASSES[kind]}",
+             f"database.hostname={parts.hostname}",
+             f"database.port={parts.port or _default_port(first)}",
+             f"database.user={parts.username or '<user>'}",
+             "# the password, never printed: set it here (or through your runtime's secrets)",
+             "database.password=<the password>",
+             f"topic.prefix={connector}",
+             "table.include.list=" + ",".join(_literal(table) for table in where)]
+    if first.kind == "postgresql":
+        lines += [f"database.dbname={first.database}",
+                  "plugin.name=pgoutput",
+                  f"slot.name={connector.lower()}_slot",
+                  f"publication.name={connector.lower()}_publication",
+                  "# the connector creates the publication for the included tables",
+                  "publication.autocreate.mode=filtered"]
     else:
-        specific = [
-            "connector.class=io.debezium.connector.mysql.MySqlConnector  "
-            "# MariaDB: io.debezium.connector.mariadb.MariaDbConnector",
-            "database.server.id=<a number no other replica uses>",
-            f"table.include.list={source.database}.{name}",
-            "include.schema.changes=false  # DDL events have a topic of their own, not the stream's",
-            "schema.history.internal=io.debezium.storage.file.history.FileSchemaHistory",
-            f"schema.history.internal.file.filename=<a file of its own>/{stream}.history",
-        ]
-    connection = [f"database.hostname={parts.hostname}", f"database.port={parts.port or _default_port(source)}",
-                  f"database.user={parts.username or '<user>'}", "database.password=<the password>"]
-    if source.kind == "postgresql":
-        connection.append(f"database.dbname={source.database}")
-    if source.excluded:
-        prefix = f"{source.schema or source.database}.{name}"
-        common.append("column.exclude.list=" + ",".join(re.escape(f"{prefix}.{column}") for column in source.excluded))
-    return "\n".join([*specific, *connection, *common]) + "\n"
+        lines += ["# an id no other replica of the server uses",
+                  f"database.server.id={SERVER_ID_BASE + zlib.crc32(connector.encode()) % 100_000}",
+                  f"database.include.list={_literal(first.database)}",
+                  "# DDL events have a topic of their own, not a stream's",
+                  "include.schema.changes=false",
+                  "# the tables' shapes as of each binlog position: keep the file where it lasts",
+                  "schema.history.internal=io.debezium.storage.file.history.FileSchemaHistory",
+                  f"schema.history.internal.file.filename={connector}-schema-history.dat"]
+    lines += ["# send TRUNCATE as a change (skipped by default: the mirror would keep the rows)",
+              "skipped.operations=none"]
+    excluded = [f"{table}.{column}" for table, (_, source) in zip(where, streams, strict=True)
+                for column in source.excluded]
+    if excluded:
+        lines += ["# columns the contracts leave out (--exclude-columns)",
+                  "column.exclude.list=" + ",".join(_literal(column) for column in excluded)]
+    return lines
+
+
+def route_properties(connector: str, streams: list[tuple[str, SourceTable]]) -> list[str]:
+    """Kafka Connect transforms (keys without a prefix) renaming each table's topic,
+    <topic.prefix>.<schema or database>.<table>, as its stream."""
+    aliases = [f"route_{stream}" for stream, _ in streams]
+    lines = ["# each table's topic (<topic.prefix>.<schema or database>.<table>) renamed as its stream",
+             f"transforms={','.join(aliases)}"]
+    for alias, (stream, source) in zip(aliases, streams, strict=True):
+        lines += [f"transforms.{alias}.type=org.apache.kafka.connect.transforms.RegexRouter",
+                  f"transforms.{alias}.regex=" + _literal(f"{connector}.{source.schema or source.database}."
+                                                          f"{source.name}"),
+                  f"transforms.{alias}.replacement={stream}"]
+    return lines
+
+
+def debezium_properties(connector: str, streams: list[tuple[str, SourceTable]], url: str, settings: Settings,
+                        runtime: str = "kafka-connect") -> str:
+    """One connector for the ``streams`` (stream, its table) of the database at ``url``, as a
+    properties file ``runtime`` reads unedited but for the password: a Kafka Connect connector
+    (its .properties file; the Debezium embedded engine takes the same) or Debezium Server's
+    application.properties (the connector's under debezium.source., transforms under
+    debezium.transforms., converters as debezium.format.*, its Kafka sink)."""
+    if runtime not in RUNTIMES:
+        raise LakehouseError(f"--runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    tables = ", ".join(f"{source.name} as {stream}" for stream, source in streams)
+    source = connector_properties(connector, streams, url)
+    routes = route_properties(connector, streams)
+    if runtime == "kafka-connect":
+        lines = [f"# Debezium connector {connector} (lakehouse cdc add): {tables}",
+                 f"name={connector}", *source,
+                 "# schemaless JSON, the pipeline's `debezium` format",
+                 "key.converter=org.apache.kafka.connect.json.JsonConverter",
+                 "value.converter=org.apache.kafka.connect.json.JsonConverter",
+                 "key.converter.schemas.enable=false",
+                 "value.converter.schemas.enable=false",
+                 *routes,
+                 f"# the worker writes to Kafka: {settings.kafka_bootstrap_servers}"]
+    else:
+        lines = [f"# Debezium Server (lakehouse cdc add): {tables}",
+                 "debezium.sink.type=kafka",
+                 f"debezium.sink.kafka.producer.bootstrap.servers={settings.kafka_bootstrap_servers}",
+                 "debezium.sink.kafka.producer.key.serializer=org.apache.kafka.common.serialization.StringSerializer",
+                 "debezium.sink.kafka.producer.value.serializer=org.apache.kafka.common.serialization.StringSerializer",
+                 "# schemaless JSON, the pipeline's `debezium` format",
+                 "debezium.format.key=json",
+                 "debezium.format.value=json",
+                 "debezium.format.key.schemas.enable=false",
+                 "debezium.format.value.schemas.enable=false",
+                 "# where the connector is in the database's log: keep the file where it lasts",
+                 f"debezium.source.offset.storage.file.filename=data/{connector}-offsets.dat",
+                 *[_prefixed(line, "debezium.source.") for line in source],
+                 *[_prefixed(line, "debezium.") for line in routes]]
+    return "\n".join(lines) + "\n"
+
+
+def _literal(text: str) -> str:
+    """A regular expression matching ``text`` as it is, spelled for a properties file: dots as
+    [.], any other escape's backslash doubled (java.util.Properties reads a lone one as an escape)."""
+    return re.escape(text).replace("\\.", "[.]").replace("\\", "\\\\")
+
+
+def _prefixed(line: str, prefix: str) -> str:
+    return line if line.startswith("#") else prefix + line
 
 
 def _default_port(source: SourceTable) -> int:
     return 5432 if source.kind == "postgresql" else 3306
 
 
+def default_connector(streams: list[str], source: SourceTable) -> str:
+    """The connector's name (its topic prefix; PostgreSQL: its slot's and publication's stem):
+    the stream's for one table, the database's for several."""
+    name = streams[0] if len(streams) == 1 else re.sub(r"[^A-Za-z0-9_]", "_", source.database)
+    return name
+
+
 # --- the command ---------------------------------------------------------------------------------
 
-def add(settings: Settings, table: str, url: str, stream: str | None, partitions: int, project_dir: Path,
-        create_topic: bool = True, exclude: tuple[str, ...] = ()) -> tuple[str, SourceTable, dict[str, Path]]:
-    """Everything `lakehouse cdc add` does: (the stream, its source table, the files it wrote by
-    what they are)."""
+def excluded_columns(tables: list[str], exclude: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """{table: its columns to leave out} from --exclude-columns: COLUMN (one table) or
+    TABLE.COLUMN, TABLE as it was given."""
+    chosen: dict[str, list[str]] = {table: [] for table in tables}
+    for entry in exclude:
+        table, _, column = entry.rpartition(".")
+        if not table:
+            if len(tables) > 1:
+                raise LakehouseError(f"--exclude-columns: {entry!r}: with several tables, name its table "
+                                     "(TABLE.COLUMN)")
+            table = tables[0]
+        if table not in chosen:
+            raise LakehouseError(f"--exclude-columns: {entry!r}: {table!r} is not one of the tables added")
+        chosen[table].append(column)
+    return {table: tuple(columns) for table, columns in chosen.items()}
+
+
+def add(settings: Settings, tables: list[str], url: str, stream: str | None, partitions: int, project_dir: Path,
+        create_topic: bool = True, exclude: tuple[str, ...] = ()) -> list[tuple[str, SourceTable, dict[str, Path]]]:
+    """Everything `lakehouse cdc add` does, for each table: (the stream, its source table, the
+    files it wrote by what they are). Every table is read and checked before anything is written."""
     from lakehouse.core.sql import check_table_name
 
-    source = read_table(url, table, exclude)
-    stream = stream or source.name
-    check_table_name(f"bronze.{stream}")
+    if stream and len(tables) > 1:
+        raise LakehouseError("--stream names one table's stream: with several tables, each stream is named "
+                             "after its table")
+    excluded = excluded_columns(tables, exclude)
+    sources = [read_table(url, table, excluded[table]) for table in tables]
     pipeline_path = pipeline_file().resolve()
     streams = load_pipeline(pipeline_path)
-    if stream in streams:
-        raise LakehouseError(f"stream {stream!r} is already in {pipeline_path}; choose another with --stream")
     schema_dir = _schema_dir(pipeline_path)
-    files = {"contract": schema_dir / f"{stream}.schema.json"}
-    rendered = models(stream, source)
-    files.update({path: project_dir / path for path in rendered})
-    existing = [str(path) for path in files.values() if path.exists()]
-    if existing:
-        raise LakehouseError(f"would overwrite {', '.join(existing)}: remove them or choose another --stream")
+    planned: list[tuple[str, SourceTable, dict[str, Path], dict[str, str]]] = []
+    for source in sources:
+        name = stream or source.name
+        check_table_name(f"bronze.{name}")
+        if name in streams or any(name == other for other, *_ in planned):
+            raise LakehouseError(f"stream {name!r} is already in {pipeline_path}; choose another with --stream"
+                                 if name in streams else f"two tables would be stream {name!r}: add them apart")
+        files = {"contract": schema_dir / f"{name}.schema.json"}
+        rendered = models(name, source)
+        files.update({path: project_dir / path for path in rendered})
+        existing = [str(path) for path in files.values() if path.exists()]
+        if existing:
+            raise LakehouseError(f"would overwrite {', '.join(existing)}: remove them or choose another --stream")
+        planned.append((name, source, files, rendered))
 
     original = pipeline_path.read_text()
-    pipeline_path.write_text(original.rstrip("\n") + "\n" + pipeline_entry(stream, source, partitions))
-    files["contract"].write_text(contract(source))
+    pipeline_path.write_text(original.rstrip("\n") + "\n"
+                             + "".join(pipeline_entry(name, source, partitions) for name, source, *_ in planned))
+    for _, source, files, _ in planned:
+        files["contract"].write_text(contract(source))
     try:
-        load_pipeline(pipeline_path)  # the entry reads back, or nothing stays written
+        load_pipeline(pipeline_path)  # the entries read back, or nothing stays written
     except LakehouseError:
         pipeline_path.write_text(original)
-        files["contract"].unlink()
+        for _, _, files, _ in planned:
+            files["contract"].unlink()
         raise
-    for path, text in rendered.items():
-        files[path].parent.mkdir(parents=True, exist_ok=True)
-        files[path].write_text(text)
-    files["pipeline"] = pipeline_path
-    if create_topic:
-        from producers.delivery import ensure_topic
+    added = []
+    for name, source, files, rendered in planned:
+        for path, text in rendered.items():
+            files[path].parent.mkdir(parents=True, exist_ok=True)
+            files[path].write_text(text)
+        files["pipeline"] = pipeline_path
+        if create_topic:
+            from producers.delivery import ensure_topic
 
-        ensure_topic(settings, stream, partitions=partitions)
-    return stream, source, files
+            ensure_topic(settings, name, partitions=partitions)
+        added.append((name, source, files))
+    return added
 
 
 def _schema_dir(pipeline_path: Path) -> Path:

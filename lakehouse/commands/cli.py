@@ -273,21 +273,29 @@ def _add_cdc(sub) -> None:
                     "is overwritten. docs/connect-a-database.md has the whole path.",
         epilog="Example: lakehouse cdc add public.orders --from postgresql://debezium@db.example.com/shop")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = actions.add_parser("add", help="add one table as a stream",
-                             description="Add one table (NAME or SCHEMA.NAME; PostgreSQL's default "
-                                         "schema is public) as a Debezium stream.")
-    add.add_argument("table", help="the source table: NAME or SCHEMA.NAME")
+    add = actions.add_parser("add", help="add tables as streams, read by one Debezium connector",
+                             description="Add tables (NAME or SCHEMA.NAME; PostgreSQL's default schema is "
+                                         "public), all of one database, as Debezium streams, and print one "
+                                         "connector for all of them.")
+    add.add_argument("tables", nargs="+", metavar="TABLE", help="a source table: NAME or SCHEMA.NAME")
     add.add_argument("--from", dest="url", required=True, metavar="URL",
                      help="the database: postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE, or mysql:// or "
                           "mariadb://; the password is never printed (or use PGPASSWORD for PostgreSQL)")
     add.add_argument("--stream", help="the stream's name, also its topic and its tables' stem (default: the "
-                                      "table's name)")
+                                      "table's name; one table only)")
+    add.add_argument("--connector", help="the connector's name and topic prefix (PostgreSQL: its slot's and "
+                                         "publication's stem too); default: the stream's name for one table, "
+                                         "the database's for several")
+    add.add_argument("--runtime", choices=cdc_runtimes(), default="kafka-connect",
+                     help="the properties printed: a Kafka Connect connector's .properties file (default; the "
+                          "Debezium engine takes it too) or Debezium Server's application.properties")
     add.add_argument("--partitions", type=int, default=3, help="partitions of the topic (default 3)")
     add.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
                      help="the dbt project the models go into (default: this project)")
     add.add_argument("--exclude-columns", default="", metavar="COLUMNS",
                      help="comma-separated columns to leave out (a type not supported yet, or data you do not "
-                          "want in the lake); Debezium is told to leave them out too")
+                          "want in the lake), COLUMN or TABLE.COLUMN (with several tables); Debezium is told "
+                          "to leave them out too")
     add.add_argument("--no-topic", action="store_true", help="do not create the topic (no Kafka needed)")
     add.set_defaults(func=_cdc)
     verify = actions.add_parser(
@@ -329,27 +337,44 @@ def _cdc_verify(args, settings: Settings) -> int:
           + ("equal" if check.equal else check.describe()))
     if not_compared:
         print(f"not compared (not in silver.{spec.name}): {', '.join(not_compared)}")
-    return 0 if check.equal else 1
+    if source.uncontracted:
+        # the contract lacks them, so bronze drops their values: data the mirror does not hold
+        print(f"not mirrored (in the source table, not in the stream's contract): {', '.join(source.uncontracted)}")
+    return 0 if check.equal and not source.uncontracted else 1
+
+
+def cdc_runtimes() -> tuple[str, ...]:
+    from lakehouse.commands.cdc import RUNTIMES
+
+    return RUNTIMES
 
 
 def _cdc(args, settings: Settings) -> int:
     from lakehouse.commands import cdc
+    from lakehouse.core.sql import NAME_PART
 
     if args.partitions < 1:
         raise LakehouseError("--partitions: expected at least 1")
-    stream, source, files = cdc.add(settings, args.table, args.url, args.stream, args.partitions,
-                                    args.project_dir, create_topic=not args.no_topic,
-                                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()))
-    print(f"stream {stream} added:")
-    for what, path in files.items():
-        print(f"  {path}" + (" (the contract: review its types)" if what == "contract" else ""))
-    if not args.no_topic:
-        print(f"topic {stream}: ready ({args.partitions} partitions)")
-    print("\nDebezium connector properties (as Kafka Connect and the Debezium engine take them; Debezium "
-          "Server takes the connector's own under debezium.source., see its documentation for the "
-          "converters and transforms):\n")
-    print(cdc.debezium_properties(stream, source, args.url, settings))
-    print(f"Then: lakehouse ingest {stream}; lakehouse dbt run --select {stream}_changelog+")
+    if args.connector is not None and not NAME_PART.fullmatch(args.connector):
+        raise LakehouseError(f"--connector: {args.connector!r}: expected letters, digits and underscores")
+    added = cdc.add(settings, args.tables, args.url, args.stream, args.partitions, args.project_dir,
+                    create_topic=not args.no_topic,
+                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()))
+    for stream, _, files in added:
+        print(f"stream {stream} added:")
+        for what, path in files.items():
+            print(f"  {path}" + (" (the contract: review its types)" if what == "contract" else ""))
+        if not args.no_topic:
+            print(f"topic {stream}: ready ({args.partitions} partitions)")
+    streams = [(stream, source) for stream, source, _ in added]
+    connector = args.connector or cdc.default_connector([stream for stream, _ in streams], streams[0][1])
+    what = ("a Kafka Connect connector's .properties file; the Debezium engine takes it too"
+            if args.runtime == "kafka-connect" else "Debezium Server's application.properties")
+    print(f"\nDebezium connector {connector} ({what}; set the password):\n")
+    print(cdc.debezium_properties(connector, streams, args.url, settings, args.runtime))
+    names = " ".join(stream for stream, _ in streams)
+    print(f"Then: lakehouse ingest {names}; lakehouse dbt run --select "
+          + " ".join(f"{stream}_changelog+" for stream, _ in streams))
     return 0
 
 

@@ -33,6 +33,7 @@ class SourceTable:
     url: str = field(default="", repr=False)  # where it was read (SQLAlchemy form, password included)
     text_columns: tuple[str, ...] = ()  # columns of a character type (ordered byte by byte when keys)
     json_columns: tuple[str, ...] = ()  # columns of a JSON type (their values compare as JSON)
+    left_out: tuple[str, ...] = ()  # columns of the table not read: not in ``only`` (read_table)
 
 
 # --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
@@ -88,12 +89,24 @@ def _fraction_digits(sql_type) -> int:
     return int(digits)
 
 
+def engine(engine_url: str):
+    """A SQLAlchemy engine whose sessions are in UTC, whatever the server's zone: PyMySQL reads a
+    MySQL/MariaDB TIMESTAMP as a naive wall-clock of the session's zone, and `cdc verify` takes
+    naive instants as UTC (as Debezium sends them). PostgreSQL's timestamptz comes back zoned
+    anyway; its session is UTC too so both kinds read alike."""
+    from sqlalchemy import create_engine
+
+    if engine_url.startswith("postgresql"):
+        return create_engine(engine_url, connect_args={"options": "-c timezone=UTC"})
+    return create_engine(engine_url, connect_args={"init_command": "SET time_zone = '+00:00'"})
+
+
 def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collection[str] | None = None) -> SourceTable:
     """The table's columns and primary key, read from the database at ``url``. ``table`` is
     ``name`` or ``schema.name`` (PostgreSQL's default schema: public); the columns in
     ``exclude`` are left out (Debezium leaves them out too: column.exclude.list), and with
     ``only``, every column not in it."""
-    from sqlalchemy import create_engine, inspect, types
+    from sqlalchemy import inspect, types
     from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 
     parts = urlsplit(url)
@@ -106,10 +119,10 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
     schema, _, name = table.rpartition(".")
     schema = schema or ("public" if kind == "postgresql" else None)
     engine_url = parts._replace(scheme=DRIVERS[parts.scheme]).geturl()
-    engine = create_engine(engine_url)
+    database_engine = engine(engine_url)
     where = f"{schema + '.' if schema else ''}{name} in {database} at {parts.hostname}"
     try:
-        inspector = inspect(engine)
+        inspector = inspect(database_engine)
         columns = inspector.get_columns(name, schema=schema)
         key = tuple(inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or ())
     except NoSuchTableError:
@@ -118,7 +131,7 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise LakehouseError(f"cannot read table {where}: {reason}") from None
     finally:
-        engine.dispose()
+        database_engine.dispose()
     if not key:
         raise LakehouseError(f"table {where} has no primary key: Debezium keys its changes by it, and the "
                              "mirror needs one")
@@ -132,7 +145,8 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
                        {c["name"]: column_property(kind, c["name"], c["type"]) for c in kept}, key, tuple(exclude),
                        engine_url, tuple(c["name"] for c in kept if isinstance(c["type"], types.String | types.Enum)),
                        tuple(c["name"] for c in kept if isinstance(c["type"], types.JSON)
-                             or type(c["type"]).__name__.upper() in ("JSON", "JSONB")))
+                             or type(c["type"]).__name__.upper() in ("JSON", "JSONB")),
+                       tuple(c["name"] for c in columns if c["name"] not in exclude and c not in kept))
 
 
 def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int = 10_000) -> Iterator[dict]:
@@ -141,11 +155,11 @@ def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int =
     pagination), so a large table is never held whole, and no read scans what it skips. Text key
     columns are ordered byte by byte (PostgreSQL's "C" collation, MySQL's BINARY), as Spark
     orders strings."""
-    from sqlalchemy import BINARY, MetaData, Table, cast, collate, create_engine, select, tuple_
+    from sqlalchemy import BINARY, MetaData, Table, cast, collate, select, tuple_
 
-    engine = create_engine(source.url)
+    database_engine = engine(source.url)
     try:
-        table = Table(source.name, MetaData(), autoload_with=engine, schema=source.schema)
+        table = Table(source.name, MetaData(), autoload_with=database_engine, schema=source.schema)
 
         def ordered(name: str):
             column = table.c[name]
@@ -155,7 +169,7 @@ def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int =
         keys = [ordered(name) for name in source.key]
         query = select(*[table.c[name] for name in columns]).order_by(*keys).limit(chunk_rows)
         last = None
-        with engine.connect() as connection:
+        with database_engine.connect() as connection:
             while True:
                 statement = query if last is None else query.where(tuple_(*keys) > tuple_(*last))
                 rows = [dict(row._mapping) for row in connection.execute(statement)]
@@ -164,4 +178,4 @@ def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int =
                     return
                 last = [rows[-1][name] for name in source.key]
     finally:
-        engine.dispose()
+        database_engine.dispose()

@@ -240,6 +240,10 @@ def _json_type(prop: dict, where: str) -> DataType:
     raise LakehouseError(f"{where}: JSON Schema type {kind!r} is not supported for bronze columns (use a string)")
 
 
+# a CDC contract's columns of the source table left out on purpose (`lakehouse cdc add
+# --exclude-columns`): `lakehouse cdc verify` names any other column the contract lacks.
+EXCLUDED_KEYWORD = "x-excluded-columns"
+
 # Debezium's semantic types (the `name` of a field in its Connect schema) that say how a value is
 # written on the wire, by the kind of declared type they can fill. A field of these kinds is
 # read by its semantic type: from the event's own schema when schemas are enabled, else from

@@ -194,8 +194,9 @@ class PsqlSession:
 
 
 @contextmanager
-def postgres_cluster() -> Iterator[Postgres]:
-    """A new PostgreSQL cluster with logical decoding on, on a free port; deleted afterwards."""
+def postgres_cluster(timezone: str = "UTC") -> Iterator[Postgres]:
+    """A new PostgreSQL cluster with logical decoding on, on a free port, its sessions in
+    ``timezone`` by default; deleted afterwards."""
     bin_dir = postgres_bin_dir()
     user = _server_user()
     with _server_folder("lakehouse-postgres-", user) as folder:
@@ -203,7 +204,8 @@ def postgres_cluster() -> Iterator[Postgres]:
         _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
               "--locale=C", "--no-sync"], "initdb", **_as_user(user))
         port = free_port()
-        settings = {**POSTGRES_SETTINGS, "port": str(port), "unix_socket_directories": f"'{folder}'"}
+        settings = {**POSTGRES_SETTINGS, "port": str(port), "unix_socket_directories": f"'{folder}'",
+                    "timezone": f"'{timezone}'"}
         with open(data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
         server = Postgres(bin_dir, folder, port)
@@ -355,8 +357,9 @@ class MariaDbSource:
 
 
 @contextmanager
-def mariadb_server() -> Iterator[MariaDb]:
-    """A new MariaDB server (binlog ROW, full row images, server id 1) on a free port; deleted afterwards."""
+def mariadb_server(time_zone: str = "SYSTEM") -> Iterator[MariaDb]:
+    """A new MariaDB server (binlog ROW, full row images, server id 1) on a free port, its
+    sessions in ``time_zone`` by default (SYSTEM: the machine's); deleted afterwards."""
     server, install, client = mariadb_binaries()
     user = _server_user()
     os_user = pwd.getpwuid(os.geteuid()).pw_name if user is None else user.pw_name
@@ -371,7 +374,7 @@ def mariadb_server() -> Iterator[MariaDb]:
                    f"--log-error={db.log}", "--skip-name-resolve",
                    # what Debezium's binlog reader needs
                    f"--log-bin={folder / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
-                   "--server-id=1",
+                   "--server-id=1", f"--default-time-zone={time_zone}",
                    "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2"]
         with open(folder / "stdout.log", "wb") as out:
             db.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -493,7 +496,8 @@ class Debezium:
     on where it stopped, as Debezium Server does.
     """
 
-    def __init__(self, jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str):
+    def __init__(self, jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str,
+                 text: str = ""):
         from lakehouse.core.preflight import PreflightError, check_java
 
         try:
@@ -514,19 +518,24 @@ class Debezium:
             "kafka.bootstrap.servers": bootstrap,
             "kafka.linger.ms": "5",
         }
+        # a properties file's text put first, as it is (`lakehouse cdc add` printed it): the lines
+        # above follow it, and java.util.Properties keeps the last of a key's lines
+        self.text = text
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Starts the connector and waits until it streams: its snapshot, if it takes one, is over."""
-        self.config.write_text("".join(f"{key}={_escaped(value)}\n" for key, value in self.properties.items()))
+        self.config.write_text(self.text + "".join(f"{key}={_escaped(value)}\n"
+                                                   for key, value in self.properties.items()))
         started_at = self.log.stat().st_size if self.log.exists() else 0
         command = [self.java, "-Xmx512m", "-XX:+UseSerialGC",
                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
                    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka=warn",
                    "-cp", self.classpath, DEBEZIUM_MAIN, str(self.config)]
         with open(self.log, "ab") as out:
+            # in its folder: relative paths in its properties (a schema history file) land there
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, cwd=self.folder)
 
         def streaming() -> bool:
             with open(self.log, "rb") as log:
@@ -548,10 +557,47 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\")
 
 
+# Debezium Server's application.properties keys as Debezium Server hands them on (its
+# DebeziumServer class): the connector's without debezium.source., the transforms' with
+# transforms. for debezium.transforms., the JSON format's schemas.enable to its converters; its
+# Kafka sink's producer settings are our runner's kafka.* ones.
+SERVER_PREFIXES = [("debezium.source.", ""), ("debezium.transforms", "transforms"),
+                   ("debezium.format.key.", "key.converter."), ("debezium.format.value.", "value.converter."),
+                   ("debezium.sink.kafka.producer.", "kafka.")]
+# what our runner does itself: it is a Kafka sink, and it writes the bytes its JSON converters make
+SERVER_RUNNER_OWN = {"debezium.sink.type": "kafka", "debezium.format.key": "json", "debezium.format.value": "json",
+                     "debezium.sink.kafka.producer.key.serializer":
+                         "org.apache.kafka.common.serialization.StringSerializer",
+                     "debezium.sink.kafka.producer.value.serializer":
+                         "org.apache.kafka.common.serialization.StringSerializer"}
+
+
+def server_properties_for_runner(text: str) -> str:
+    """Debezium Server's application.properties as our runner's properties file: each key
+    renamed by its prefix (SERVER_PREFIXES), line by line, the values untouched; the lines our
+    runner does itself (SERVER_RUNNER_OWN, with exactly those values) left out. Any other key
+    fails the test: nothing is dropped unseen. Comments and blank lines stay."""
+    lines = []
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if not line.strip() or line.lstrip().startswith(("#", "!")):
+            lines.append(line)
+        elif SERVER_RUNNER_OWN.get(key) == value:
+            continue
+        else:
+            renamed = next((new + key[len(old):] for old, new in SERVER_PREFIXES if key.startswith(old)), None)
+            if renamed is None:
+                pytest.fail(f"a Debezium Server property the runner has no counterpart for: {line}")
+            lines.append(f"{renamed}={value}")
+    return "\n".join(lines) + "\n"
+
+
 @contextmanager
-def debezium(jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str) -> Iterator[Debezium]:
-    """A started connector, stopped at the end of the block whatever happens."""
-    engine = Debezium(jars_dir, folder, name, connector, bootstrap)
+def debezium(jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str,
+             text: str = "") -> Iterator[Debezium]:
+    """A started connector, stopped at the end of the block whatever happens; ``text``: a
+    properties file's text put first (Debezium)."""
+    engine = Debezium(jars_dir, folder, name, connector, bootstrap, text)
     try:
         engine.start()
         yield engine

@@ -41,6 +41,7 @@ from tests.integration.cdc_sources import (
     mariadb_server,
     postgres_cluster,
     postgres_connector,
+    server_properties_for_runner,
     topic_size,
     wait_for_messages,
 )
@@ -707,11 +708,15 @@ def pipeline_copy(folder: Path) -> Path:
     return folder / "pipeline.yml"
 
 
-def printed_properties(output: str) -> dict[str, str]:
-    """The connector properties `lakehouse cdc add` printed, comments left out."""
-    lines = output.split("Debezium connector properties", 1)[1].splitlines()[1:]
-    pairs = (line.split("  #", 1)[0].split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
-    return {key.strip(): value.strip() for key, value in pairs}
+def printed_text(output: str) -> str:
+    """The properties file `lakehouse cdc add` printed, as it printed it: the lines between its
+    header (and the blank line after it) and the `Then:` line."""
+    after_header = output.split("\nDebezium connector ", 1)[1].split("\n\n", 1)[1]
+    return after_header.split("\nThen: ", 1)[0]
+
+
+def printed_value_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
 @pytest.fixture(scope="module")
@@ -750,9 +755,10 @@ def test_a_table_added_by_one_command_is_mirrored_with_its_composite_key(postgre
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "stream 'shop_orders' is already in" in again.stderr
 
-    # Debezium with exactly the properties the command printed
-    connector = printed_properties(added.stdout)
-    with debezium(own.jars_dir, tmp_path / "debezium", "shop_orders", connector, bootstrap) as engine:
+    # Debezium with exactly the properties file the command printed (the runner's offsets and
+    # Kafka appended; the trusted superuser needs no password)
+    with debezium(own.jars_dir, tmp_path / "debezium", "shop_orders", {}, bootstrap,
+                  text=printed_text(added.stdout)) as engine:
         expected = 3 + run_script(postgres, "sales", ORDER_CHANGES)
         wait_for_messages(bootstrap, "shop_orders", expected, engine)
     job.run(session, own, ["shop_orders"], available_now=True)
@@ -883,3 +889,179 @@ def test_pgbench_mirrors_equal_their_tables_after_a_snapshot_under_load_and_rest
         check = verify(session, source, chunk_rows=20_000)
         assert check.equal and not not_compared, f"{table}: {check.describe()}"
     assert verify(session, database_source(session, get_stream("pgbench_accounts"), url)[0]).source_rows == 100_000
+
+
+# --- (k) servers not in UTC, several tables in one connector, the printed properties unedited ----
+
+def added_by_cdc_add(own, tmp_path: Path, monkeypatch, url: str, *arguments: str) -> tuple[dict, Path, str]:
+    """`lakehouse cdc add ARGUMENTS --from URL` into a copy of the project and pipeline file: (the
+    environment of a `lakehouse` command on them, the project, the properties text it printed)."""
+    project, pipeline = project_copy(tmp_path / "project"), pipeline_copy(tmp_path)
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    added = subprocess.run([lakehouse, "cdc", "add", *arguments, "--from", url, "--project-dir", str(project)],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    text = printed_text(added.stdout)
+    assert not [line for line in printed_value_lines(text) if "#" in line]  # no comment after a value
+    return env, project, text
+
+
+def ingest_and_build(lake, project: Path, streams: list[str]) -> None:
+    """The streams through ingestion (no dead letter) and their dbt models."""
+    own, session, target = lake
+    job.run(session, own, streams, available_now=True)
+    assert session.table("bronze.dead_letters").count() == 0
+    run_dbt(own, ["run", "--project-dir", str(project), "--select", *[f"{stream}_changelog+" for stream in streams],
+                  *NO_OVERLAP], target_dir=target, capture=True)
+
+
+def cdc_verify(env: dict, url: str, stream: str) -> subprocess.CompletedProcess:
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    return subprocess.run([lakehouse, "cdc", "verify", stream, "--source", url], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def assert_verified_equal(env: dict, url: str, streams: dict[str, int]) -> None:
+    """`lakehouse cdc verify` finds each stream's live view equal to its table, of that many rows."""
+    for stream, rows in streams.items():
+        verified = cdc_verify(env, url, stream)
+        assert (verified.returncode, verified.stdout.splitlines()) == (
+            0, [f"{stream}: {rows:,} source rows, {rows:,} live rows; equal"]), verified.stderr
+
+
+def assert_verify_names_the_column_not_mirrored(env: dict, url: str, stream: str, rows: int, column: str) -> None:
+    """A column the table gained since `cdc add`: the rows compare equal, the column is named, exit 1."""
+    verified = cdc_verify(env, url, stream)
+    assert (verified.returncode, verified.stdout.splitlines()) == (1, [
+        f"{stream}: {rows:,} source rows, {rows:,} live rows; equal",
+        f"not mirrored (in the source table, not in the stream's contract): {column}"]), verified.stderr
+
+
+MARIADB_ZONE = "+02:00"
+MARIADB_SHOP_DDL = """
+create table orders (
+    order_id integer primary key,
+    placed_at timestamp(6) not null,
+    due datetime(3),
+    amount decimal(8, 2) not null,
+    note varchar(50)
+);
+create table clients (
+    client_id integer primary key,
+    name varchar(50) not null,
+    seen_at timestamp not null
+);
+"""
+
+
+def maria_shop_rows(first: int, count: int) -> str:
+    """Rows of both tables, written in the server's zone (+02:00): its TIMESTAMPs are stored in UTC."""
+    orders = ", ".join(f"({k}, timestamp '2026-03-29 00:30:00.250000' + interval {k * 7} minute, "
+                       f"'2026-04-01 12:00:00.5', {k}.25, 'order {k}')" for k in range(first, first + count))
+    clients = ", ".join(f"({k}, 'Client {k}', timestamp '2026-10-25 01:00:00' + interval {k * 13} minute)"
+                        for k in range(first, first + count))
+    return f"insert into orders values {orders}; insert into clients values {clients};"
+
+
+@pytest.fixture(scope="module")
+def zoned_lake(spark, settings, tmp_path_factory):
+    """One lakehouse for the tests of servers not in UTC: their streams have names of their own."""
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-zoned") as lakehouse:
+        yield lakehouse
+
+
+def test_a_mariadb_server_not_in_utc_two_tables_one_connector_from_the_printed_properties(
+        zoned_lake, tmp_path, monkeypatch):
+    """Issue 42, items 2 and 3 on MariaDB: a server at +02:00; `cdc add` of two tables prints one
+    connector (MariaDB's class, comments on lines of their own), which the runner reads as a
+    properties file unedited but for the password appended; `cdc verify` finds both mirrors
+    equal (TIMESTAMP read in UTC) and names a column added to the table since."""
+    own, session, target = zoned_lake
+    bootstrap = own.kafka_bootstrap_servers
+    with mariadb_server(time_zone=MARIADB_ZONE) as db:
+        assert db.sql("select @@global.time_zone").strip() == MARIADB_ZONE
+        db.sql("create database shop;")
+        db.sql(MARIADB_SHOP_DDL + maria_shop_rows(1, 30), "shop")
+        url = f"mariadb://{db.user}:{db.password}@127.0.0.1:{db.port}/shop"
+        env, project, text = added_by_cdc_add(own, tmp_path, monkeypatch, url, "orders", "clients")
+        assert "database.password=<the password>" in text.splitlines()  # never the URL's
+        assert "connector.class=io.debezium.connector.mariadb.MariaDbConnector" in text.splitlines()
+        assert "table.include.list=shop[.]orders,shop[.]clients" in text.splitlines()
+
+        # the password, appended as a user fills it in: the printed lines stay as they are
+        connector = {"database.password": db.password}
+        with debezium(own.jars_dir, tmp_path / "debezium", "shop", connector, bootstrap, text=text) as engine:
+            db.sql(maria_shop_rows(31, 5) + "update orders set note = 'changed', placed_at = placed_at + "
+                   "interval 1 hour where order_id <= 3; delete from clients where client_id = 2;", "shop")
+            wait_for_messages(bootstrap, "orders", 35 + 3, engine)
+            wait_for_messages(bootstrap, "clients", 35 + 2, engine)  # the delete and its tombstone
+        ingest_and_build(zoned_lake, project, ["orders", "clients"])
+        # the instant the mirror holds: 2026-03-29 00:30:00.25 at +02:00, plus 4 * 7 minutes
+        placed = session.sql("select placed_at from silver.orders where order_id = 4").toArrow()["placed_at"][0].as_py()
+        assert placed == datetime(2026, 3, 28, 22, 58, 0, 250000, tzinfo=UTC)
+        assert_verified_equal(env, url, {"orders": 35, "clients": 34})
+
+        # a column the table gains: not in the contract, so not mirrored; verify says so
+        db.sql("alter table clients add column vip boolean not null default false;", "shop")
+        assert_verify_names_the_column_not_mirrored(env, url, "clients", 34, "vip")
+
+
+PG_ZONE = "Asia/Kolkata"  # +05:30 all year
+PG_SHOP_DDL = """
+create table visits (
+    visit_id bigint primary key,
+    at timestamptz not null,
+    local_at timestamp(6) not null,
+    day date not null
+);
+create table wallets (
+    wallet_id integer primary key,
+    balance numeric(12, 2) not null,
+    updated_at timestamptz(3) not null
+);
+"""
+
+
+def pg_shop_rows(first: int, count: int) -> str:
+    visits = ", ".join(f"({k}, timestamptz '2026-11-20 00:15:00.5+05:30' + interval '{k * 11} minutes', "
+                       f"timestamp '2026-11-20 00:15:00.5' + interval '{k} minutes', date '2026-11-20')"
+                       for k in range(first, first + count))
+    wallets = ", ".join(f"({k}, {k}.75, timestamptz '2026-11-19 23:59:59.999+00' + interval '{k} hours')"
+                        for k in range(first, first + count))
+    return f"insert into visits values {visits}; insert into wallets values {wallets};"
+
+
+def test_a_postgres_server_not_in_utc_two_tables_one_debezium_server_configuration(
+        zoned_lake, tmp_path, monkeypatch):
+    """Issue 42, items 2 and 3 on PostgreSQL: a cluster whose `timezone` is Asia/Kolkata; `cdc add
+    --runtime debezium-server` of two tables prints one Debezium Server configuration, run by our
+    runner with its keys renamed as Debezium Server hands them on (server_properties_for_runner;
+    Debezium Server itself is not in the reachable Maven registry); `cdc verify` finds both
+    mirrors equal and names a column added to the table since."""
+    own, session, target = zoned_lake
+    bootstrap = own.kafka_bootstrap_servers
+    with postgres_cluster(timezone=PG_ZONE) as server:
+        server.create_database("shop")
+        server.sql(PG_SHOP_DDL + pg_shop_rows(1, 30), "shop")
+        url = f"postgresql://{server.superuser}@127.0.0.1:{server.port}/shop"
+        env, project, text = added_by_cdc_add(own, tmp_path, monkeypatch, url, "visits", "public.wallets",
+                                              "--connector", "pgshop", "--runtime", "debezium-server")
+        assert not [line for line in printed_value_lines(text) if not line.startswith("debezium.")]
+        assert f"debezium.sink.kafka.producer.bootstrap.servers={bootstrap}" in text.splitlines()
+        # the password appended as a user fills it in (the cluster trusts loopback: any will do)
+        runner_text = server_properties_for_runner(text + "debezium.source.database.password=trusted\n")
+        with debezium(own.jars_dir, tmp_path / "debezium", "pgshop", {}, bootstrap, text=runner_text) as engine:
+            server.sql(pg_shop_rows(31, 5) + "update visits set at = at + interval '1 hour' where visit_id <= 3;"
+                       "delete from wallets where wallet_id = 2;", "shop")
+            wait_for_messages(bootstrap, "visits", 35 + 3, engine)
+            wait_for_messages(bootstrap, "wallets", 35 + 2, engine)
+        ingest_and_build(zoned_lake, project, ["visits", "wallets"])
+        at = session.sql("select at from silver.visits where visit_id = 4").toArrow()["at"][0].as_py()
+        assert at == datetime(2026, 11, 19, 19, 29, 0, 500000, tzinfo=UTC)  # 00:15:00.5+05:30 + 4 * 11 minutes
+        assert_verified_equal(env, url, {"visits": 35, "wallets": 34})
+
+        server.sql("alter table wallets add column note text", "shop")
+        assert_verify_names_the_column_not_mirrored(env, url, "wallets", 34, "note")
+

@@ -2,12 +2,16 @@
 defaults), the properties it prints, and the pipeline files it refuses to touch. The whole
 command runs against a real PostgreSQL and Debezium in tests/integration/test_real_cdc.py."""
 
+import json
+import re
+
 import pytest
 from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects import postgresql as pg
 
 from lakehouse.commands import cdc
 from lakehouse.contracts import source_tables
+from lakehouse.contracts.streams import EXCLUDED_KEYWORD
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -58,18 +62,104 @@ def test_a_type_it_cannot_read_is_refused_by_name(sql_type, message):
         source_tables.column_property("postgresql", "c", sql_type)
 
 
+def java_properties(text: str) -> dict[str, str]:
+    """``text`` read as java.util.Properties reads the lines `cdc add` prints: `#` starts a comment
+    only at the start of a line; a backslash escapes the next character; the last of a key's lines
+    wins. (The real runtime reads the printed text in tests/integration/test_real_cdc.py.)"""
+    properties = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", "!")):
+            continue
+        key, _, value = line.partition("=")
+        properties[key.strip()] = re.sub(r"\\(.)", r"\1", value.lstrip())
+    return properties
+
+
+ORDERS = source_tables.SourceTable("postgresql", "shop", "public", "orders", {"id": {"type": "integer"}}, ("id",),
+                                   excluded=("blob",))
+CLIENTS = source_tables.SourceTable("postgresql", "shop", "sales", "clients", {"id": {"type": "integer"}}, ("id",))
+
+
 def test_the_printed_properties_route_the_table_to_the_stream_and_leave_out_excluded_columns():
-    source = source_tables.SourceTable("postgresql", "shop", "public", "orders", {"id": {"type": "integer"}}, ("id",),
-                             excluded=("blob",))
-    text = cdc.debezium_properties("shop_orders", source, "postgresql://me:secret@db:5433/shop", Settings.from_env({}))
-    properties = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-    assert "secret" not in text
-    assert properties["transforms.route.regex"] == r"shop_orders\.public\.orders"
-    assert properties["transforms.route.replacement"] == "shop_orders"
-    assert properties["column.exclude.list"] == r"public\.orders\.blob"
+    text = cdc.debezium_properties("shop_orders", [("shop_orders", ORDERS)], "postgresql://me:s3cr3t@db:5433/shop",
+                                   Settings.from_env({}))
+    properties = java_properties(text)
+    assert "s3cr3t" not in text
+    assert properties["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
+    assert properties["transforms"] == "route_shop_orders"
+    assert re.fullmatch(properties["transforms.route_shop_orders.regex"], "shop_orders.public.orders")
+    assert not re.fullmatch(properties["transforms.route_shop_orders.regex"], "shop_orders.public_orders")
+    assert properties["transforms.route_shop_orders.replacement"] == "shop_orders"
+    assert re.fullmatch(properties["column.exclude.list"], "public.orders.blob")
     assert (properties["database.hostname"], properties["database.port"], properties["database.dbname"]) == (
         "db", "5433", "shop")
     assert properties["skipped.operations"] == "none"  # truncates are changes
+
+
+@pytest.mark.parametrize("runtime", cdc.RUNTIMES)
+@pytest.mark.parametrize("url", ["postgresql://me@db/shop", "mysql://me@db/shop", "mariadb://me@db/shop"])
+def test_no_comment_follows_a_value_in_either_runtime_form(runtime, url):
+    """A `#` after a value is part of the value in a properties file (issue 42: include.schema.changes
+    refused)."""
+    kind = "postgresql" if url.startswith("postgresql") else "mysql"
+    source = source_tables.SourceTable(kind, "shop", "public" if kind == "postgresql" else None, "orders",
+                                       {"id": {"type": "integer"}}, ("id",))
+    text = cdc.debezium_properties("shop", [("orders", source)], url, Settings.from_env({}), runtime)
+    values = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    assert values and not [line for line in values if "#" in line]
+    if runtime == "debezium-server":
+        assert all(line.startswith("debezium.") for line in values)
+
+
+@pytest.mark.parametrize("url, connector_class", [
+    ("postgresql://me@db/shop", "io.debezium.connector.postgresql.PostgresConnector"),
+    ("mysql://me@db/shop", "io.debezium.connector.mysql.MySqlConnector"),
+    ("mariadb://me@db/shop", "io.debezium.connector.mariadb.MariaDbConnector"),  # MySQL's refuses MariaDB
+])
+def test_the_connector_class_is_the_database_s_own(url, connector_class):
+    kind = "postgresql" if url.startswith("postgresql") else "mysql"
+    source = source_tables.SourceTable(kind, "shop", "public" if kind == "postgresql" else None, "orders",
+                                       {"id": {"type": "integer"}}, ("id",))
+    for runtime, key in (("kafka-connect", "connector.class"), ("debezium-server", "debezium.source.connector.class")):
+        text = cdc.debezium_properties("shop", [("orders", source)], url, Settings.from_env({}), runtime)
+        assert java_properties(text)[key] == connector_class
+
+
+def test_several_tables_are_one_connector_each_routed_to_its_stream():
+    streams = [("orders", ORDERS), ("clients", CLIENTS)]
+    server = java_properties(cdc.debezium_properties("shop", streams, "postgresql://me@db/shop",
+                                                     Settings.from_env({"LAKEHOUSE_KAFKA_PORT": "9999"}),
+                                                     "debezium-server"))
+    include = server["debezium.source.table.include.list"].split(",")
+    assert [table for table in ("public.orders", "sales.clients", "public.clients")
+            if any(re.fullmatch(pattern, table) for pattern in include)] == ["public.orders", "sales.clients"]
+    assert server["debezium.source.topic.prefix"] == "shop"
+    assert server["debezium.source.slot.name"] == "shop_slot"
+    assert server["debezium.transforms"] == "route_orders,route_clients"
+    routed = {}
+    for alias in server["debezium.transforms"].split(","):
+        for topic in ("shop.public.orders", "shop.sales.clients"):
+            if re.fullmatch(server[f"debezium.transforms.{alias}.regex"], topic):
+                routed[topic] = server[f"debezium.transforms.{alias}.replacement"]
+    assert routed == {"shop.public.orders": "orders", "shop.sales.clients": "clients"}
+    assert server["debezium.sink.kafka.producer.bootstrap.servers"] == "127.0.0.1:9999"
+    assert server["debezium.format.value.schemas.enable"] == "false"
+
+
+def test_excluded_columns_name_their_table_when_there_are_several():
+    assert cdc.excluded_columns(["orders"], ("blob",)) == {"orders": ("blob",)}
+    assert cdc.excluded_columns(["orders", "public.clients"], ("public.clients.note", "orders.blob")) == {
+        "orders": ("blob",), "public.clients": ("note",)}
+    with pytest.raises(LakehouseError, match="with several tables, name its table"):
+        cdc.excluded_columns(["orders", "clients"], ("blob",))
+    with pytest.raises(LakehouseError, match="'items' is not one of the tables added"):
+        cdc.excluded_columns(["orders"], ("items.blob",))
+
+
+def test_the_contract_names_the_columns_left_out():
+    """`cdc verify` names any other column the contract lacks (test_real_cdc.py, against real databases)."""
+    assert json.loads(cdc.contract(ORDERS))[EXCLUDED_KEYWORD] == ["blob"]
+    assert EXCLUDED_KEYWORD not in json.loads(cdc.contract(CLIENTS))
 
 
 def test_a_pipeline_file_whose_streams_are_not_its_last_section_is_not_appended_to(tmp_path):
