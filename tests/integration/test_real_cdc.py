@@ -1065,3 +1065,37 @@ def test_a_postgres_server_not_in_utc_two_tables_one_debezium_server_configurati
         server.sql("alter table wallets add column note text", "shop")
         assert_verify_names_the_column_not_mirrored(env, url, "wallets", 34, "note")
 
+
+# --- (l) the privileges docs/connect-a-database.md lists, and no more -----------------------------
+
+def test_postgres_connector_runs_with_the_documented_privileges(postgres, kafka, settings, tmp_path):
+    """A role with LOGIN and REPLICATION that owns the tables and may create in the database
+    (the publication `publication.autocreate.mode=filtered` makes): snapshot and stream."""
+    table = "debezium_grants_items"  # also the topic: the session's broker is shared
+    postgres.create_database("grants")
+    postgres.sql("create role cdc_user with login replication;"
+                 f"create table {table} (item_id integer primary key, label text not null);"
+                 f"insert into {table} values (1, 'before the snapshot');"
+                 f"alter table {table} owner to cdc_user; grant create on database grants to cdc_user;", "grants")
+    create_topics(kafka, [table])
+    connector = postgres_connector(postgres, "grants", [table], "grants", **{"database.user": "cdc_user"})
+    with debezium(settings.jars_dir, tmp_path / "debezium", "grants", connector, kafka) as engine:
+        postgres.sql(f"insert into {table} values (2, 'streamed')", "grants")
+        wait_for_messages(kafka, table, 2, engine)
+    assert [e["op"] for events in change_events(kafka, table).values() for e in events] == ["r", "c"]
+
+
+def test_mariadb_connector_runs_with_the_documented_privileges(mariadb, kafka, settings, tmp_path):
+    """SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE and BINLOG MONITOR: snapshot and stream."""
+    table = "debezium_grants_orders"
+    mariadb.sql(f"create database grants; create table grants.{table} (order_id integer primary key, "
+                f"status varchar(20) not null); insert into grants.{table} values (1, 'open');"
+                "create user 'cdc_user'@'%' identified by 'cdc-password';"
+                "grant select, reload, show databases, replication slave, binlog monitor on *.* to 'cdc_user'@'%';")
+    create_topics(kafka, [table])
+    connector = mariadb_connector(mariadb, "grants", [table], "grants", tmp_path / "debezium",
+                                  **{"database.user": "cdc_user", "database.password": "cdc-password"})
+    with debezium(settings.jars_dir, tmp_path / "debezium", "grants", connector, kafka) as engine:
+        mariadb.sql(f"insert into {table} values (2, 'streamed')", "grants")
+        wait_for_messages(kafka, table, 2, engine)
+    assert [e["op"] for events in change_events(kafka, table).values() for e in events] == ["r", "c"]
