@@ -240,9 +240,11 @@ def add(settings: Settings, tables: list[str], url: str, stream: str | None, par
     for source in sources:
         name = stream or source.name
         check_table_name(f"bronze.{name}")
-        if name in streams or any(name == other for other, *_ in planned):
+        if name in streams:
             raise LakehouseError(f"stream {name!r} is already in {pipeline_path}; choose another with --stream"
-                                 if name in streams else f"two tables would be stream {name!r}: add them apart")
+                                 + ("" if len(tables) == 1 else f" (add {source.name} on its own)"))
+        if any(name == other for other, *_ in planned):
+            raise LakehouseError(f"two tables would be stream {name!r}: add them one at a time with --stream")
         files = {"contract": schema_dir / f"{name}.schema.json"}
         rendered = models(name, source)
         files.update({path: project_dir / path for path in rendered})

@@ -264,14 +264,16 @@ def _dbt(args, settings: Settings) -> int:
 
 def _add_cdc(sub) -> None:
     parser = sub.add_parser(
-        "cdc", help="add a database table as a CDC stream; verify a mirror against its table",
+        "cdc", help="add database tables as CDC streams; verify a mirror against its table",
         description="`verify`: compare a stream's live mirror with its source table, row by row. "
-                    "`add`: read a table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
-                    "write the stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), its "
-                    "pipeline entry, its dbt source entry and its changelog, mirror, live-view and history "
-                    "models; create its topic; print the Debezium connector properties to set. Nothing "
-                    "is overwritten. docs/connect-a-database.md has the whole path.",
-        epilog="Example: lakehouse cdc add public.orders --from postgresql://debezium@db.example.com/shop")
+                    "`add`: read each table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
+                    "write its stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), "
+                    "pipeline entry, dbt source entry and changelog, mirror, live-view and history "
+                    "models; create its topic; print one Debezium connector for the tables (Kafka Connect "
+                    "or Debezium Server properties). Nothing is overwritten. docs/connect-a-database.md has "
+                    "the whole path.",
+        epilog="Example: lakehouse cdc add public.orders public.customers "
+               "--from postgresql://debezium@db.example.com/shop")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="add tables as streams, read by one Debezium connector",
                              description="Add tables (NAME or SCHEMA.NAME; PostgreSQL's default schema is "
