@@ -81,7 +81,7 @@ def models(stream: str, source: SourceTable) -> dict[str, str]:
 RUNTIMES = ("kafka-connect", "debezium-server")
 CONNECTOR_CLASSES = {"postgresql": "io.debezium.connector.postgresql.PostgresConnector",
                      "mysql": "io.debezium.connector.mysql.MySqlConnector",
-                     # Debezium's MySQL connector refuses MariaDB (3.5: it asks for SHOW BINARY LOG STATUS)
+                     # Debezium's MySQL connector is not for MariaDB (3.6's asks for SHOW BINARY LOG STATUS)
                      "mariadb": "io.debezium.connector.mariadb.MariaDbConnector"}
 SERVER_ID_BASE = 5400  # MySQL/MariaDB: the connector joins the server as a replica with an id of its own
 
@@ -199,8 +199,7 @@ def _default_port(source: SourceTable) -> int:
 def default_connector(streams: list[str], source: SourceTable) -> str:
     """The connector's name (its topic prefix; PostgreSQL: its slot's and publication's stem):
     the stream's for one table, the database's for several."""
-    name = streams[0] if len(streams) == 1 else re.sub(r"[^A-Za-z0-9_]", "_", source.database)
-    return name
+    return streams[0] if len(streams) == 1 else re.sub(r"[^A-Za-z0-9_]", "_", source.database)
 
 
 # --- the command ---------------------------------------------------------------------------------
