@@ -8,12 +8,19 @@ there exactly once, in bronze or among the stream's pending dead letters (a repl
 letter's record is in bronze now, `lakehouse dlq replay`). The demo checks the ranges it
 produced; the chaos tests whole topics.
 
+Not every offset holds a record: a transactional producer's commit and abort markers take an
+offset each, and an aborted transaction's records are never read (the job reads
+``read_committed``, ARCHITECTURE §7). Given the settings to reach Kafka, offsets found neither
+in bronze nor in dead letters are looked up in the topic as ``read_committed`` reads it, and
+those that hold no committed record are counted apart (``no_record``), not as missing.
+
 The counting runs in Spark (a group-by over the coordinates); only the totals and a few
 examples of each failure come back to the driver.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +29,7 @@ from pyspark.sql import functions as F
 
 from ingestion.dead_letters import TABLE as DEAD_LETTERS_TABLE
 from lakehouse.contracts.streams import StreamSpec
+from lakehouse.core.settings import Settings
 from lakehouse.core.spark import relation_exists
 
 EXAMPLES = 5  # coordinates shown per kind of failure
@@ -34,13 +42,14 @@ class OffsetCheck:
     """Where the offsets of the ranges landed; `holds` when each is there exactly once."""
 
     stream: str
-    expected: int  # offsets in the ranges
+    expected: int  # offsets in the ranges that hold a record
     bronze: int  # bronze rows at those offsets
     dead_letters: int  # pending dead letters at those offsets
     missing: int  # offsets neither in bronze nor pending in dead letters
     duplicated: int  # offsets there more than once (twice in a table, or in both)
     missing_examples: tuple[Coordinate, ...] = ()  # the first few, in offset order
     duplicated_examples: tuple[tuple[int, int, int, int], ...] = ()  # (partition, offset, bronze, dead)
+    no_record: int = 0  # offsets of transaction markers and aborted records: nothing to land
 
     @property
     def holds(self) -> bool:
@@ -64,8 +73,13 @@ def offset_ranges(start: Mapping[int, int], end: Mapping[int, int]) -> dict[int,
 
 
 def check_every_offset_once(spark, spec: StreamSpec, ranges: Mapping[int, tuple[int, int]],
-                            examples: int = EXAMPLES) -> OffsetCheck:
-    """Counts each (partition, offset) of `ranges` in spec's bronze table and its pending dead letters."""
+                            examples: int = EXAMPLES, settings: Settings | None = None) -> OffsetCheck:
+    """Counts each (partition, offset) of `ranges` in spec's bronze table and its pending dead letters.
+
+    With ``settings``, an offset in neither is looked up in the topic: one that holds no
+    committed record (a transaction marker, an aborted record) is ``no_record``, not missing.
+    Without them (no broker at hand) every offset counts as a record.
+    """
     ranges = {p: (first, end) for p, (first, end) in ranges.items() if end > first}
     expected = sum(end - first for first, end in ranges.values())
     landed = _coordinates(spark, spec).where(_within(ranges))
@@ -76,18 +90,41 @@ def check_every_offset_once(spark, spec: StreamSpec, ranges: Mapping[int, tuple[
         totals = counted.agg(F.count(F.lit(1)).alias("present"), F.count_if(F.col("n") > 1).alias("duplicated"),
                              F.coalesce(F.sum("bronze"), F.lit(0)).alias("bronze"),
                              F.coalesce(F.sum("dead"), F.lit(0)).alias("dead")).first()
-        missing = expected - totals.present
+        missing, no_record = expected - totals.present, 0
         duplicates = () if not totals.duplicated else tuple(
             (r.partition, r.offset, r.bronze, r.dead) for r in
             counted.where("n > 1").orderBy("partition", "offset").limit(examples).collect())
-        absent = () if not missing else tuple(
-            (r.partition, r.offset) for r in
-            _expected(spark, ranges).join(counted, ["partition", "offset"], "left_anti")
-            .orderBy("partition", "offset").limit(examples).collect())
+        absent = _expected(spark, ranges).join(counted, ["partition", "offset"], "left_anti")
+        if missing and settings is not None:  # only then: a topic without transactions has no gaps
+            absent = absent.join(_committed_records(spark, settings, spec.topic, ranges),
+                                 ["partition", "offset"], "left_semi")
+            lost = absent.count()
+            missing, no_record = lost, missing - lost
+        absent_examples = _first(absent, examples) if missing else ()
     finally:
         counted.unpersist()
-    return OffsetCheck(spec.name, expected, int(totals.bronze), int(totals.dead), missing,
-                       int(totals.duplicated), absent, duplicates)
+    return OffsetCheck(spec.name, expected - no_record, int(totals.bronze), int(totals.dead), missing,
+                       int(totals.duplicated), absent_examples, duplicates, no_record)
+
+
+def _first(coordinates: DataFrame, examples: int) -> tuple[Coordinate, ...]:
+    return tuple((r.partition, r.offset) for r in coordinates.orderBy("partition", "offset").limit(examples).collect())
+
+
+def _committed_records(spark, settings: Settings, topic: str, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+    """(partition, offset) of every record of the ranges a read_committed consumer reads: the
+    offsets of transaction markers and of aborted transactions' records are not among them."""
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+              .option("assign", json.dumps({topic: sorted(ranges)}))
+              .option("startingOffsets", json.dumps({topic: {str(p): first for p, (first, _) in ranges.items()}}))
+              .option("endingOffsets", json.dumps({topic: {str(p): end for p, (_, end) in ranges.items()}}))
+              # an offset expired before it was read must not pass as "no record"
+              .option("failOnDataLoss", "true"))
+    for key, value in settings.java_kafka_options().items():
+        reader = reader.option(f"kafka.{key}", value)
+    return (reader.option("kafka.isolation.level", "read_committed").load()
+            .select(F.col("partition").cast("int"), F.col("offset").cast("long")))
 
 
 def _coordinates(spark, spec: StreamSpec) -> DataFrame:

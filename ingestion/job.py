@@ -360,9 +360,22 @@ READ_TASKS_PER_CORE = 2
 BATCH_RECORDS = COLLECT_RECORDS
 
 
+ISOLATION_LEVEL, READ_COMMITTED = "isolation.level", "read_committed"
+
+
 def read_tasks(spark: SparkSession) -> int:
     """Kafka read tasks per batch (the source's ``minPartitions``): a multiple of the cores."""
     return READ_TASKS_PER_CORE * max(1, spark.sparkContext.defaultParallelism)
+
+
+def kafka_read_options(settings: Settings) -> dict[str, str]:
+    """The Java client options the job reads with; an isolation level other than
+    read_committed is refused with one line rather than overridden in silence."""
+    options = settings.java_kafka_options()
+    if options.get(ISOLATION_LEVEL, READ_COMMITTED) != READ_COMMITTED:
+        raise LakehouseError(f"Kafka option {ISOLATION_LEVEL}={options[ISOLATION_LEVEL]} not supported: the job "
+                             f"reads {READ_COMMITTED} only (an aborted transaction's records must never land)")
+    return options
 
 
 def kafka_source(
@@ -385,8 +398,12 @@ def kafka_source(
         # partitions' offset ranges so every core gets read (and decode, and write) tasks.
         .option("minPartitions", str(read_tasks(spark)))
     )
-    for key, value in settings.java_kafka_options().items():
+    for key, value in kafka_read_options(settings).items():
         reader = reader.option(f"kafka.{key}", value)
+    # The Java client reads read_uncommitted by default: the records of a transactional
+    # producer's aborted transaction would land in bronze. read_committed skips them (and the
+    # transaction markers): those offsets hold no record (ARCHITECTURE §7).
+    reader = reader.option(f"kafka.{ISOLATION_LEVEL}", READ_COMMITTED)
     return reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or BATCH_RECORDS))
 
 
@@ -616,6 +633,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         raise LakehouseError("--max-offsets-per-trigger must be at least 1")
     trigger = normalize_trigger(args.trigger or (None if args.available_now else settings.trigger_interval))
     fault = read_fault_point()  # read here only: a job run inside a test process never kills it
+    kafka_read_options(settings)
     for spec in specs:
         check_topic(settings, spec.topic)
         location = checkpoint_location(settings, spec)

@@ -159,7 +159,7 @@ def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], pr
     print("\n" + "=" * 64)
     print("lakehouse demo summary")
     print("=" * 64)
-    mismatched = _print_stream_counts(spark, streams, produced, ranges)
+    mismatched = _print_stream_counts(spark, streams, produced, ranges, settings)
     for name in streams:
         reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
         print(f"  dead letters of {name}: {reasons or 'none'}")
@@ -174,15 +174,17 @@ def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], pr
 
 
 def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[str, dict],
-                         ranges: dict[str, dict[int, tuple[int, int]]]) -> list[str]:
+                         ranges: dict[str, dict[int, tuple[int, int]]], settings: Settings | None = None) -> list[str]:
     """Per stream: each offset the demo produced is in bronze or pending in dead letters exactly
     once (coordinates, not counts: a loss and a duplicate would cancel out in a count), the
-    dead letters are at the manifest's coordinates with its reasons; the streams where not."""
+    dead letters are at the manifest's coordinates with its reasons; the streams where not. With
+    ``settings`` the offsets that hold no committed record (transaction markers, aborted
+    records) are told apart from missing ones (ingestion/invariant.py)."""
     print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
     mismatched = []
     for name, spec in streams.items():
         manifest = produced[name]
-        check = check_every_offset_once(spark, spec, ranges[name])
+        check = check_every_offset_once(spark, spec, ranges[name], settings=settings)
         expected = {(d["partition"], d["offset"]): d["error_code"] for d in manifest["dead_letters"]}
         problems = [check.describe()] if not check.holds else []
         if check.expected != manifest["produced"]:  # another producer wrote to the topic meanwhile

@@ -160,7 +160,8 @@ def assert_every_offset_once(lake: Lake, stream: str) -> dict:
     spec = get_stream(stream)
     session, report = lake.session, lake.ledger[stream]
     assert report.failed == 0, f"{stream}: the producers could not deliver {report.failed}: {report.errors}"
-    check = check_every_offset_once(session, spec, offset_ranges({}, end_offsets(lake.settings, spec.topic)))
+    check = check_every_offset_once(session, spec, offset_ranges({}, end_offsets(lake.settings, spec.topic)),
+                                   settings=lake.settings)
     assert check.holds, f"{stream}: {check.describe()}"
     bronze_rows = session.table(spec.bronze_table).count()
     dead = {(r.partition, r.offset): r.error_code for r in session.table("bronze.dead_letters")

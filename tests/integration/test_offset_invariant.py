@@ -2,21 +2,29 @@
 
 Bronze and dead letters written by hand in a catalog of the module's own (no broker needed:
 the demo's check takes the offset ranges it produced), so every failure is placed exactly.
+Then a real transactional producer on the session's broker: offsets that hold no record
+(transaction markers, an aborted transaction's records) are neither ingested nor missing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
+from confluent_kafka import Producer
 
+from ingestion import job
 from ingestion.dead_letters import SCHEMA as DEAD_LETTERS_SCHEMA
 from ingestion.dead_letters import TABLE as DEAD_LETTERS
 from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.commands import demo
 from lakehouse.contracts.streams import get_stream
+from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import ensure_namespaces, session_on
+from producers import user_events
+from producers.delivery import ensure_topic, producer_config
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +90,40 @@ def test_every_offset_once_passes_with_replays_and_earlier_offsets_outside_the_r
     assert check.holds and (check.expected, check.bronze, check.dead_letters) == (10, 9, 1), check
     assert demo._print_stream_counts(lake, {SPEC.name: SPEC}, {SPEC.name: manifest}, {SPEC.name: ranges}) == []
     assert "every offset once in bronze or dead letters, reasons match" in capsys.readouterr().out
+
+
+def test_an_aborted_transaction_never_lands_and_its_offsets_are_not_missing(spark, settings, kafka):
+    """A transactional producer commits one transaction and aborts another on user_events: the
+    job (read_committed) lands the committed records only, and the check counts the aborted
+    records' and the transaction markers' offsets as holding no record, not as missing."""
+    spec = get_stream("user_events")
+    ensure_topic(settings, spec.topic, user_events.PARTITIONS)
+    rng, now = random.Random(42), dt.datetime.now(dt.UTC)
+    committed, aborted = ([user_events.make_event(rng, now) for _ in range(n)] for n in (6, 4))
+    producer = Producer(producer_config(settings, **{"transactional.id": "test-offset-invariant"}))
+    producer.init_transactions(30)
+    delivered: list[tuple[int, int]] = []  # (partition, offset): where this test's range starts
+    for events, commit in ((committed, True), (aborted, False)):
+        producer.begin_transaction()
+        for event in events:
+            producer.produce(spec.topic, user_events.encode(event), event["event_id"].encode(),
+                             on_delivery=lambda _, message: delivered.append((message.partition(), message.offset())))
+        assert producer.flush(30) == 0  # the aborted records too are in the log, not purged unsent
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    first = {p: min(o for q, o in delivered if q == p) for p, _ in delivered}
+    ranges = {p: (first[p], end) for p, end in end_offsets(settings, spec.topic).items() if p in first}
+    offsets = sum(end - first for first, end in ranges.values())
+    assert offsets >= len(committed) + len(aborted) + 2  # records and at least one marker per transaction
+
+    job.run(spark, settings, [spec.name], available_now=True)
+
+    landed = {r.event_id for r in spark.table(spec.bronze_table).where(
+        " or ".join(f"(_kafka_partition = {p} and _kafka_offset >= {first} and _kafka_offset < {end})"
+                    for p, (first, end) in ranges.items())).select("event_id").collect()}
+    assert landed == {e["event_id"] for e in committed}
+    check = check_every_offset_once(spark, spec, ranges, settings=settings)
+    assert check.holds, check.describe()
+    assert (check.expected, check.bronze, check.dead_letters) == (len(committed), len(committed), 0)
+    assert check.no_record == offsets - len(committed)
+    # without a broker to ask, the check cannot tell a marker from a loss: all of them missing
+    assert check_every_offset_once(spark, spec, ranges).missing == check.no_record

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ingestion.job import normalize_trigger
+from ingestion.job import kafka_read_options, normalize_trigger
 from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.local_kafka import free_port
+from lakehouse.core.settings import Settings
 
 STREAM = {"format": "json", "schema": "user_events.schema.json", "event_time": "event_timestamp",
           "identity": ["event_id"]}
@@ -74,3 +75,14 @@ def test_trigger_intervals(text, expected):
 def test_a_bad_trigger_is_refused():
     with pytest.raises(LakehouseError, match="invalid trigger"):
         normalize_trigger("30 parsecs")
+
+
+def test_the_job_reads_committed_records_only(tmp_path):
+    def options(extra: dict) -> dict:
+        return kafka_read_options(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), **extra}))
+
+    assert "isolation.level" not in options({})  # the job adds read_committed itself (kafka_source)
+    assert options({"LAKEHOUSE_KAFKA_OPT_ISOLATION_LEVEL": "read_committed"})["isolation.level"] == "read_committed"
+    with pytest.raises(LakehouseError, match="isolation.level=read_uncommitted not supported: the job reads "
+                                             "read_committed only"):
+        options({"LAKEHOUSE_KAFKA_OPT_ISOLATION_LEVEL": "read_uncommitted"})
