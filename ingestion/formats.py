@@ -619,8 +619,12 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
 def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """AWS DMS JSON records -> changelog. DMS sends no tombstones: a null value is invalid.
 
-    ``_seq`` is (commit time in µs, transaction id, record position in the transaction): DMS
-    gives no log position (see producers/cdc/oracle.py).
+    ``_seq`` is (commit time in µs, stream position, transaction id, record position in the
+    transaction): the source's log position (``stream-position``, text, compared as text) orders
+    transactions committed in the same microsecond, never the transaction id, which a database
+    assigns at transaction start (ARCHITECTURE §9; producers/cdc/oracle.py). A record without a
+    position is INVALID_CDC_ENVELOPE, like one without its transaction id: the endpoint setting
+    that gives one (``IncludeTransactionDetails``) gives the other.
     """
     image_schema = row.schema
     envelope = StructType([
@@ -628,7 +632,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
         StructField("metadata", StructType([
             StructField(name, LongType() if name.startswith("transaction") else StringType())
             for name in ("timestamp", "record-type", "operation", "schema-name", "table-name",
-                         "transaction-id", "transaction-record-id", "commit-timestamp")])),
+                         "stream-position", "transaction-id", "transaction-record-id", "commit-timestamp")])),
     ])
     loose, typed = _json_envelope(envelope)
     parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_env"),
@@ -639,13 +643,16 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     parsed, image, wrong_type = with_strict_image(parsed, env["data"], image_schema)
     envelope_gaps = {
         "metadata": metadata.isNull(), "data": image.isNull(), "operation": op.isNull(),
-        "commit-timestamp": committed.isNull(), "transaction-id": metadata["transaction-id"].isNull(),
+        "commit-timestamp": committed.isNull(),
+        "stream-position": F.coalesce(metadata["stream-position"] == "", F.lit(True)),
+        "transaction-id": metadata["transaction-id"].isNull(),
         "transaction-record-id": metadata["transaction-record-id"].isNull(),
     }
     return _changelog(
         parsed, image_schema, identity, op, image,
         source_ts=committed,
         seq=F.struct(F.unix_micros(committed).alias("commit_us"),
+                     metadata["stream-position"].alias("stream_position"),
                      metadata["transaction-id"].alias("transaction_id"),
                      metadata["transaction-record-id"].alias("record_id")),
         tombstone=F.lit(False), message_key=F.col("_key"),

@@ -2,9 +2,11 @@
 
 The `accounts` stream (ARCHITECTURE §5). Key: the primary key as text (DMS's "primary-key"
 partition key type); value: ``{"data": row, "metadata": {...}}``. For a delete, ``data`` is
-the before-image, the only image DMS sends for it. DMS has no log position, so the order of
-changes rests on the commit timestamp (microseconds), the transaction id and the record's
-position in its transaction: see NormalizedChange.seq.
+the before-image, the only image DMS sends for it. With ``IncludeTransactionDetails`` the
+metadata carries the commit timestamp, the source's log position (``stream-position``), the
+transaction id and the record's position in its transaction; the order of changes rests on the
+commit timestamp (microseconds), then the log position, never the transaction id (a database
+assigns it when the transaction starts): see NormalizedChange.seq.
 
 Encoding is generic over the source tables, but only `accounts` is streamed this way.
 """
@@ -44,6 +46,12 @@ def epoch_us(text: str) -> int:
     return (instant - EPOCH) // MICROSECOND
 
 
+def stream_position(lsn: int) -> str:
+    """A log position as DMS writes a PostgreSQL source's: the LSN's two halves in fixed-width
+    hex, so positions sort as text in log order."""
+    return f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
+
+
 def encode_key(key: int) -> bytes:
     return str(key).encode()
 
@@ -59,6 +67,7 @@ def document(change: Change) -> dict:
             "partition-key-type": "primary-key",
             "schema-name": SCHEMA_NAME,
             "table-name": change.table,
+            "stream-position": stream_position(change.lsn),
             "transaction-id": change.tx_id,
             "transaction-record-id": change.position,
             "commit-timestamp": commit_time,
@@ -92,13 +101,20 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
         table = metadata["table-name"]
         op = OPS_BY_OPERATION[metadata["operation"]]
         commit_us = epoch_us(metadata["commit-timestamp"])
-        seq = (commit_us, strict_int(metadata["transaction-id"]), strict_int(metadata["transaction-record-id"]))
+        seq = (commit_us, _text(metadata["stream-position"]), strict_int(metadata["transaction-id"]),
+               strict_int(metadata["transaction-record-id"]))
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
         raise InvalidChange(f"record of table {table!r} without a data object")
     # `_source_ts` in milliseconds, like Debezium's: both streams then share one event-time type.
     return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"expected a non-empty string, got {value!r}")
+    return value
 
 
 def _key(key: bytes | None, table: str, image: dict) -> int:

@@ -27,7 +27,7 @@ class NormalizedChange:
 
     ``image`` is the after-image, or for a delete the before-image (the only one a delete has).
     ``seq`` totally orders the changes of one key as the source committed them; it is a tuple
-    of ints compared element-wise, whose shape depends on the source format:
+    compared element-wise, whose shape depends on the source format:
 
     - Debezium: ``(phase, commit position, change position)`` (producers.cdc.debezium.sequence;
       ARCHITECTURE §9). For the simulator's PostgreSQL changes, which carry no
@@ -37,10 +37,13 @@ class NormalizedChange:
       of streamed changes is commit order, including two changes of the key inside one
       transaction; the commit timestamp is not usable at all (two transactions can commit in
       the same millisecond).
-    - AWS DMS: ``(commit timestamp in µs, transaction id, transaction record id)``. DMS gives no
-      log position; the commit time orders transactions, the transaction id breaks ties between
-      transactions committed at the same instant (ids are assigned in commit order by the
-      simulator; see producers.cdc.simulator), and the record id orders changes within one.
+    - AWS DMS: ``(commit timestamp in µs, stream position, transaction id, transaction record
+      id)``. The commit time orders transactions; the source's log position (DMS's
+      ``stream-position``, text, compared as text) breaks ties between transactions committed
+      in the same microsecond. Never the transaction id: a database assigns it when the
+      transaction starts, so of two overlapping transactions the one with the lower id can
+      commit second (the simulator does so too). The id and the record id only order changes
+      that share a position (one transaction's).
 
     Only seqs of the same format are ever compared: one table comes from one stream.
     """

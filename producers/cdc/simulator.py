@@ -9,6 +9,11 @@ class around it does the SQLite I/O and the bookkeeping a real database does for
 log: commit timestamps, transaction ids and log positions (LSN). Those counters live in a
 small state table of the same database, so a second simulator on the same file continues
 where the first stopped and two runs never produce the same LSN or transaction id.
+
+Like a real database, it hands out a transaction id when a transaction *starts*, not when it
+commits: two transactions that overlap commit in the other order than their ids with
+probability ``overlap_share``, so only the log position (LSN, assigned as the changes are
+written, in commit order here) orders commits; the transaction id does not.
 """
 
 from __future__ import annotations
@@ -64,9 +69,10 @@ class Change:
     """One committed row change, with the log coordinates a CDC tool would read.
 
     ``lsn`` is strictly increasing over every change of the database, across runs (a WAL
-    position); ``tx_id`` and ``commit_ts_ms`` are shared by the changes of one transaction and
-    ``position`` is the change's index within it. Distinct transactions may share a
-    ``commit_ts_ms`` (a millisecond clock; real databases do the same), never a ``tx_id``.
+    position), so in commit order; ``tx_id`` and ``commit_ts_ms`` are shared by the changes of
+    one transaction and ``position`` is the change's index within it. Distinct transactions may
+    share a ``commit_ts_ms`` (a millisecond clock; real databases do the same), never a
+    ``tx_id``. Transaction ids are assigned at transaction start: not in commit order.
     """
 
     table: str
@@ -186,6 +192,11 @@ class CdcSimulator:
     The clock advances by 1..``max_gap_ms`` per transaction, or not at all with probability
     ``same_ts_share``: distinct transactions then share a commit timestamp. ``start_ms`` is the
     earliest the clock may read; on a database that already has a clock the later one wins.
+
+    With probability ``overlap_share`` a transaction overlaps the next one to commit, which
+    started before it: that one holds the lower transaction id, commits after it, and changes
+    one of its rows first (it waited for that row's lock), so the two ids of one key's changes
+    are in the opposite order of their commits.
     """
 
     def __init__(
@@ -200,13 +211,15 @@ class CdcSimulator:
         reinsert_share: float = 0.3,
         repeat_key_share: float = 0.1,
         same_ts_share: float = 0.15,
+        overlap_share: float = 0.2,
         max_gap_ms: int = 1500,
         start_ms: int = DEFAULT_START_MS,
     ):
         if key_space < 1 or max_tx_size < 1 or max_gap_ms < 1 or not 0 <= hot_keys <= key_space:
             raise ValueError("key_space, max_tx_size, max_gap_ms must be >= 1 and hot_keys within [0, key_space]")
         for name, share in [("hot_key_share", hot_key_share), ("reinsert_share", reinsert_share),
-                            ("repeat_key_share", repeat_key_share), ("same_ts_share", same_ts_share)]:
+                            ("repeat_key_share", repeat_key_share), ("same_ts_share", same_ts_share),
+                            ("overlap_share", overlap_share)]:
             if not 0.0 <= share <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
         self.db_path = Path(db_path)
@@ -214,6 +227,8 @@ class CdcSimulator:
         self.hot_key_share, self.op_weights = hot_key_share, op_weights
         self.reinsert_share, self.repeat_key_share = reinsert_share, repeat_key_share
         self.same_ts_share, self.max_gap_ms = same_ts_share, max_gap_ms
+        self.overlap_share = overlap_share
+        self._previous: list[tuple[str, int]] = []  # the rows the last transaction changed
         self.conn = open_source(self.db_path)
         self.conn.execute(_STATE_DDL)
         self._init_state(start_ms)
@@ -225,7 +240,9 @@ class CdcSimulator:
     # -- bookkeeping
 
     def _init_state(self, start_ms: int) -> None:
-        initial = {"next_lsn": FIRST_LSN, "next_tx_id": FIRST_TX_ID, "clock_ms": start_ms}
+        # started_tx_id: the id of a transaction that started before the last one committed and
+        # has not committed yet (0: none); it commits next
+        initial = {"next_lsn": FIRST_LSN, "next_tx_id": FIRST_TX_ID, "started_tx_id": 0, "clock_ms": start_ms}
         initial |= {f"{table}_high_water": 0 for table in TABLES}
         self.conn.executemany("insert or ignore into cdc_simulator_state (name, value) values (?, ?)",
                               list(initial.items()))
@@ -268,10 +285,11 @@ class CdcSimulator:
             state = self._state()
             commit_ts_ms = self._tick(state)
             changes = []
-            for position, (table, key, row) in enumerate(rows):
-                changes.append(Change(table, "R", key, None, row, commit_ts_ms, state["next_tx_id"],
-                                      self._next_lsn(state), position))
+            tx_id = state["next_tx_id"]  # the snapshot starts now: after any transaction still open
             state["next_tx_id"] += 1
+            for position, (table, key, row) in enumerate(rows):
+                changes.append(Change(table, "R", key, None, row, commit_ts_ms, tx_id,
+                                      self._next_lsn(state), position))
             self._save_state(state)
         return changes
 
@@ -289,20 +307,41 @@ class CdcSimulator:
             state = self._state()
             commit_ts_ms = self._tick(state)
             now = iso_ms(commit_ts_ms)
-            tx_id = state["next_tx_id"]
+            started_earlier = bool(state["started_tx_id"])
+            tx_id = self._started_tx_id(state)
             touched: list[tuple[str, int]] = []
             changes: list[Change] = []
             for position in range(self.rng.randint(1, self.max_tx_size)):
-                table, op, key = self._pick(state, touched)
+                if position == 0 and started_earlier and self._previous:
+                    # It overlapped the transaction committed just before and waited for a row
+                    # lock that one held: it changes a row of it, after it, with the lower id.
+                    table, op, key = self._again(self._previous, ("U",))
+                else:
+                    table, op, key = self._pick(state, touched)
                 before = read_row(self.conn, table, key)
                 after = None if op == "D" else self._new_image(table, key, before, now)
                 self._write(table, op, key, after)
                 touched.append((table, key))
                 changes.append(Change(table, op, key, before, after, commit_ts_ms, tx_id,
                                       self._next_lsn(state), position))
-            state["next_tx_id"] = tx_id + 1
             self._save_state(state)
+        self._previous = touched
         return changes
+
+    def _started_tx_id(self, state: dict[str, int]) -> int:
+        """The id of the transaction that commits now, given when it started: the one an
+        earlier-started open transaction holds, or with probability ``overlap_share`` the one
+        after it (another transaction started first and commits next with the lower id)."""
+        if state["started_tx_id"]:
+            tx_id, state["started_tx_id"] = state["started_tx_id"], 0
+            return tx_id
+        tx_id = state["next_tx_id"]
+        if self.rng.random() < self.overlap_share:
+            state["started_tx_id"], tx_id = tx_id, tx_id + 1
+            state["next_tx_id"] = tx_id + 1
+        else:
+            state["next_tx_id"] = tx_id + 1
+        return tx_id
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -330,10 +369,7 @@ class CdcSimulator:
     def _pick(self, state: dict[str, int], touched: list[tuple[str, int]]) -> tuple[str, str, int]:
         """(table, op, key) of the next operation; the op always fits whether the key exists."""
         if touched and self.rng.random() < self.repeat_key_share:
-            table, key = self.rng.choice(touched)
-            exists = self._exists(table, key)
-            op = self.rng.choice(["U", "D"]) if exists else "I"
-            return table, op, key
+            return self._again(touched)
         table = self.rng.choice(list(TABLES))
         wanted = self.rng.choices(["I", "U", "D"], self.op_weights)[0]
         existing = self._keys(table)
@@ -347,6 +383,13 @@ class CdcSimulator:
             pool = hot if hot and self.rng.random() < self.hot_key_share else existing
             return table, "U", self.rng.choice(pool)
         return table, "D", self.rng.choice(existing)
+
+    def _again(self, touched: list[tuple[str, int]], ops: tuple[str, ...] = ("U", "D")) -> tuple[str, str, int]:
+        """(table, op, key) of another change of a row already changed: one of ``ops`` if it
+        exists, else its insert."""
+        table, key = self.rng.choice(touched)
+        op = self.rng.choice(ops) if self._exists(table, key) else "I"
+        return table, op, key
 
     def _insert_key(self, state: dict[str, int], table: str, existing: list[int]) -> int | None:
         high_water = state[f"{table}_high_water"]

@@ -3,7 +3,7 @@
 Each example draws a source table's history and a delivery of it, then runs the real thing:
 dbt (dbtRunner, in this process, on the tests' Spark session) runs the project's own mirror
 model files (models/silver/customers_mirror.sql for Debezium's {phase, commit_pos, change_pos}
-sequence, accounts_mirror.sql for DMS's {commit_us, transaction_id, record_id}) with the project's
+sequence, accounts_mirror.sql for DMS's {commit_us, stream_position, transaction_id, record_id}) with the project's
 macros/: the `cdc_mirror` materialization (create, changes table, column evolution, MERGE,
 tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`. They run in a small
 private dbt project whose `<table>_changelog` is an Iceberg table the test appends each
@@ -65,7 +65,7 @@ OVERLAP = timedelta(minutes=yaml.safe_load((REPO / "dbt_project.yml").read_text(
 RETENTION_HOURS = 24
 # the mirror model per sequence shape: (model file, key column, sequence fields)
 MODELS = {"debezium": ("customers_mirror", "customer_id", ("phase", "commit_pos", "change_pos")),
-          "dms": ("accounts_mirror", "account_id", ("commit_us", "transaction_id", "record_id"))}
+          "dms": ("accounts_mirror", "account_id", ("commit_us", "stream_position", "transaction_id", "record_id"))}
 ADDED_COLUMN = "tier"  # the column the source adds part-way
 
 
@@ -90,9 +90,11 @@ def seq_of(position: int, shape: str, snapshot_read: bool = False) -> tuple[int,
         # two changes per transaction: the commit position rises, the changes' own positions
         # fall from one transaction to the next (written before the one committed earlier)
         return (1, 1000 + 10 * (position // 2), 5000 - 10 * (position // 2) + position % 2)
-    # DMS: three changes per commit instant, two per transaction: ties on commit_us and on
-    # transaction_id, so the order rests on all three fields
-    return (position // 3, position // 2, position % 2)
+    # DMS: three changes per commit instant, two per transaction: ties on commit_us, which the
+    # log position breaks; transaction ids given at transaction start, not in commit order (1,
+    # 0, 3, 2, ...), so ordering by them would fail. The position is a number here (a string in
+    # bronze): the mirror compares `_seq` field by field whatever the fields' types.
+    return (position // 3, position, (position // 2) ^ 1, position % 2)
 
 
 # --- drawing a source history and its delivery --------------------------------------------------

@@ -1,7 +1,7 @@
 """CDC streams on a real broker: what a plain consumer reads back equals the source database.
 
 The consumer here decodes with json alone, by the formats' public envelopes (Debezium: `op`,
-`before`/`after`, `source.lsn`; DMS: `metadata.operation`, `commit-timestamp`, `transaction-id`,
+`before`/`after`, `source.lsn`; DMS: `metadata.operation`, `commit-timestamp`, `stream-position`,
 `transaction-record-id`, `data`), and the simulator's database is the truth: nothing of the
 producers' own codecs or reference semantics decides whether the producers are right.
 """
@@ -59,7 +59,11 @@ def read_dms(table: str, key: bytes | None, value: bytes | None):
             raise Unreadable
         committed = datetime.fromisoformat(metadata["commit-timestamp"]).astimezone(UTC)
         commit_us = (committed - datetime(1970, 1, 1, tzinfo=UTC)) // datetime.resolution
-        seq = (commit_us, int(metadata["transaction-id"]), int(metadata["transaction-record-id"]))
+        # the log position, not the transaction id (given at transaction start), orders commits
+        position = metadata["stream-position"]
+        if not isinstance(position, str):
+            raise Unreadable
+        seq = (commit_us, position, int(metadata["transaction-record-id"]))
         op = DMS_OPS[metadata["operation"]]
         row_key = image[KEYS[table]]
         if key is not None and int(key.decode()) != row_key:

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from producers.cdc import debezium, dms
-from producers.cdc.oracle import InvalidChange, NormalizedChange
+from producers.cdc.oracle import InvalidChange, NormalizedChange, apply
 from producers.cdc.simulator import CdcSimulator, Change
 
 ISO_US = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -18,7 +18,7 @@ def changes(tmp_path_factory) -> list[Change]:
     """A snapshot of a non-empty database, then a run with every kind of change."""
     with CdcSimulator(tmp_path_factory.mktemp("cdc") / "s.db", seed=5, key_space=30, hot_keys=4,
                       op_weights=(0.3, 0.45, 0.25)) as sim:
-        sim.run(150)
+        sim.run(220)
         result = [*sim.snapshot(), *sim.run(250)]
     assert {c.op for c in result} == {"R", "I", "U", "D"}
     return result
@@ -134,7 +134,8 @@ def test_dms_round_trip_gives_back_the_change(changes):
         image = change.before if change.op == "D" else change.after
         assert dms.decode(key, value) == NormalizedChange(
             "accounts", change.op, change.key, image,
-            (change.commit_ts_ms * 1000, change.tx_id, change.position), change.commit_ts_ms)
+            (change.commit_ts_ms * 1000, dms.stream_position(change.lsn), change.tx_id, change.position),
+            change.commit_ts_ms)
 
 
 @pytest.mark.parametrize(("op", "operation"), [("I", "insert"), ("U", "update"), ("D", "delete"), ("R", "load")])
@@ -146,6 +147,7 @@ def test_dms_operation_mapping_and_metadata(changes, op, operation):
     assert metadata["record-type"] == "data" and metadata["partition-key-type"] == "primary-key"
     assert (metadata["schema-name"], metadata["table-name"]) == ("shop", "accounts")
     assert (metadata["transaction-id"], metadata["transaction-record-id"]) == (change.tx_id, change.position)
+    assert metadata["stream-position"] == dms.stream_position(change.lsn)
     assert ISO_US.match(metadata["timestamp"]) and metadata["timestamp"] == metadata["commit-timestamp"]
     assert dms.epoch_us(metadata["commit-timestamp"]) == change.commit_ts_ms * 1000
 
@@ -173,7 +175,8 @@ GOOD_DMS = {
     "data": {"account_id": 4, "balance": "1.00"},
     "metadata": {"timestamp": "2026-11-01T00:00:00.000000Z", "record-type": "data", "operation": "insert",
                  "partition-key-type": "primary-key", "schema-name": "shop", "table-name": "accounts",
-                 "transaction-id": 9, "transaction-record-id": 0, "commit-timestamp": "2026-11-01T00:00:00.000000Z"},
+                 "stream-position": "00000002/7C007178", "transaction-id": 9, "transaction-record-id": 0,
+                 "commit-timestamp": "2026-11-01T00:00:00.000000Z"},
 }
 
 
@@ -184,13 +187,17 @@ def _dms_with(**metadata) -> bytes:
 def test_dms_decode_of_a_hand_written_record():
     decoded = dms.decode(b"4", json.dumps(GOOD_DMS).encode())
     assert (decoded.table, decoded.op, decoded.key, decoded.image) == ("accounts", "I", 4, GOOD_DMS["data"])
-    assert decoded.seq == (1_793_491_200_000_000, 9, 0)
+    assert decoded.seq == (1_793_491_200_000_000, "00000002/7C007178", 9, 0)
 
 
 @pytest.mark.parametrize("value", [
     None, b"not json", b"{}", json.dumps({"metadata": GOOD_DMS["metadata"]}).encode(),
     _dms_with(**{"record-type": "control"}), _dms_with(operation="truncate"), _dms_with(**{"table-name": "x"}),
     _dms_with(**{"commit-timestamp": "yesterday"}), _dms_with(**{"transaction-id": "9"}),
+    # the log position orders the changes: without it (or as a number) the record is refused
+    json.dumps({**GOOD_DMS, "metadata": {k: v for k, v in GOOD_DMS["metadata"].items()
+                                         if k != "stream-position"}}).encode(),
+    _dms_with(**{"stream-position": ""}), _dms_with(**{"stream-position": 5}),
 ])
 def test_dms_decode_refuses_what_is_not_a_data_record(value):
     with pytest.raises(InvalidChange):
@@ -200,6 +207,24 @@ def test_dms_decode_refuses_what_is_not_a_data_record(value):
 def test_dms_decode_refuses_a_key_that_contradicts_the_data():
     with pytest.raises(InvalidChange, match="account_id=5"):
         dms.decode(b"5", json.dumps(GOOD_DMS).encode())
+
+
+def test_dms_positions_sort_as_text_in_log_order():
+    lsns = [0, 0x16B3748, 0xFFFFFFFF, 0x1_00000000, 0x2_7C007178, 0x2_7C007328]
+    assert sorted(map(dms.stream_position, reversed(lsns))) == [dms.stream_position(lsn) for lsn in lsns]
+    assert dms.stream_position(0x2_7C007178) == "00000002/7C007178"  # as DMS writes a PostgreSQL LSN
+
+
+def test_dms_two_commits_in_one_microsecond_are_ordered_by_log_position_not_transaction_id():
+    """Transaction 9 started first, transaction 10 after it; 10 committed first, 9 after it, in the
+    same microsecond: the row is 9's. Ordered by transaction id, 10's older update won."""
+    first = _dms_with(**{"transaction-id": 10, "stream-position": "00000002/7C007178", "operation": "update"})
+    second = json.dumps({"data": {**GOOD_DMS["data"], "balance": "2.00"}, "metadata": {
+        **GOOD_DMS["metadata"], "transaction-id": 9, "stream-position": "00000002/7C007328",
+        "operation": "update"}}).encode()
+    changes = [dms.decode(b"4", value) for value in (first, second)]
+    assert changes[0].source_ts_ms == changes[1].source_ts_ms
+    assert apply(changes) == apply(reversed(changes)) == {4: {"account_id": 4, "balance": "2.00"}}
 
 
 def test_formats_agree_on_the_change_they_carry(changes):

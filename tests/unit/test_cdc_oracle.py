@@ -84,9 +84,10 @@ def test_duplicates_are_harmless_but_a_seq_shared_by_different_changes_is_an_err
 
 
 def test_seq_compares_as_a_tuple_not_as_text():
-    # DMS seqs: the same commit microsecond, transaction 10 after transaction 9
-    older = NormalizedChange("accounts", "U", 1, {"v": "old"}, (1_000_000, 9, 3))
-    newer = NormalizedChange("accounts", "U", 1, {"v": "new"}, (1_000_000, 10, 0))
+    # DMS seqs: the same commit microsecond, the later log position (transaction 9, started
+    # first, committed second) after the earlier one
+    older = NormalizedChange("accounts", "U", 1, {"v": "old"}, (1_000_000, "00000000/0000FF00", 10, 3))
+    newer = NormalizedChange("accounts", "U", 1, {"v": "new"}, (1_000_000, "00000000/00010000", 9, 0))
     assert apply([newer, older]) == {1: {"v": "new"}}
 
 
@@ -142,20 +143,26 @@ def test_fault_parameters_are_checked(call):
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    return simulate(tmp_path_factory.mktemp("cdc") / "source.db", seed=3, history=150, streamed=600,
+    return simulate(tmp_path_factory.mktemp("cdc") / "source.db", seed=4, history=150, streamed=600,
                     key_space=150)
 
 
 def hard_cases(table: str, changes: list[Change], rows: dict) -> dict[str, int]:
     """How often a stream has what could make a naive mirror wrong."""
     mine = [c for c in changes if c.table == table]
-    deleted, reinserted = set(), 0
+    deleted, reinserted, inverted, last = set(), 0, 0, {}
     for c in mine:
         if c.op == "D":
             deleted.add(c.key)
         elif c.op == "I" and c.key in deleted:
             reinserted += 1
+        # a key changed by two transactions committed in one instant, the later one holding the
+        # lower id (it started first): ordered by transaction id, the earlier change would win
+        previous = last.get(c.key)
+        inverted += previous is not None and previous.commit_ts_ms == c.commit_ts_ms and previous.tx_id > c.tx_id
+        last[c.key] = c
     return {
+        "inverted": inverted,
         **{op: n for op, n in Counter(c.op for c in mine).items()},
         "reinserted": reinserted,
         "deleted_at_end": len({c.key for c in mine} - set(rows)),
@@ -170,6 +177,7 @@ def test_the_stream_exercises_every_hard_case(simulated, table):
     cases = hard_cases(table, changes, tables[table])
     assert cases["R"] > 20 and cases["I"] > 100 and cases["U"] > 200 and cases["D"] > 100, cases
     assert cases["reinserted"] > 20 and cases["deleted_at_end"] > 10 and cases["rows_at_end"] > 100, cases
+    assert cases["inverted"] >= 5, cases  # only the log position orders these (DMS: not the transaction id)
     timestamps_of_tx = {c.tx_id: c.commit_ts_ms for c in changes}
     assert len(set(timestamps_of_tx.values())) < len(timestamps_of_tx) - 50, "transactions sharing a timestamp"
     assert any(n > 1 for n in Counter((c.tx_id, c.table, c.key) for c in changes).values()), \
@@ -245,6 +253,7 @@ def test_fixed_stream_is_not_trivial(table):
     assert len(messages) > 150
     assert min(cases["R"], cases["I"], cases["U"], cases["D"]) >= 10, cases
     assert cases["reinserted"] >= 5 and cases["deleted_at_end"] >= 3 and cases["rows_at_end"] >= 20, cases
+    assert cases["inverted"] >= 1, cases
 
 
 @pytest.mark.parametrize("table", ["customers", "accounts"])

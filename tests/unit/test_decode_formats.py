@@ -167,6 +167,24 @@ def test_dms_without_value_or_of_a_control_record_is_invalid(spark, changes):
     assert "tombstone" in rows[0]._error_detail and "control" in rows[1]._error_detail
 
 
+def test_dms_changes_are_ordered_by_log_position_which_they_require(spark, changes):
+    """Two updates of one key committed in one microsecond: transaction 9 started first and
+    committed second (the later log position). Its change sorts last; a record without a
+    position cannot be placed: INVALID_CDC_ENVELOPE."""
+    key, value = dms.encode_changes(changes, table="accounts")[0]
+    record = json.loads(value)
+    metadata = {**record["metadata"], "operation": "update"}
+    earlier = {**record, "metadata": {**metadata, "transaction-id": 10, "stream-position": "00000002/7C007178"}}
+    later = {**record, "metadata": {**metadata, "transaction-id": 9, "stream-position": "00000002/7C007328"}}
+    without = {**record, "metadata": {k: v for k, v in metadata.items() if k != "stream-position"}}
+    rows = _decode_cdc(spark, "accounts", [(key, json.dumps(m).encode()) for m in (later, earlier, without)])
+    assert [r._error_code for r in rows[:2]] == [None, None]
+    assert max(rows[:2], key=lambda r: tuple(r._seq)) is rows[0]
+    assert tuple(rows[0]._seq)[1:] == ("00000002/7C007328", 9, record["metadata"]["transaction-record-id"])
+    assert (rows[2]._error_code, rows[2]._error_detail) == (
+        "INVALID_CDC_ENVELOPE", "not a DMS data record, missing or invalid: stream-position")
+
+
 def test_wrongly_typed_image_field_is_a_schema_mismatch(spark, changes):
     key, value = dms.encode_changes(changes, table="accounts")[0]
     record = json.loads(value)
