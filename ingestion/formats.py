@@ -421,6 +421,8 @@ def decode_protobuf(raw: DataFrame, function: str, columns: StructType, required
 # "t": a TRUNCATE of the whole table (PostgreSQL; Debezium sends it with skipped.operations=none)
 DEBEZIUM_OPS = {"c": "I", "u": "U", "d": "D", "r": "R", "t": "T"}
 DMS_OPS = {"insert": "I", "update": "U", "delete": "D", "load": "R"}
+# BeforeImageSettings.FieldName a DMS stream is expected to use (producers/cdc/dms.py)
+BEFORE_IMAGE = "before-image"
 
 
 def _lookup(mapping: dict[str, str], column: Column) -> Column:
@@ -468,9 +470,11 @@ def _changelog(
     message_key: Column,
     checks: list[tuple[Column, str, Column]],
     truncate: Column | None = None,
+    extra: list[Column] | None = None,
 ) -> DataFrame:
     """The normalized changelog columns plus the checks every CDC format shares. A truncate
-    (``truncate`` true) is a change of the whole table: no row, no key, its message key ignored."""
+    (``truncate`` true) is a change of the whole table: no row, no key, its message key ignored.
+    ``extra``: the format's own columns, after the shared ones."""
     row_change = ~truncate if truncate is not None else F.lit(True)
     key_present = F.col("key").isNotNull() & row_change
     mismatch = {name: key_present & ~message_key[name].eqNullSafe(image[name]) for name in identity}
@@ -484,6 +488,7 @@ def _changelog(
         F.when(~tombstone, source_ts).alias("_source_ts"),
         F.when(~tombstone, seq).alias("_seq"),
         tombstone.alias("_is_tombstone"),
+        *(extra or []),
     ]
     not_tombstone = ~tombstone
     return _with_errors(parsed, columns, [
@@ -625,10 +630,17 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     assigns at transaction start (ARCHITECTURE §9; producers/cdc/oracle.py). A record without a
     position is INVALID_CDC_ENVELOPE, like one without its transaction id: the endpoint setting
     that gives one (``IncludeTransactionDetails``) gives the other.
+
+    ``_before_key`` is the key an update's ``before-image`` names (BeforeImageSettings; null for
+    other ops, or a key field the image leaves out): silver's changelog turns an update of the
+    primary key into a delete of the old key and the new key's row. An update without a
+    before-image is INVALID_CDC_ENVELOPE.
     """
     image_schema = row.schema
+    key_schema = StructType([StructField(name, image_schema[name].dataType) for name in identity])
     envelope = StructType([
         StructField("data", strict_parse_schema(image_schema)),
+        StructField(BEFORE_IMAGE, key_schema),
         StructField("metadata", StructType([
             StructField(name, LongType() if name.startswith("transaction") else StringType())
             for name in ("timestamp", "record-type", "operation", "schema-name", "table-name",
@@ -656,6 +668,8 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
                      metadata["transaction-id"].alias("transaction_id"),
                      metadata["transaction-record-id"].alias("record_id")),
         tombstone=F.lit(False), message_key=F.col("_key"),
+        # the key an update's before-image names: the changelog view ends it when it differs
+        extra=[F.when(op == "U", env[BEFORE_IMAGE]).alias("_before_key")],
         checks=[
             (F.col("value").isNull(), "INVALID_CDC_ENVELOPE", F.lit("no value (DMS sends no tombstones)")),
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
@@ -664,6 +678,10 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
                       F.coalesce(metadata["record-type"], F.lit("missing")))),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit("not a DMS data record, missing or invalid: "), _names_where(envelope_gaps))),
+            # without it an update of the primary key cannot be told from another, and the
+            # old key would stay live in silence
+            ((op == "U") & env[BEFORE_IMAGE].isNull() & env[CORRUPT_COLUMN].isNull(), "INVALID_CDC_ENVELOPE",
+             F.lit(f"update without its {BEFORE_IMAGE} object (BeforeImageSettings)")),
             (~metadata["table-name"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"record of another table (expected {source_table}): "),
                       F.coalesce(metadata["table-name"], F.lit("none")))),

@@ -2,7 +2,9 @@
 
 The `accounts` stream (ARCHITECTURE §5). Key: the primary key as text (DMS's "primary-key"
 partition key type); value: ``{"data": row, "metadata": {...}}``. For a delete, ``data`` is
-the before-image, the only image DMS sends for it. With ``IncludeTransactionDetails`` the
+the before-image, the only image DMS sends for it; an update carries the ``before-image`` of its
+key (BeforeImageSettings, pk-only), which tells an update of the primary key from any other.
+With ``IncludeTransactionDetails`` the
 metadata carries the commit timestamp, the source's log position (``stream-position``), the
 transaction id and the record's position in its transaction; the order of changes rests on the
 commit timestamp (microseconds), then the log position, never the transaction id (a database
@@ -22,6 +24,7 @@ from producers.cdc.simulator import Change
 from producers.cdc.source import TABLES, key_column
 
 TOPIC = "accounts"
+BEFORE_IMAGE = "before-image"  # BeforeImageSettings.FieldName the stream expects
 TABLE = "accounts"
 SCHEMA_NAME = "shop"
 
@@ -58,7 +61,13 @@ def encode_key(key: int) -> bytes:
 
 def document(change: Change) -> dict:
     commit_time = iso_us(change.commit_ts_ms)
+    # BeforeImageSettings {"EnableBeforeImage": true, "FieldName": "before-image",
+    # "ColumnFilter": "pk-only"}: every update names the key the row had, so an update of the
+    # primary key shows the key it ended
+    before = {BEFORE_IMAGE: {key_column(change.table): change.before[key_column(change.table)]}} \
+        if change.op == "U" and change.before is not None else {}
     return {
+        **before,
         "data": change.before if change.op == "D" else change.after,
         "metadata": {
             "timestamp": commit_time,
@@ -108,7 +117,25 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
         raise InvalidChange(f"record of table {table!r} without a data object")
     # `_source_ts` in milliseconds, like Debezium's: both streams then share one event-time type.
-    return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000)
+    return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000,
+                            _before_key(record, table, op))
+
+
+def _before_key(record: dict, table: str, op: str) -> int | None:
+    """The key an update's before-image names (None: the update does not say, the key stayed).
+
+    Without a before-image an update of the primary key cannot be told from any other and the
+    old key would stay live in silence: an update without one is refused."""
+    if op != "U":
+        return None
+    before = record.get(BEFORE_IMAGE)
+    if not isinstance(before, dict):
+        raise InvalidChange(f"update without its {BEFORE_IMAGE} object (BeforeImageSettings)")
+    column = key_column(table)
+    try:
+        return strict_int(before[column]) if column in before else None
+    except TypeError as exc:
+        raise InvalidChange(f"{BEFORE_IMAGE} {column}: {exc}") from None
 
 
 def _text(value: object) -> str:

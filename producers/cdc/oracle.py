@@ -46,18 +46,39 @@ class NormalizedChange:
       that share a position (one transaction's).
 
     Only seqs of the same format are ever compared: one table comes from one stream.
+
+    ``before_key``: the key the row had before an update that changed its primary key (DMS: the
+    update's ``before-image``); the update then ends the old key as a delete at the same seq
+    (``row_changes``), as Debezium's own delete and create of a key change do.
     """
 
     table: str
     op: str
     key: int
     image: dict = field(hash=False)
-    seq: tuple[int, ...]
+    seq: tuple
     source_ts_ms: int | None = None  # commit time at the source; bronze's `_source_ts`
+    before_key: int | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise InvalidChange(f"unknown op {self.op!r}; expected one of {', '.join(OPS)}")
+        if self.before_key is not None and self.op != "U":
+            raise InvalidChange(f"a {self.op} change has no key before it; only an update changes a key")
+
+    @property
+    def changes_key(self) -> bool:
+        return self.before_key is not None and self.before_key != self.key
+
+
+def row_changes(change: NormalizedChange) -> list[NormalizedChange]:
+    """The changes of one row each that ``change`` makes: itself, and for an update of the
+    primary key first the delete of the old key (at the same seq; its image the old key alone)."""
+    if not change.changes_key:
+        return [change]
+    assert change.before_key is not None
+    deleted = NormalizedChange(change.table, "D", change.before_key, {}, change.seq, change.source_ts_ms)
+    return [deleted, change]
 
 
 def latest_by_key(changes: Iterable[NormalizedChange]) -> dict[int, NormalizedChange]:
@@ -69,7 +90,7 @@ def latest_by_key(changes: Iterable[NormalizedChange]) -> dict[int, NormalizedCh
     """
     latest: dict[int, NormalizedChange] = {}
     table: str | None = None
-    for change in changes:
+    for change in (one for given in changes for one in row_changes(given)):
         if table is None:
             table = change.table
         elif change.table != table:

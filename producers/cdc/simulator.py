@@ -62,6 +62,10 @@ LAST_NAMES = ["Almeida", "Brown", "Castillo", "Dubois", "Eriksen", "Fischer", "G
               "Rossi", "Schmidt", "Tanaka", "Weiß"]
 
 CENT = Decimal("0.01")
+# Tables whose updates may change the primary key: accounts, the DMS stream, whose update then
+# names the old key in its before-image (producers/cdc/dms.py). Debezium sends a key change as
+# a delete and a create of its own, which the customers stream already covers.
+KEY_CHANGE_TABLES = ("accounts",)
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,10 @@ class CdcSimulator:
     ``same_ts_share``: distinct transactions then share a commit timestamp. ``start_ms`` is the
     earliest the clock may read; on a database that already has a clock the later one wins.
 
+    With probability ``key_change_share`` an update of a table of KEY_CHANGE_TABLES changes
+    the row's primary key to a key never used or deleted (the change's ``key`` is the new one,
+    its ``before`` image has the old).
+
     With probability ``overlap_share`` a transaction overlaps the next one to commit, which
     started before it: that one holds the lower transaction id, commits after it, and changes
     one of its rows first (it waited for that row's lock), so the two ids of one key's changes
@@ -212,6 +220,7 @@ class CdcSimulator:
         repeat_key_share: float = 0.1,
         same_ts_share: float = 0.15,
         overlap_share: float = 0.2,
+        key_change_share: float = 0.05,
         max_gap_ms: int = 1500,
         start_ms: int = DEFAULT_START_MS,
     ):
@@ -219,7 +228,7 @@ class CdcSimulator:
             raise ValueError("key_space, max_tx_size, max_gap_ms must be >= 1 and hot_keys within [0, key_space]")
         for name, share in [("hot_key_share", hot_key_share), ("reinsert_share", reinsert_share),
                             ("repeat_key_share", repeat_key_share), ("same_ts_share", same_ts_share),
-                            ("overlap_share", overlap_share)]:
+                            ("overlap_share", overlap_share), ("key_change_share", key_change_share)]:
             if not 0.0 <= share <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
         self.db_path = Path(db_path)
@@ -227,7 +236,7 @@ class CdcSimulator:
         self.hot_key_share, self.op_weights = hot_key_share, op_weights
         self.reinsert_share, self.repeat_key_share = reinsert_share, repeat_key_share
         self.same_ts_share, self.max_gap_ms = same_ts_share, max_gap_ms
-        self.overlap_share = overlap_share
+        self.overlap_share, self.key_change_share = overlap_share, key_change_share
         self._previous: list[tuple[str, int]] = []  # the rows the last transaction changed
         self.conn = open_source(self.db_path)
         self.conn.execute(_STATE_DDL)
@@ -320,13 +329,24 @@ class CdcSimulator:
                     table, op, key = self._pick(state, touched)
                 before = read_row(self.conn, table, key)
                 after = None if op == "D" else self._new_image(table, key, before, now)
+                new_key = self._changed_key(state, table, op)
+                if new_key is not None:  # an update of the primary key: the row moves
+                    after = dict(after or {}, **{key_column(table): new_key})
                 self._write(table, op, key, after)
+                key = key if new_key is None else new_key
                 touched.append((table, key))
                 changes.append(Change(table, op, key, before, after, commit_ts_ms, tx_id,
                                       self._next_lsn(state), position))
             self._save_state(state)
         self._previous = touched
         return changes
+
+    def _changed_key(self, state: dict[str, int], table: str, op: str) -> int | None:
+        """The new key of an update that changes the row's primary key (``key_change_share`` of
+        the updates of KEY_CHANGE_TABLES; a key never used or deleted), else None."""
+        if op != "U" or table not in KEY_CHANGE_TABLES or self.rng.random() >= self.key_change_share:
+            return None
+        return self._insert_key(state, table, self._keys(table))
 
     def _started_tx_id(self, state: dict[str, int]) -> int:
         """The id of the transaction that commits now, given when it started: the one an

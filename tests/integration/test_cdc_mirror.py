@@ -45,7 +45,9 @@ pytestmark = pytest.mark.integration
 
 FAULTS = FaultRates(duplicate=0.1, out_of_order=0.2, corrupt=0.01, invalid=0.01)
 DECODERS = {"customers": debezium.decode, "accounts": dms.decode}
-INCREMENTS = ((11, 500), (12, 300), (13, 300))  # (seed, changes per stream)
+# (seed, changes per stream); seeds whose runs end with deleted keys in both tables (a full key
+# space re-inserts most deleted keys), so the last assertions of the first test have tombstones to see
+INCREMENTS = ((12, 500), (13, 300), (14, 300))
 LATE_SHARE = 0.08  # of all earlier change messages, re-delivered with the next increment
 KEY_SPACE = 150  # small: updates and deletes hit the same keys often
 # No overlap window in these runs: the whole test lasts minutes, so the default 10-minute

@@ -2,7 +2,7 @@
 
 The consumer here decodes with json alone, by the formats' public envelopes (Debezium: `op`,
 `before`/`after`, `source.lsn`; DMS: `metadata.operation`, `commit-timestamp`, `stream-position`,
-`transaction-record-id`, `data`), and the simulator's database is the truth: nothing of the
+`transaction-record-id`, `data`, an update's `before-image`), and the simulator's database is the truth: nothing of the
 producers' own codecs or reference semantics decides whether the producers are right.
 """
 
@@ -30,7 +30,7 @@ class Unreadable(Exception):
 
 
 def read_debezium(table: str, key: bytes | None, value: bytes | None):
-    """(op, key, image, seq) of a Debezium message; None for a tombstone."""
+    """The (op, key, image, seq) change of a Debezium message, in a list; None for a tombstone."""
     if value is None:
         return None
     event = json.loads(value)
@@ -45,11 +45,12 @@ def read_debezium(table: str, key: bytes | None, value: bytes | None):
             raise Unreadable
     except (KeyError, TypeError, ValueError):
         raise Unreadable from None
-    return op, row_key, image, seq
+    return [(op, row_key, image, seq)]
 
 
 def read_dms(table: str, key: bytes | None, value: bytes | None):
-    """(op, key, image, seq) of a DMS data record."""
+    """The (op, key, image, seq) changes of a DMS data record: an update whose before-image names
+    another key (an update of the primary key) is also the delete of that key."""
     if value is None:
         raise Unreadable
     record = json.loads(value)
@@ -68,9 +69,10 @@ def read_dms(table: str, key: bytes | None, value: bytes | None):
         row_key = image[KEYS[table]]
         if key is not None and int(key.decode()) != row_key:
             raise Unreadable
-    except (KeyError, TypeError, ValueError):
+        old_key = record["before-image"].get(KEYS[table], row_key) if op == "U" else row_key
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise Unreadable from None
-    return op, row_key, image, seq
+    return [("D", old_key, {}, seq)] * (old_key != row_key) + [(op, row_key, image, seq)]
 
 
 def live_state(changes) -> dict:
@@ -110,7 +112,7 @@ def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, 
         if change is None:
             tombstones += 1
         else:
-            changes.append(change)
+            changes.extend(change)
 
     assert unreadable == expected_dead  # the manifest names exactly the poison messages
     assert {op for op, *_ in changes} == {"R", "I", "U", "D"}
@@ -118,3 +120,6 @@ def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, 
         assert tombstones >= len({seq for op, _, _, seq in changes if op == "D"}) > 0  # one per delete, + re-sends
     source = read_tables(source_path(settings, stream))[stream]
     assert live_state(changes) == source  # duplicates and reordering converge to the source database
+    if stream == "accounts":  # updates of the primary key were among them
+        assert sum(1 for op, *_ in changes if op == "D") > sum(1 for m in messages if b'"operation":"delete"' in
+                                                              (m.value() or b""))

@@ -18,7 +18,7 @@ def changes(tmp_path_factory) -> list[Change]:
     """A snapshot of a non-empty database, then a run with every kind of change."""
     with CdcSimulator(tmp_path_factory.mktemp("cdc") / "s.db", seed=5, key_space=30, hot_keys=4,
                       op_weights=(0.3, 0.45, 0.25)) as sim:
-        sim.run(220)
+        sim.run(150)
         result = [*sim.snapshot(), *sim.run(250)]
     assert {c.op for c in result} == {"R", "I", "U", "D"}
     return result
@@ -132,10 +132,12 @@ def test_dms_round_trip_gives_back_the_change(changes):
         [(key, value)] = dms.encode_change(change)
         assert key == str(change.key).encode()
         image = change.before if change.op == "D" else change.after
+        before_key = change.before["account_id"] if change.op == "U" else None
         assert dms.decode(key, value) == NormalizedChange(
             "accounts", change.op, change.key, image,
             (change.commit_ts_ms * 1000, dms.stream_position(change.lsn), change.tx_id, change.position),
-            change.commit_ts_ms)
+            change.commit_ts_ms, before_key)
+    assert sum(1 for c in accounts if c.op == "U" and c.before["account_id"] != c.key) >= 3  # key changes
 
 
 @pytest.mark.parametrize(("op", "operation"), [("I", "insert"), ("U", "update"), ("D", "delete"), ("R", "load")])
@@ -198,6 +200,10 @@ def test_dms_decode_of_a_hand_written_record():
     json.dumps({**GOOD_DMS, "metadata": {k: v for k, v in GOOD_DMS["metadata"].items()
                                          if k != "stream-position"}}).encode(),
     _dms_with(**{"stream-position": ""}), _dms_with(**{"stream-position": 5}),
+    # an update must say which key the row had (BeforeImageSettings), or a key change is lost
+    _dms_with(operation="update"),
+    json.dumps({**GOOD_DMS, "before-image": {"account_id": "3"},
+                "metadata": {**GOOD_DMS["metadata"], "operation": "update"}}).encode(),
 ])
 def test_dms_decode_refuses_what_is_not_a_data_record(value):
     with pytest.raises(InvalidChange):
@@ -209,6 +215,19 @@ def test_dms_decode_refuses_a_key_that_contradicts_the_data():
         dms.decode(b"5", json.dumps(GOOD_DMS).encode())
 
 
+def test_dms_update_of_the_primary_key_names_the_old_key_and_ends_it():
+    moved = json.dumps({**GOOD_DMS, "before-image": {"account_id": 3},
+                        "metadata": {**GOOD_DMS["metadata"], "operation": "update",
+                                     "stream-position": "00000002/7C007328"}}).encode()
+    inserted = _dms_with(**{"stream-position": "00000002/7C000000"}).replace(b'"account_id": 4', b'"account_id": 3')
+    changes = [dms.decode(b"3", inserted), dms.decode(b"4", moved)]
+    assert (changes[1].key, changes[1].before_key, changes[1].changes_key) == (4, 3, True)
+    assert apply(changes) == {4: GOOD_DMS["data"]}  # key 3 is gone
+    # the before-image of an update that keeps its key (or names no key) changes nothing
+    same = json.dumps({**GOOD_DMS, "before-image": {}, "metadata": {**GOOD_DMS["metadata"], "operation": "update"}})
+    assert not dms.decode(b"4", same.encode()).changes_key
+
+
 def test_dms_positions_sort_as_text_in_log_order():
     lsns = [0, 0x16B3748, 0xFFFFFFFF, 0x1_00000000, 0x2_7C007178, 0x2_7C007328]
     assert sorted(map(dms.stream_position, reversed(lsns))) == [dms.stream_position(lsn) for lsn in lsns]
@@ -218,10 +237,12 @@ def test_dms_positions_sort_as_text_in_log_order():
 def test_dms_two_commits_in_one_microsecond_are_ordered_by_log_position_not_transaction_id():
     """Transaction 9 started first, transaction 10 after it; 10 committed first, 9 after it, in the
     same microsecond: the row is 9's. Ordered by transaction id, 10's older update won."""
-    first = _dms_with(**{"transaction-id": 10, "stream-position": "00000002/7C007178", "operation": "update"})
-    second = json.dumps({"data": {**GOOD_DMS["data"], "balance": "2.00"}, "metadata": {
-        **GOOD_DMS["metadata"], "transaction-id": 9, "stream-position": "00000002/7C007328",
+    first = json.dumps({**GOOD_DMS, "before-image": {"account_id": 4}, "metadata": {
+        **GOOD_DMS["metadata"], "transaction-id": 10, "stream-position": "00000002/7C007178",
         "operation": "update"}}).encode()
+    second = json.dumps({"before-image": {"account_id": 4}, "data": {**GOOD_DMS["data"], "balance": "2.00"},
+                         "metadata": {**GOOD_DMS["metadata"], "transaction-id": 9,
+                                      "stream-position": "00000002/7C007328", "operation": "update"}}).encode()
     changes = [dms.decode(b"4", value) for value in (first, second)]
     assert changes[0].source_ts_ms == changes[1].source_ts_ms
     assert apply(changes) == apply(reversed(changes)) == {4: {"account_id": 4, "balance": "2.00"}}

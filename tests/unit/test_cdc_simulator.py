@@ -26,6 +26,11 @@ def replay(state: dict[str, dict[int, dict]], changes: list[Change]) -> dict[str
         if change.op == "I":
             assert change.key not in rows and change.before is None, change
             rows[change.key] = change.after
+        elif change.op == "U" and change.before[TABLES[change.table]] != change.key:  # the key changed
+            old = change.before[TABLES[change.table]]
+            assert rows.get(old) == change.before and change.key not in rows, change
+            del rows[old]
+            rows[change.key] = change.after
         elif change.op in ("U", "D"):
             assert rows.get(change.key) == change.before, change
             if change.op == "U":
@@ -111,6 +116,9 @@ def test_runs_contain_what_a_mirror_must_handle(tmp_path):
         elif change.op == "I" and (change.table, change.key) in deleted:
             reinserts += 1
     assert reinserts > 10
+    # updates of the primary key, accounts only (the DMS stream), to a key not in use
+    moved = [c for c in changes if c.op == "U" and c.before[TABLES[c.table]] != c.key]
+    assert len(moved) >= 5 and {c.table for c in moved} == {"accounts"}
     # hot keys (1..5 of 40) take far more than their 1/8 share of the updates
     updates = [c for c in changes if c.op == "U"]
     assert sum(c.key <= 5 for c in updates) > len(updates) / 8 * 1.5

@@ -128,6 +128,8 @@ def test_change_records_normalize_like_the_reference_decoder(spark, changes, nam
             or int(row._source_ts.replace(tzinfo=UTC).timestamp() * 1000) == expected.source_ts_ms
         image = {k: row[k] for k in expected.image}
         assert image == expected.image
+        if name == "accounts":  # the key an update's before-image names
+            assert (row._before_key and row._before_key.account_id) == expected.before_key
         ops_seen.add(row.op)
     assert ops_seen == {"I", "U", "D", "R"}
 
@@ -177,12 +179,28 @@ def test_dms_changes_are_ordered_by_log_position_which_they_require(spark, chang
     earlier = {**record, "metadata": {**metadata, "transaction-id": 10, "stream-position": "00000002/7C007178"}}
     later = {**record, "metadata": {**metadata, "transaction-id": 9, "stream-position": "00000002/7C007328"}}
     without = {**record, "metadata": {k: v for k, v in metadata.items() if k != "stream-position"}}
-    rows = _decode_cdc(spark, "accounts", [(key, json.dumps(m).encode()) for m in (later, earlier, without)])
+    rows = _decode_cdc(spark, "accounts", [(key, json.dumps({**m, "before-image": {}}).encode())
+                                           for m in (later, earlier, without)])
     assert [r._error_code for r in rows[:2]] == [None, None]
     assert max(rows[:2], key=lambda r: tuple(r._seq)) is rows[0]
     assert tuple(rows[0]._seq)[1:] == ("00000002/7C007328", 9, record["metadata"]["transaction-record-id"])
     assert (rows[2]._error_code, rows[2]._error_detail) == (
         "INVALID_CDC_ENVELOPE", "not a DMS data record, missing or invalid: stream-position")
+
+
+def test_a_dms_update_carries_the_key_its_before_image_names_and_requires_one(spark, changes):
+    key, value = dms.encode_changes(changes, table="accounts")[0]
+    record = json.loads(value)
+    update = {**record, "metadata": {**record["metadata"], "operation": "update"}}
+    new_key = record["data"]["account_id"]
+    cases = [{**update, "before-image": {"account_id": new_key + 1000}}, {**update, "before-image": {}}, update,
+             {**update, "before-image": {"account_id": "7"}}]
+    rows = _decode_cdc(spark, "accounts", [(key, json.dumps(c).encode()) for c in cases])
+    assert [(r._error_code, r._before_key and r._before_key.account_id) for r in rows[:2]] == [
+        (None, new_key + 1000), (None, None)]
+    assert (rows[2]._error_code, rows[2]._error_detail) == (
+        "INVALID_CDC_ENVELOPE", "update without its before-image object (BeforeImageSettings)")
+    assert rows[3]._error_code == "SCHEMA_MISMATCH"
 
 
 def test_wrongly_typed_image_field_is_a_schema_mismatch(spark, changes):
