@@ -519,6 +519,29 @@ def _json_envelope(schema: StructType) -> tuple[Column, Column]:
 
 
 DEBEZIUM_CONNECTORS = ("postgresql", "mysql", "mariadb")
+# Debezium's stand-in for a value it does not have (`unavailable.value.placeholder`, default
+# below): a PostgreSQL column stored out of line (TOAST) that an UPDATE left unchanged is not in
+# the change pgoutput sends (REPLICA IDENTITY DEFAULT). Text-like columns (text, varchar, json,
+# jsonb, xml) carry the text; bytea the bytes of it: base64 in JSON (binary.handling.mode bytes,
+# base64 or base64-url-safe) or hex. Taken as a value it would overwrite the real one downstream.
+UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
+_UNAVAILABLE_SPELLINGS = (UNAVAILABLE_PLACEHOLDER, "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+                          UNAVAILABLE_PLACEHOLDER.encode().hex())
+
+
+def without_unavailable_values(image: Column, schema: StructType, identity: tuple[str, ...]) -> tuple[Column, Column]:
+    """(``image`` with every placeholder value (``_UNAVAILABLE_SPELLINGS``) made null, the names of
+    those columns: ``_unavailable``, null when none). Only text columns can hold one (the contract
+    declares text, JSON and binary columns as strings); a key is never left out (replica identity)."""
+    candidates = [f.name for f in schema.fields if isinstance(f.dataType, StringType) and f.name not in identity]
+    if not candidates:
+        return image, F.lit(None).cast("array<string>")
+    missing = {name: F.coalesce(image[name].isin(*_UNAVAILABLE_SPELLINGS), F.lit(False)) for name in candidates}
+    names = F.filter(F.array(*[F.when(flag, F.lit(name)) for name, flag in missing.items()]), lambda n: n.isNotNull())
+    cleaned = F.when(image.isNotNull(), F.struct(*[
+        (F.when(~missing[f.name], image[f.name]) if f.name in missing else image[f.name]).alias(f.name)
+        for f in schema.fields]))
+    return cleaned, F.when(F.size(names) > 0, names)
 # Snapshot reads of PostgreSQL's initial snapshot (an incremental snapshot's reads are ordered
 # with the stream: they carry its position).
 _SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_data_collection")
@@ -590,6 +613,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
         debezium_semantic_types(row, F.col("_value_schema")))
+    image, unavailable = without_unavailable_values(image, image_schema, identity)
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
     seq = debezium_seq(source, env["op"])
@@ -604,6 +628,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
         tombstone=tombstone, message_key=F.col("_key"), truncate=truncate,
+        extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",

@@ -327,6 +327,37 @@ def test_a_truncate_is_a_change_without_key_or_row(spark):
     assert rows[1]._error_code == "INVALID_CDC_ENVELOPE" and "source position" in rows[1]._error_detail
 
 
+def test_debezium_unavailable_value_placeholder_is_null_and_named_never_a_value(spark):
+    """An unchanged TOASTed PostgreSQL column (REPLICA IDENTITY DEFAULT) arrives as Debezium's
+    placeholder: as text (text, json), base64 or hex of its bytes (bytea). Before, bronze kept
+    the placeholder as the column's value (issue 42, item 8)."""
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType()),
+                                        StructField("photo", StringType()), StructField("tier", StringType())]),
+                            ("customer_id",))
+    source = {"connector": "postgresql", "snapshot": "false", "ts_ms": 1, "table": "customers",
+              "lsn": 26400000, "sequence": '["26399000","26400000"]'}
+    placeholder = "__debezium_unavailable_value"  # Debezium's default unavailable.value.placeholder
+
+    def update(name, photo, tier="gold"):
+        image = {"customer_id": 3, "name": name, "photo": photo, "tier": tier}
+        return (b'{"customer_id":3}', json.dumps({"before": None, "after": image, "op": "u", "ts_ms": 1,
+                                                  "source": source}).encode())
+    messages = [update(placeholder, "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+                update("Ana", placeholder.encode().hex()),
+                update("Ana", "aGVsbG8=", tier=None),
+                (b'{"customer_id":3}', None)]
+    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+        .orderBy("offset").collect()
+    assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
+    assert [(r.name, r.photo, r.tier) for r in rows] == [
+        (None, None, "gold"), ("Ana", None, "gold"), ("Ana", "aGVsbG8=", None), (None, None, None)]
+    assert [r._unavailable for r in rows] == [
+        ["name", "photo"], ["photo"],
+        None,  # a null is a value: not unavailable
+        None,  # a tombstone
+    ]
+
+
 def test_debezium_with_schemas_enabled_decodes_like_without(spark, changes):
     """Kafka's JsonConverter with schemas.enable=true wraps key and value in {"schema", "payload"};
     before, those events were dead letters (no op, no source at the top level)."""
