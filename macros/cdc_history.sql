@@ -40,12 +40,20 @@
     values, never current. `truncations` tells whether the increment holds one (the model asks,
     `changelog_has_truncations`): only then are all the stored versions read, to find the rows
     it ends; `columns_of` is a relation with the changelog's columns (the model's changelog).
+
+    `columns` (optional; the model passes cdc_changelog_columns(ref(...))): the changelog's
+    columns in order. When one is `_unavailable` (Debezium: the columns a change did not carry,
+    an unchanged TOASTed PostgreSQL value; ARCHITECTURE §9, "Unavailable values"), a version
+    carries such a column's value from its predecessor by sequence (null if it has none). The
+    first version of a key a run reads is final as stored, so a late change between stored
+    versions re-fills the later versions that carried its column, and they are re-written.
 -#}
 {% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none,
-                              truncate_when=none, truncations=false, columns_of=none) -%}
+                              truncate_when=none, truncations=false, columns_of=none, columns=[]) -%}
 {%- set keys = [key] if key is string else key -%}
 {%- set key_list = keys | join(', ') -%}
 {%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
+{%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
 {%- set ends_a_row = "op = 'D'" ~ (' or (' ~ truncate_when ~ ')' if truncate_when else '') -%}
 {%- if truncate_when %}
 , key_changes as (
@@ -180,14 +188,61 @@ distinct_links as (
 
 ),
 
+{% if carried %}
+ranked_links as (
+
+    select distinct_links.* except (_copy), row_number() over ({{ window }}) as _link_rank
+    from distinct_links
+    where _copy = 1
+
+),
+
+filled_links as (
+
+    -- a column the version did not carry: its predecessor's value (the key's first version
+    -- read here is final as stored: nothing before it changes)
+    select
+        ranked_links.*,
+        {%- for column in carried %}
+        last(case when _link_rank = 1 or not array_contains(coalesce(_unavailable, array()), '{{ column }}')
+                  then named_struct('value', {{ column }}) end, true)
+            over ({{ window }} rows between unbounded preceding and current row).value as _filled_{{ column }}
+        {{- ',' if not loop.last }}
+        {%- endfor %}
+    from ranked_links
+
+),
+
+kept_links as (
+
+    select
+        {%- for column in columns %}
+        {{ '_filled_' ~ column if column in carried else column }} as {{ column }},
+        {%- endfor %}
+        _starts_at, _stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored,
+        -- a stored version whose carried value a late change before it changed
+        _is_stored and ({% for column in carried %}not (_filled_{{ column }} <=> {{ column }}){{ ' or ' if not loop.last }}{% endfor %}) as _refilled
+    from filled_links
+
+),
+{% endif %}
+
 starts as (
 
     -- never before the version it follows: the running maximum in sequence order
     select
+        {% if carried -%}
+        kept_links.* except (_starts_at),
+        {%- else -%}
         distinct_links.* except (_copy, _starts_at),
+        {%- endif %}
         max(_starts_at) over ({{ window }} rows between unbounded preceding and current row) as valid_from
+    {% if carried -%}
+    from kept_links
+    {%- else -%}
     from distinct_links
     where _copy = 1
+    {%- endif %}
 
 ),
 
@@ -203,12 +258,13 @@ versions as (
 
 final as (
 
-    select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored)
+    select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored{{ ', _refilled' if carried }})
     from versions
-    -- the new versions, and the stored ones whose start, end or currency they change
+    -- the new versions, and the stored ones whose start, end, currency or carried values they change
     where not _is_stored
         or not (valid_from <=> _stored_valid_from and valid_to <=> _stored_valid_to
                 and is_current = _stored_is_current)
+        {%- if carried %} or _refilled{% endif %}
 
 )
 

@@ -150,12 +150,25 @@
         {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
         {%- set pending = run_query('select count(*) from ' ~ changes_relation).columns[0].values()[0] -%}
         {%- if pending > 0 -%}
+            {%- set change_columns = adapter.get_columns_in_relation(changes_relation) | map(attribute='name') | list -%}
+            {%- set carried = cdc_carried_columns(change_columns, keys + [sequence_by]) -%}
             {%- set previous = set_session_settings(storage_partitioned_join_settings() if storage == 'table' else {}) -%}
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
                 using {{ changes_relation }} as change
                 on {{ key_match | join(' and ') }}
-                when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set *
+                when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set
+                {%- if carried %}
+                    {#- a column the change did not carry (`_unavailable`) and no earlier change of
+                        the increment had (cdc_mirror_changes: it is null) keeps the mirror's value -#}
+                    {%- for column in change_columns %}
+                    {{ column }} = {% if column in carried -%}
+                        case when array_contains(change._unavailable, '{{ column }}') and change.{{ column }} is null
+                             then mirror.{{ column }} else change.{{ column }} end
+                    {%- else %}change.{{ column }}{% endif %}{{ ',' if not loop.last }}
+                    {%- endfor %}
+                {%- else %} *
+                {%- endif %}
                 when not matched then insert *
             {%- endcall -%}
             {%- do restore_session_settings(previous) -%}

@@ -15,10 +15,17 @@
     the run knows (the increment's, or the stored marker's) are dropped, so no change from before
     a TRUNCATE brings a row back. The materialization then turns every live row older than a new
     marker into a tombstone at the truncation's sequence (macros/cdc_mirror.sql).
+
+    `columns` (optional; the model passes cdc_changelog_columns(ref(...))): the changelog's
+    columns in order. When one is `_unavailable` (Debezium: the columns a change did not carry,
+    an unchanged TOASTed PostgreSQL value; ARCHITECTURE §9, "Unavailable values"), each such
+    column of the winning change takes the value of the latest earlier change of the increment
+    that had it, if newer than the row the mirror holds; else it stays null, and the MERGE keeps
+    the mirror's value.
 -#}
 
 {% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
-                            sequence_by='_seq', except_columns=[], truncate_when=none) -%}
+                            sequence_by='_seq', except_columns=[], truncate_when=none, columns=[]) -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
     {%- if execute and not keys -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
@@ -27,10 +34,27 @@
         {% do exceptions.raise_compiler_error("cdc_mirror: set delete_when (e.g. \"op = 'D'\"), the changes that delete their key") %}
     {%- endif -%}
     {%- set dropped = ['_change_rank'] + ([except_columns] if except_columns is string else except_columns) -%}
+    {%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
 , latest_changes as (
 
     select
+        {% if carried -%}
+        {%- for column in columns %}
+        {% if column in carried -%}
+        -- not carried by the change: the latest earlier change's of the increment that had it
+        -- (and that change's sequence, below)
+        last(case when not array_contains(coalesce(changes._unavailable, array()), '{{ column }}')
+                  then named_struct('value', changes.{{ column }}, 'seq', changes.{{ sequence_by }}) end, true) over (
+            partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
+            order by changes.{{ sequence_by }} rows between unbounded preceding and current row
+        ) as _filled_{{ column }},
+        {%- else -%}
+        changes.{{ column }},
+        {%- endif %}
+        {%- endfor %}
+        {%- else -%}
         changes.*,
+        {%- endif %}
         ({{ delete_when }}){% if truncate_when %} or ({{ truncate_when }}){% endif %} as _is_deleted,
         -- duplicates share their sequence, so any one of them may win: they are the same change
         row_number() over (
@@ -99,15 +123,71 @@ mirror_changes as (
 
 ),
 
+{% if carried %}
+carried_changes as (
+
+    -- a column filled from a change not newer than the row the mirror holds (re-read, or
+    -- replayed from the dead letters) is older than the mirror's value: null, so the MERGE
+    -- keeps the mirror's
+    select
+        {%- for column in columns %}
+        {% if column in carried -%}
+        {% if incremental -%}
+        case when stored.{{ sequence_by }} >= mirror_changes._filled_{{ column }}.seq then null
+             else mirror_changes._filled_{{ column }}.value end
+        {%- else -%}
+        mirror_changes._filled_{{ column }}.value
+        {%- endif %} as {{ column }},
+        {%- else -%}
+        mirror_changes.{{ column }},
+        {%- endif %}
+        {%- endfor %}
+        mirror_changes._is_deleted,
+        mirror_changes._change_rank
+    from mirror_changes
+    {% if incremental %}
+    left join stored_rows as stored
+        on {% for key in keys %}stored.{{ key }} = mirror_changes.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
+    {% endif %}
+
+),
+{% endif %}
+
 final as (
 
     -- `_loaded_at`: when the dbt run wrote the row (one value per run, later for every later
     -- run). Gold finds the keys changed since it last looked by it, exactly: `_ingested_at`
     -- is bronze's clock, and a late bronze commit applied now can carry one hours old
     select * except ({{ dropped | join(', ') }}), current_timestamp() as _loaded_at
-    from mirror_changes
+    from {{ 'carried_changes' if carried else 'mirror_changes' }}
 
 )
 
 select * from final
+{%- endmacro %}
+
+
+{#- The columns of a changelog relation, in order: for cdc_mirror_changes and
+    cdc_history_versions, which fill the columns a change did not carry (`_unavailable`). None
+    when they cannot be known: at parse time, or in a dbt unit test (refs are fixtures there:
+    a unit test that needs them overrides this macro with its fixture's columns). -#}
+{% macro cdc_changelog_columns(relation) -%}
+    {%- if not execute or relation is string or (relation | string).startswith('__dbt__cte__')
+           or load_relation(relation) is none -%}
+        {{ return([]) }}
+    {%- endif -%}
+    {{ return(adapter.get_columns_in_relation(relation) | map(attribute='name') | list) }}
+{%- endmacro %}
+
+
+{#- The columns of a changelog whose value a change may not carry: when it has `_unavailable`,
+    every column of the row but its key (replica identity: always sent). The changelog's own
+    columns (op, _seq, _source_ts, _ingested_at, _kafka_*, _unavailable, ...) are not the row's. -#}
+{% macro cdc_carried_columns(columns, keys) -%}
+    {%- if '_unavailable' not in columns -%}{{ return([]) }}{%- endif -%}
+    {%- set carried = [] -%}
+    {%- for column in columns -%}
+        {%- if column not in keys and column != 'op' and not column.startswith('_') -%}{%- do carried.append(column) -%}{%- endif -%}
+    {%- endfor -%}
+    {{ return(carried) }}
 {%- endmacro %}

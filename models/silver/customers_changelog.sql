@@ -33,7 +33,12 @@ final as (
         _ingested_at,
         _kafka_topic,
         _kafka_partition,
-        _kafka_offset
+        _kafka_offset,
+        -- the columns the change did not carry (Debezium's placeholder; null in them, ARCHITECTURE §9),
+        -- by silver's names: the mirror and the history carry them by these names
+        transform(_unavailable, field -> case field when 'name' then 'customer_name'
+                                                    when 'country' then 'country_code'
+                                                    else field end) as _unavailable
     from bronze_customers
 
 )

@@ -31,4 +31,5 @@ changelog as (
 
 {{ cdc_history_versions('changelog', 'customer_id', existing=this if is_incremental() else none,
                         truncate_when="op = 'T'", columns_of=ref('customers_changelog'),
+                        columns=cdc_changelog_columns(ref('customers_changelog')),
                         truncations=changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment)) }}

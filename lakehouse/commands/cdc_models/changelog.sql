@@ -29,7 +29,10 @@ final as (
         _ingested_at,
         _kafka_topic,
         _kafka_partition,
-        _kafka_offset
+        _kafka_offset,
+        -- the columns the change did not carry (Debezium's placeholder; null in them, ARCHITECTURE §9):
+        -- a column renamed above is renamed here too (transform, as customers_changelog does)
+        _unavailable
     from bronze_changes
 
 )

@@ -29,4 +29,5 @@ changelog as (
 
 {{ cdc_history_versions('changelog', [[ key_config ]], existing=this if is_incremental() else none,
                         truncate_when="op = 'T'", columns_of=ref('[[ stream ]]_changelog'),
+                        columns=cdc_changelog_columns(ref('[[ stream ]]_changelog')),
                         truncations=changelog_has_truncations(ref('[[ stream ]]_changelog'), "op = 'T'", increment)) }}

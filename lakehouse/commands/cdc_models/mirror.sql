@@ -26,4 +26,5 @@ changelog as (
 
 )
 
-{{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}
+{{ cdc_mirror_changes('changelog', this, is_incremental(), columns=cdc_changelog_columns(ref('[[ stream ]]_changelog')),
+                      **cdc) }}
