@@ -361,7 +361,7 @@ def test_a_run_after_compaction_reads_from_what_was_appended(lake, increments):
                               "options => map('rewrite-all', 'true'))").collect()
     assert compacted.rewritten_data_files_count > 1, compacted
     run_dbt(own, ["run", "--select", "employees"], target_dir=target, capture=True)
-    compiled = (target / "run" / "lakehouse" / "models" / "silver" / "employees.sql").read_text()
+    compiled = (target / "compiled" / "lakehouse" / "models" / "silver" / "employees.sql").read_text()
     assert f"_ingested_at >= timestamp'{stamp:%Y-%m-%d %H:%M:%S}'" in compiled, compiled
     found = session.sql(f"select employee_id from silver.employees where employee_id in ({', '.join(map(str, ids))})")
     assert sorted(r.employee_id for r in found.collect()) == ids
