@@ -234,7 +234,10 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             pick(STATUSES, 38, "position").alias("status"),
             iso_text(committed).alias("updated_at"),
             committed.alias("_source_ts"),
+            # a DMS change's place (ingestion/formats.py decode_dms): the log position as text,
+            # zero-padded so that it sorts as the simulator's does
             F.struct((F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),
+                     F.lpad(F.col("position").cast("string"), 20, "0").alias("stream_position"),
                      F.col("position").cast("bigint").alias("transaction_id"),
                      F.lit(0).cast("bigint").alias("record_id")).alias("_seq"),
         ]
