@@ -16,6 +16,7 @@ commits needs it to finish the batch); the check reads both.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -32,6 +33,11 @@ BATCH_PROPERTY = "lakehouse.batch-id"
 INSTANT_PROPERTY = "lakehouse.instant-micros"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 COMMITTED_INSTANT_PROPERTY_PREFIX = "lakehouse.committed-instant."
+
+# The fields an additive CDC stream took from its source, beyond its contract file (ARCHITECTURE
+# §6, "Fields the contract lacks"): a JSON object of JSON Schema properties by name. Kept with
+# the table whose columns they are, so a restart, a replay or `lakehouse dlq replay` reads them.
+ADDED_FIELDS_PROPERTY = "lakehouse.added-fields"
 
 STREAMING_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -183,6 +189,21 @@ def committed_batches_in_properties(spark: SparkSession, table: str,
 
 def _table_properties(spark: SparkSession, table: str) -> dict[str, str]:
     return {row.key: row.value for row in spark.sql(f"show tblproperties {quote_table(table)}").collect()}
+
+
+def added_fields(spark: SparkSession, table: str) -> dict[str, dict]:
+    """The fields recorded by `record_added_fields` (none when the table does not exist yet)."""
+    if not spark.catalog.tableExists(table):
+        return {}
+    return json.loads(_table_properties(spark, table).get(ADDED_FIELDS_PROPERTY) or "{}")
+
+
+def record_added_fields(spark: SparkSession, table: str, fields: dict[str, dict]) -> None:
+    """Record every field the stream added so far (before the columns are added: a crash between
+    the two leaves a record the restart completes, never a column without its type's record)."""
+    value = json.dumps(fields, sort_keys=True)
+    spark.sql(f"alter table {quote_table(table)} set tblproperties "
+              f"({sql_string(ADDED_FIELDS_PROPERTY)} = {sql_string(value)})")
 
 
 def _markers(properties: dict[str, str], prefix: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ at most every ``REGISTRY_POLL_SECONDS``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from datetime import UTC, datetime
@@ -22,13 +23,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from ingestion import formats
+from ingestion import bronze, formats
 from ingestion.bronze import is_widening
 from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
-from lakehouse.contracts.streams import StreamSpec, json_contract
+from lakehouse.contracts.streams import StreamSpec, added_field, json_contract
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -109,9 +110,34 @@ class JsonStreamDecoder(StreamDecoder):
     normalized changelog (ARCHITECTURE §6)."""
 
     _columns: StructType | None = None
+    # The fields an additive CDC stream took from its source (JSON Schema properties by name),
+    # read from its bronze table when the decoder first looks (ingestion/bronze.py)
+    added: dict[str, dict] | None = None
+
+    def _current_version(self) -> object:
+        if self.added is None:
+            self.added = bronze.added_fields(self.spark, self.spec.bronze_table) if self.spec.is_cdc else {}
+        return _file_version(self.spec.schema_path), json.dumps(self.added, sort_keys=True)
+
+    def add_fields(self, fields: dict[str, dict]) -> None:
+        """Fields the source added: columns of the contract from the next `refresh` on."""
+        self.added = {**(self.added or {}), **fields}
+
+    def discover(self, raw: DataFrame) -> tuple[dict[str, dict], list[str]]:
+        """The row fields of ``raw``'s change events that the contract lacks: (those a column can
+        hold, as JSON Schema properties; those none can, by name: they stay in ``_rescued``)."""
+        if self._columns is None:
+            self.refresh()
+        seen: dict[str, list] = {}
+        for row in formats.unknown_field_descriptions(raw, self.spec.format, self._columns).collect():
+            parameters = json.loads(row.parameters) if row.parameters else None
+            seen.setdefault(row.name, []).append((row.connect_type, row.connect_name, parameters, row.json_kind))
+        typed = {name: added_field(descriptions) for name, descriptions in sorted(seen.items())}
+        return ({name: prop for name, prop in typed.items() if prop is not None},
+                [name for name, prop in typed.items() if prop is None])
 
     def _load(self, version) -> list[str]:
-        contract = json_contract(self.spec)
+        contract = json_contract(self.spec, self.added)
         changes = _field_changes(self._columns, contract.schema)
         self._columns = contract.schema
         spec = self.spec

@@ -471,10 +471,12 @@ def _changelog(
     checks: list[tuple[Column, str, Column]],
     truncate: Column | None = None,
     extra: list[Column] | None = None,
+    rescued_fields: Column | None = None,
 ) -> DataFrame:
     """The normalized changelog columns plus the checks every CDC format shares. A truncate
     (``truncate`` true) is a change of the whole table: no row, no key, its message key ignored.
-    ``extra``: the format's own columns, after the shared ones."""
+    ``rescued_fields``: the row's fields the contract lacks (``_rescued``); ``extra``: the
+    format's own columns, after the shared ones."""
     row_change = ~truncate if truncate is not None else F.lit(True)
     key_present = F.col("key").isNotNull() & row_change
     mismatch = {name: key_present & ~message_key[name].eqNullSafe(image[name]) for name in identity}
@@ -488,6 +490,7 @@ def _changelog(
         F.when(~tombstone, source_ts).alias("_source_ts"),
         F.when(~tombstone, seq).alias("_seq"),
         tombstone.alias("_is_tombstone"),
+        *([F.when(~tombstone, rescued_fields).alias(RESCUED_COLUMN)] if rescued_fields is not None else []),
         *(extra or []),
     ]
     not_tombstone = ~tombstone
@@ -518,6 +521,62 @@ def _json_envelope(schema: StructType) -> tuple[Column, Column]:
     return loose, typed
 
 
+# --- row fields the contract lacks (ARCHITECTURE §6, "Fields the contract lacks") -----------
+
+RESCUED_COLUMN = "_rescued"
+_TEXT_MAP = MapType(StringType(), StringType())
+
+
+def _row_image_text(loose: Column, fmt: str) -> Column:
+    """The JSON text of a change's row image, from its envelope read as a map of texts (``loose``):
+    Debezium's ``after`` (``before`` for a delete), inside ``payload`` when schemas are enabled;
+    DMS's ``data``."""
+    if fmt == "dms":
+        return loose["data"]
+    event = F.when(loose["schema"].isNotNull() & loose["payload"].isNotNull(),
+                   F.from_json(loose["payload"], _TEXT_MAP)).otherwise(loose)
+    return F.when(event["op"] == F.lit("d"), event["before"]).otherwise(event["after"])
+
+
+def _unknown_fields(image_text: Column, declared: StructType) -> Column:
+    """The image's fields that ``declared`` lacks, by name, each value as VARIANT (its JSON type kept)."""
+    names = [f.name for f in declared.fields]
+    return F.map_filter(F.from_json(image_text, MapType(StringType(), VariantType())), lambda k, _v: ~k.isin(*names))
+
+
+def rescued(loose: Column, fmt: str, declared: StructType) -> Column:
+    """``_rescued``: the row image's fields the contract lacks, as a JSON object; null when none."""
+    unknown = _unknown_fields(_row_image_text(loose, fmt), declared)
+    return F.when(F.size(unknown) > 0, F.to_json(unknown))
+
+
+# A Debezium value schema's fields as the description of an unknown field needs them
+_FIELD_SCHEMA = StructType([StructField("field", StringType()), StructField("type", StringType()),
+                            StructField("name", StringType()), StructField("parameters", _TEXT_MAP)])
+_FULL_CONNECT_SCHEMA = StructType([StructField("fields", ArrayType(StructType([
+    StructField("field", StringType()), StructField("fields", ArrayType(_FIELD_SCHEMA))])))])
+
+
+def unknown_field_descriptions(raw: DataFrame, fmt: str, declared: StructType) -> DataFrame:
+    """What a batch's change events say of each row field ``declared`` lacks, one row per distinct
+    description: ``name``, the Kafka Connect ``connect_type``, ``connect_name`` (semantic type)
+    and ``parameters`` (JSON text) when schemas are enabled, and ``json_kind``, the value's
+    JSON type (``schema_of_variant``). `lakehouse.contracts.streams.added_field` types it."""
+    loose = F.from_json(F.col("value").cast("string"), _TEXT_MAP)
+    values = raw.select(loose.alias("_loose")).select(
+        F.explode(_unknown_fields(_row_image_text(F.col("_loose"), fmt), declared)).alias("name", "value"),
+        F.col("_loose")["schema"].alias("_schema"))
+    image = "before" if fmt == "debezium" else "data"
+    row_fields = F.try_element_at(F.filter(F.from_json("_schema", _FULL_CONNECT_SCHEMA)["fields"],
+                                           lambda f: f["field"].isin("after", image)), F.lit(1))["fields"]
+    described = F.try_element_at(F.filter(row_fields, lambda f: f["field"] == F.col("name")), F.lit(1))
+    return values.select(
+        "name", described["type"].alias("connect_type"), described["name"].alias("connect_name"),
+        F.to_json(described["parameters"]).alias("parameters"),
+        F.when(~F.is_variant_null("value"), F.schema_of_variant("value")).alias("json_kind"),
+    ).distinct()
+
+
 DEBEZIUM_CONNECTORS = ("postgresql", "mysql", "mariadb")
 # Debezium's stand-in for a value it does not have (`unavailable.value.placeholder`, default
 # below): a PostgreSQL column stored out of line (TOAST) that an UPDATE left unchanged is not in
@@ -542,6 +601,8 @@ def without_unavailable_values(image: Column, schema: StructType, identity: tupl
         (F.when(~missing[f.name], image[f.name]) if f.name in missing else image[f.name]).alias(f.name)
         for f in schema.fields]))
     return cleaned, F.when(F.size(names) > 0, names)
+
+
 # Snapshot reads of PostgreSQL's initial snapshot (an incremental snapshot's reads are ordered
 # with the stream: they carry its position).
 _SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_data_collection")
@@ -629,6 +690,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         seq=seq,
         tombstone=tombstone, message_key=F.col("_key"), truncate=truncate,
         extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
+        rescued_fields=rescued(F.col("_loose"), "debezium", image_schema),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
@@ -695,6 +757,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
         tombstone=F.lit(False), message_key=F.col("_key"),
         # the key an update's before-image names: the changelog view ends it when it differs
         extra=[F.when(op == "U", env[BEFORE_IMAGE]).alias("_before_key")],
+        rescued_fields=rescued(F.col("_loose"), "dms", image_schema),
         checks=[
             (F.col("value").isNull(), "INVALID_CDC_ENVELOPE", F.lit("no value (DMS sends no tombstones)")),
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),

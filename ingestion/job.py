@@ -30,7 +30,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ingestion import bronze, checkpoint, dead_letters
 from ingestion.decoders import StreamDecoder, decoder_for
-from ingestion.formats import to_bronze
+from ingestion.formats import RESCUED_COLUMN, to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
@@ -88,6 +88,8 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         nonlocal query_id
         started = time.monotonic()
         query_id = query_id or _current_query_id(spark, name)  # fixed while the query runs
+        if spec.is_cdc and spec.adds_fields:
+            _add_source_fields(spark, spec, decoder, batch, batch_id)
         changes = decoder.refresh()
         if changes:
             # foreachBatch plans every batch afresh: the new schema applies from this batch on.
@@ -100,13 +102,35 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
             return
-        read, dead = counts
+        read, dead, rescued, rescued_fields = counts
+        if rescued:
+            log.warning("%s batch %d: %s record(s) with field(s) the contract lacks, kept in bronze's %s: %s",
+                        spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields)
         log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
                  f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}")
         # Spark commits the checkpoint once this function returns.
         _crash_if(fault_point, AFTER_ICEBERG_COMMITS, spec, batch_id)
 
     return write
+
+
+def _add_source_fields(spark: SparkSession, spec: StreamSpec, decoder: StreamDecoder, batch: DataFrame,
+                       batch_id: int) -> None:
+    """An additive CDC stream (ARCHITECTURE §6, "Fields the contract lacks"): the row fields of the
+    batch that its contract lacks become contract fields, typed from the change events, recorded
+    with the bronze table, before the batch is decoded: the refresh that follows adds their
+    columns and this batch fills them. A pass over the batch of its own, on CDC streams only."""
+    found, untyped = decoder.discover(batch)
+    if untyped:
+        log.warning("%s batch %d: field(s) the contract lacks that no column type holds as they are (nested, "
+                    "bytes, only nulls so far, or several JSON types): %s; kept in %s", spec.name, batch_id,
+                    ", ".join(untyped), RESCUED_COLUMN)
+    if not found:
+        return
+    log.warning("%s batch %d: the source added field(s) %s: added to the stream's columns (contract: additive)",
+                spec.name, batch_id, ", ".join(f"{name} {json.dumps(prop)}" for name, prop in found.items()))
+    bronze.record_added_fields(spark, spec.bronze_table, {**decoder.added, **found})
+    decoder.add_fields(found)
 
 
 class _BatchAppender:
@@ -156,10 +180,11 @@ COLLECT_RECORDS = 1_000_000
 
 def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
                 tables: _BatchAppender, fault_point: str | None = None,
-                location: str | None = None) -> tuple[int, int] | None:
+                location: str | None = None) -> tuple[int, int, int, str] | None:
     """Bronze, then dead letters, each holding every offset of the batch at most once, and
-    together exactly once (ARCHITECTURE §8); (records read, dead letters), or None when an
-    earlier attempt left nothing to add.
+    together exactly once (ARCHITECTURE §8); (records read, dead letters, records in bronze with
+    fields the contract lacks in ``_rescued``, those fields' names), or None when an earlier
+    attempt left nothing to add.
 
     ``location``: the query's checkpoint, whose offsets give the batch's size: up to
     COLLECT_RECORDS, the bronze pass brings the failing rows home; else (or when the size is
@@ -183,6 +208,7 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
     _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
     metrics = observation.get
     read, dead = metrics["read"], metrics["dead"]
+    rescued = (metrics["rescued"], metrics["rescued_fields"]) if "rescued" in metrics else (0, "")
     if dead:  # an empty append, a snapshot per batch, is skipped
         if collect:
             failing = dead_letters.from_collected(spark, metrics["dead_rows"], spec.name, batch_id, ingested_at)
@@ -190,11 +216,11 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
             again, _ = _observed(decoder.decode(batch, now))
             failing = dead_letters.to_dead_letters(again, spec.name, batch_id, ingested_at)
         tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
-    return read, dead
+    return read, dead, *rescued
 
 
 def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id, tables: _BatchAppender,
-              in_bronze: bool, in_dead_letters: bool, fault_point: str | None) -> tuple[int, int] | None:
+              in_bronze: bool, in_dead_letters: bool, fault_point: str | None) -> tuple[int, int, int, str] | None:
     """Finish a batch that an earlier attempt committed to bronze, to the dead letters, or to
     both, before a crash; (records placed now, of which dead letters), or None if none.
 
@@ -231,14 +257,14 @@ def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, q
     # bronze, about 1%); most of the batch after one of a version that wrote dead letters first.
     rest = decoded.join(done, ["partition", "offset"], "left_anti").persist()
     try:
-        read, dead = rest.agg(F.count(F.lit(1)), F.count("_error_code")).first()
+        read, dead, *rescued = rest.agg(F.count(F.lit(1)), F.count("_error_code"), *_rescued_metrics(rest)).first()
         if read > dead:
             tables.append(spec.bronze_table, to_bronze(rest, batch_id, ingested_at), query_id, batch_id, now)
             _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
         if dead:
             failing = dead_letters.to_dead_letters(rest, spec.name, batch_id, ingested_at)
             tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
-        return (read, dead) if read else None
+        return (read, dead, *(rescued or (0, ""))) if read else None
     finally:
         rest.unpersist()
         if committed is not None:
@@ -292,10 +318,20 @@ def _observed(decoded: DataFrame, collect: bool = False) -> tuple[DataFrame, Obs
     payload repeats the decode (a dead-letter pass 20 times slower, generated code past 64 KB).
     """
     observation = Observation()
-    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead")]
+    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead"), *_rescued_metrics(decoded)]
     if collect:
         metrics.append(dead_letters.collected(decoded).alias("dead_rows"))
     return decoded.observe(observation, *metrics), observation
+
+
+def _rescued_metrics(decoded: DataFrame) -> list:
+    """Of the records bound for bronze: how many keep fields the contract lacks in ``_rescued``,
+    and those fields' names (comma-separated); none for a format without the column."""
+    if RESCUED_COLUMN not in decoded.columns:
+        return []
+    kept = F.when(F.col("_error_code").isNull(), F.col(RESCUED_COLUMN))
+    names = F.array_sort(F.array_distinct(F.flatten(F.collect_set(F.json_object_keys(kept)))))
+    return [F.count(kept).alias("rescued"), F.concat_ws(", ", names).alias("rescued_fields")]
 
 
 # Fault points (ARCHITECTURE §8), for tests only: the job kills itself with SIGKILL there, as a

@@ -40,7 +40,11 @@ FORMATS = EVENT_FORMATS + CDC_FORMATS
 # Which schema file each format takes (by suffix): a wrong pairing is a config error.
 SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
 KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
-        "source_table", "partitions", "source_url_variable"}
+        "source_table", "partitions", "source_url_variable", "contract"}
+# CDC streams: what becomes of a row field the contract lacks (ARCHITECTURE §6, "Fields the
+# contract lacks"). additive: a new column of bronze, typed from the change event (the source
+# added a column); fixed: kept in `_rescued`. Neither drops it.
+CONTRACT_MODES = ("additive", "fixed")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,12 @@ class StreamSpec:
     # holds a password), for `lakehouse cdc verify` and the quality suite's mirror check
     source_url_variable: str | None = None
     partitions: int = 3
+    contract: str = "fixed"  # CDC: "additive" by default (CONTRACT_MODES); event streams: fixed
+
+    @property
+    def adds_fields(self) -> bool:
+        """Whether a row field the contract lacks becomes a new column (else it is rescued)."""
+        return self.contract == "additive"
 
     @property
     def is_cdc(self) -> bool:
@@ -130,7 +140,19 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         source_table=entry.get("source_table", name) if fmt in CDC_FORMATS else None,
         source_url_variable=_source_url_variable(entry, fmt, where),
         partitions=partitions,
+        contract=_contract_mode(entry, fmt, where),
     )
+
+
+def _contract_mode(entry: dict, fmt: str, where: str) -> str:
+    mode = entry.get("contract", "additive" if fmt in CDC_FORMATS else "fixed")
+    if mode not in CONTRACT_MODES:
+        raise LakehouseError(f"{where}.contract: expected one of {', '.join(CONTRACT_MODES)}, got {mode!r}")
+    if mode == "additive" and fmt not in CDC_FORMATS:
+        # an event's unknown fields are rescued (JSON) or come with a registered schema (Avro, Protobuf)
+        raise LakehouseError(f"{where}.contract: additive applies to debezium and dms streams only; "
+                             "an event stream's contract changes with its schema file")
+    return mode
 
 
 def _source_url_variable(entry: dict, fmt: str, where: str) -> str | None:
@@ -298,11 +320,13 @@ def _semantic_fields(properties: dict, schema: StructType, spec: StreamSpec, whe
     return fields
 
 
-def json_contract(spec: StreamSpec) -> JsonContract:
+def json_contract(spec: StreamSpec, added: dict[str, dict] | None = None) -> JsonContract:
     """Spark schema and required fields from a JSON Schema file (flat objects).
 
     For CDC streams this is the schema of the row image. Required fields are the schema's
-    own ``required`` plus the stream's required columns (the identity at least).
+    own ``required`` plus the stream's required columns (the identity at least). ``added``: the
+    fields an additive CDC stream took from its source (JSON Schema properties by name, see
+    `added_field`), after the file's; the file declares a field it names itself.
     """
     path = spec.schema_path
     try:
@@ -312,6 +336,7 @@ def json_contract(spec: StreamSpec) -> JsonContract:
     except (OSError, json.JSONDecodeError) as exc:
         raise LakehouseError(f"cannot read JSON Schema {path}: {exc}") from None
     properties = document.get("properties") or {}
+    properties = {**properties, **{name: prop for name, prop in (added or {}).items() if name not in properties}}
     fields = [StructField(name, _json_type(prop, f"{path.name}: {name}"), True) for name, prop in properties.items()]
     required = tuple(dict.fromkeys([*document.get("required", []), *spec.required_columns]))
     unknown = set(required) - set(properties)
@@ -321,3 +346,48 @@ def json_contract(spec: StreamSpec) -> JsonContract:
         raise LakehouseError(f"{path}: event-time column {spec.event_time_column!r} is not declared")
     schema = StructType(fields)
     return JsonContract(schema, required, _semantic_fields(properties, schema, spec, path.name))
+
+
+# A field a CDC source added (its contract lacks it) as a JSON Schema property, from what its
+# change events say of it: the Kafka Connect schema of the field when schemas are enabled
+# (type, semantic name, parameters), else the JSON types of its values. None when no column
+# type would hold every value as it is (a struct, an array, bytes, a decimal beyond 38 digits,
+# values of several JSON types, only nulls so far): the field stays in `_rescued`.
+_CONNECT_INTEGERS = ("int8", "int16", "int32", "int64")
+_JSON_KINDS = {"BIGINT": "integer", "BOOLEAN": "boolean", "STRING": "string", "DOUBLE": "number"}
+
+
+def _connect_property(connect_type: str, name: str | None, parameters: dict[str, str]) -> dict | None:
+    by_kind = {semantic: kind for kind, names in DEBEZIUM_TYPES.items() for semantic in names}
+    kind = by_kind.get(name or "")
+    formats = {"timestamp": "date-time", "date": "date", "time": "time"}
+    if kind in formats and (connect_type in _CONNECT_INTEGERS or connect_type == "string"):
+        return {"type": "string", "format": formats[kind], DEBEZIUM_TYPE_KEYWORD: name}
+    if kind == "decimal" and name == "org.apache.kafka.connect.data.Decimal":
+        precision, scale = parameters.get("connect.decimal.precision"), parameters.get("scale")
+        if precision and scale and precision.isdigit() and scale.isdigit() and int(scale) <= int(precision) <= 38:
+            return {"type": "string", "format": f"decimal({precision},{scale})", DEBEZIUM_TYPE_KEYWORD: name}
+        return None
+    if kind is not None:  # a VariableScaleDecimal: no precision to declare
+        return None
+    return {**{t: {"type": "integer"} for t in _CONNECT_INTEGERS}, "float32": {"type": "number"},
+            "float64": {"type": "number"}, "boolean": {"type": "boolean"},
+            "string": {"type": "string"}}.get(connect_type)
+
+
+def added_field(seen: list[tuple[str | None, str | None, dict[str, str] | None, str | None]]) -> dict | None:
+    """The JSON Schema property of a field the contract lacks, from what a batch's events say of
+    it: per distinct description, (Connect type, semantic name, parameters, JSON type of the
+    value as Spark's ``schema_of_variant`` names it; Connect's three None without schemas)."""
+    described = {(t, n, tuple(sorted((p or {}).items()))) for t, n, p, _ in seen if t is not None}
+    if described:
+        props = [_connect_property(t, n, dict(p)) for t, n, p in described]
+        return props[0] if len(props) == 1 or all(p == props[0] for p in props) else None
+    kinds = {kind for *_, kind in seen if kind not in (None, "VOID")}
+    kinds = {"DOUBLE" if kind.startswith("DECIMAL") else kind for kind in kinds}
+    if kinds == {"BIGINT", "DOUBLE"}:  # an integer and a fraction: a number
+        kinds = {"DOUBLE"}
+    if len(kinds) != 1:
+        return None
+    kind = _JSON_KINDS.get(next(iter(kinds)))
+    return {"type": kind} if kind else None

@@ -63,6 +63,11 @@ class StreamStatus:
     bronze_rows: int | None = None
     dead_letters: dict[str, int] = field(default_factory=dict)  # pending (not replayed) by error code
     dead_letters_replayed: int = 0
+    # Row fields the contract lacks (ARCHITECTURE §6): those an additive CDC stream took from its
+    # source as columns (name -> JSON Schema type), and bronze rows that keep some in `_rescued`
+    added_fields: dict[str, str] = field(default_factory=dict)
+    rescued_rows: int = 0
+    rescued_fields: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -281,12 +286,24 @@ def format_streams(statuses: list[StreamStatus]) -> str:
             human_number(s.last_batch_records), human_rate(s.last_batch_rate),
             "unknown" if s.lag is None else f"{s.lag:,}", human_number(s.bronze_rows), dead,
         ])
-        notes[len(rows) - 1] = s.problems
+        notes[len(rows) - 1] = [*s.problems, *field_notes(s)]
     lines = []
     for index, line in enumerate(aligned(rows, right=(3, 4, 5, 6))):
         lines.append(line)
         lines.extend(f"      note: {problem}" for problem in notes.get(index, []))
     return "\n".join(lines)
+
+
+def field_notes(s: StreamStatus) -> list[str]:
+    """What became of the row fields the stream's contract lacks: never dropped, so said here."""
+    notes = []
+    if s.added_fields:
+        notes.append("fields the source added, now columns: "
+                     + ", ".join(f"{name} ({kind})" for name, kind in s.added_fields.items()))
+    if s.rescued_rows:
+        notes.append(f"{s.rescued_rows:,} bronze rows keep fields the contract lacks in _rescued: "
+                     + ", ".join(s.rescued_fields))
+    return notes
 
 
 def format_tables(tables: list[TableStatus]) -> str:
@@ -480,8 +497,37 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
         table = _table(catalog, spec.bronze_table) if catalog is not None else None
         if table is not None:
             status.bronze_rows = table_figures(_summary(table) or {"total-records": "0"})["rows"]
+            _fill_fields(table, status)
         result.append(status)
     return result
+
+
+ADDED_FIELDS_PROPERTY = "lakehouse.added-fields"  # ingestion.bronze's, without importing pyspark
+RESCUED_COLUMN = "_rescued"
+
+
+def added_field_kinds(recorded: str | None) -> dict[str, str]:
+    """The fields recorded in a bronze table's ``lakehouse.added-fields``, each with its type as
+    the contract would declare it (its format, else its JSON type)."""
+    fields = json.loads(recorded or "{}")
+    return {name: prop.get("format") or prop.get("type", "?") for name, prop in fields.items()}
+
+
+def rescued_field_names(rescued: Iterable[str]) -> list[str]:
+    """The field names in ``_rescued`` values (JSON objects), each once, sorted."""
+    return sorted({name for text in rescued for name in json.loads(text)})
+
+
+def _fill_fields(table, status: StreamStatus) -> None:
+    from pyiceberg.expressions import NotNull
+
+    status.added_fields = added_field_kinds(table.properties.get(ADDED_FIELDS_PROPERTY))
+    if RESCUED_COLUMN not in {f.name for f in table.schema().fields} or table.current_snapshot() is None:
+        return
+    # only the rows that have one: files whose column is all null are skipped by their metrics
+    rescued = table.scan(row_filter=NotNull(RESCUED_COLUMN), selected_fields=(RESCUED_COLUMN,)).to_arrow()
+    status.rescued_rows = rescued.num_rows
+    status.rescued_fields = rescued_field_names(rescued.column(RESCUED_COLUMN).to_pylist())
 
 
 def _dead_letters_by_stream(catalog) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

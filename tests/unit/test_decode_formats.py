@@ -372,3 +372,49 @@ def test_debezium_with_schemas_enabled_decodes_like_without(spark, changes):
     assert [r._error_code for r in enabled] == [None] * len(messages), [r._error_detail for r in enabled][:3]
     columns = [c for c in plain[0].asDict() if c not in ("key", "value")]
     assert [[r[c] for c in columns] for r in enabled] == [[r[c] for c in columns] for r in plain]
+
+
+def _with_field(document: bytes, path: tuple[str, ...], name: str, value) -> bytes:
+    """A change event with one more field in its row image at ``path``: a column the source added."""
+    event = json.loads(document)
+    image = event
+    for step in path:
+        image = image[step]
+    image[name] = value
+    return json.dumps(event).encode()
+
+
+@pytest.mark.parametrize("name, codec, image", [("customers", debezium, "after"), ("accounts", dms, "data")])
+def test_a_row_field_the_contract_lacks_is_kept_in_rescued_never_dropped(spark, changes, name, codec, image):
+    messages = [m for m in codec.encode_changes(changes, table=name)
+                if m[1] is not None and json.loads(m[1]).get(image) is not None][:6]
+    added = [(key, _with_field(value, (image,), "loyalty", {"points": 7})) for key, value in messages[:3]]
+    rows = _decode_cdc(spark, name, added + messages[3:])
+    assert [r._error_code for r in rows] == [None] * 6
+    rescued = [json.loads(r._rescued) if r._rescued else None for r in rows]
+    assert rescued == [{"loyalty": {"points": 7}}] * 3 + [None] * 3
+
+
+def test_a_deleted_rows_extra_field_is_rescued_from_its_before_image(spark, changes):
+    key, value = next(m for m in debezium.encode_changes(changes, table="customers")
+                      if m[1] is not None and json.loads(m[1])["op"] == "d")
+    wrapped = json.dumps({"schema": {"type": "struct", "fields": []},
+                          "payload": json.loads(_with_field(value, ("before",), "tier2", 3))}).encode()
+    (row,) = _decode_cdc(spark, "customers", [(key, wrapped)])
+    assert row._error_code is None and row.op == "D" and json.loads(row._rescued) == {"tier2": 3}
+
+
+def test_unknown_fields_are_described_by_the_events_connect_schema_or_json_type(spark, changes):
+    key, value = next(m for m in debezium.encode_changes(changes, table="customers")
+                      if m[1] is not None and json.loads(m[1])["op"] == "c")
+    plain = _with_field(_with_field(value, ("after",), "level", 4), ("after",), "joined", 19000)
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "level", "type": "int32", "optional": True},
+        {"field": "joined", "type": "int32", "name": "io.debezium.time.Date", "optional": True}]}]}
+    wrapped = json.dumps({"schema": schema, "payload": json.loads(plain)}).encode()
+    raw = kafka_rows(spark, [(key, plain), (key, wrapped)])
+    declared = json_contract(get_stream("customers")).schema
+    seen = {(r.name, r.connect_type, r.connect_name, r.json_kind)
+            for r in formats.unknown_field_descriptions(raw, "debezium", declared).collect()}
+    assert seen == {("level", None, None, "BIGINT"), ("joined", None, None, "BIGINT"),
+                    ("level", "int32", None, "BIGINT"), ("joined", "int32", "io.debezium.time.Date", "BIGINT")}

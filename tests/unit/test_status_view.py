@@ -111,3 +111,15 @@ def test_status_of_an_empty_lakehouse_says_what_is_missing_without_starting_anyt
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert {st["stream"] for st in json.loads(out.stdout)["streams"]} >= {"purchases", "customers"}
     assert not (tmp_path / "catalog").exists() or not any((tmp_path / "catalog").iterdir())
+
+
+def test_fields_the_contract_lacks_are_noted_under_their_stream():
+    assert s.added_field_kinds('{"level": {"type": "integer"}, "joined": {"type": "string", "format": "date"}}') \
+        == {"level": "integer", "joined": "date"}
+    assert s.rescued_field_names(['{"b": 1}', '{"a": null, "b": 2}']) == ["a", "b"]
+    stream = s.StreamStatus("wallets", "wallets", "bronze.wallets", added_fields={"tier": "string"},
+                            rescued_rows=1313, rescued_fields=["loyalty"])
+    text = s.format_streams([stream])
+    assert "note: fields the source added, now columns: tier (string)" in text
+    assert "note: 1,313 bronze rows keep fields the contract lacks in _rescued: loyalty" in text
+    assert s.field_notes(s.StreamStatus("quiet", "quiet", "bronze.quiet")) == []

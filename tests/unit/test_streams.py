@@ -1,9 +1,11 @@
+import json
 import re
 
 import pytest
+import yaml
 from pyspark.sql.types import LongType, StringType, TimestampType
 
-from lakehouse.contracts.streams import get_stream, json_contract
+from lakehouse.contracts.streams import get_stream, json_contract, load_pipeline
 from lakehouse.core.errors import LakehouseError
 
 
@@ -68,3 +70,55 @@ def test_decimal_time_and_debezium_semantic_types_are_declared_in_the_json_schem
 def test_a_bad_type_declaration_is_one_clear_line(tmp_path, fmt, prop, message):
     with pytest.raises(LakehouseError, match=re.escape(message)):
         _contract_of(tmp_path, fmt, {"id": {"type": "integer"}, "_source_ts": {"type": "string"}, "x": prop})
+
+
+def test_a_field_the_source_added_is_typed_from_its_connect_schema_else_its_json_type():
+    from lakehouse.contracts.streams import added_field
+
+    assert added_field([("int32", None, None, "BIGINT")]) == {"type": "integer"}
+    assert added_field([("float64", None, None, "DOUBLE")]) == {"type": "number"}
+    assert added_field([("int64", "io.debezium.time.MicroTimestamp", None, "BIGINT")]) == {
+        "type": "string", "format": "date-time", "x-debezium-type": "io.debezium.time.MicroTimestamp"}
+    assert added_field([("bytes", "org.apache.kafka.connect.data.Decimal",
+                         {"scale": "2", "connect.decimal.precision": "10"}, "STRING")]) == {
+        "type": "string", "format": "decimal(10,2)", "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}
+    assert added_field([("string", None, None, "STRING")]) == {"type": "string"}
+    # without schemas: the values' JSON types; an integer and a fraction make a number
+    assert added_field([(None, None, None, "BIGINT"), (None, None, None, "DECIMAL(3,1)")]) == {"type": "number"}
+    assert added_field([(None, None, None, "STRING"), (None, None, None, "VOID")]) == {"type": "string"}
+    # no column type holds these as they are: they stay in _rescued
+    for seen in ([(None, None, None, "VOID")], [(None, None, None, "STRING"), (None, None, None, "BIGINT")],
+                 [(None, None, None, "OBJECT<a: BIGINT>")], [("struct", None, None, "OBJECT<a: BIGINT>")],
+                 [("bytes", None, None, "STRING")],
+                 [("struct", "io.debezium.data.VariableScaleDecimal", None, "OBJECT<scale: BIGINT, value: STRING>")]):
+        assert added_field(seen) is None, seen
+
+
+def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(tmp_path):
+    (tmp_path / "t.schema.json").write_text(json.dumps({"properties": {"id": {"type": "integer"}}}))
+
+    def spec(**entry):
+        document = {"streams": {"t": {"schema": "t.schema.json", "event_time": "_source_ts", "identity": "id",
+                                      **entry}}}
+        (tmp_path / "p.yml").write_text(yaml.safe_dump(document))
+        return load_pipeline(tmp_path / "p.yml")["t"]
+
+    assert spec(format="debezium").adds_fields and spec(format="dms").adds_fields
+    assert not spec(format="debezium", contract="fixed").adds_fields
+    assert not spec(format="json", event_time="id").adds_fields
+    with pytest.raises(LakehouseError, match="contract: additive applies to debezium and dms streams only"):
+        spec(format="json", event_time="id", contract="additive")
+    with pytest.raises(LakehouseError, match="contract: expected one of additive, fixed, got 'open'"):
+        spec(format="dms", contract="open")
+
+
+def test_added_fields_join_the_contract_after_its_own_and_never_replace_them():
+    spec = get_stream("customers")
+    contract = json_contract(spec, {"tier": {"type": "integer"}, "level": {"type": "integer"},
+                                    "joined": {"type": "string", "format": "date",
+                                               "x-debezium-type": "io.debezium.time.Date"}})
+    names = contract.schema.fieldNames()
+    assert names[-2:] == ["level", "joined"] and names.count("tier") == 1
+    assert contract.schema["tier"].dataType.simpleString() == "string"  # the file's own declaration
+    assert contract.schema["joined"].dataType.simpleString() == "date"
+    assert contract.semantic_fields["joined"] == ("date", "io.debezium.time.Date")

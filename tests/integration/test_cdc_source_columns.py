@@ -1,0 +1,127 @@
+"""A column added at the CDC source mid-stream is never dropped (issue 42, item 1).
+
+Hand-made Debezium change events on the real broker, into real Spark and Iceberg: a table
+gains columns while the query runs. An additive stream (the CDC default) turns them into bronze
+columns, typed from the events (schemas enabled: Kafka Connect's types; disabled: the JSON
+types), filled from the very batch they first appear in, without a restart or a dead letter; a
+field no column type holds stays in `_rescued`. A stream whose contract is fixed keeps every
+such field in `_rescued`. Both say so in the log and in `lakehouse status`.
+"""
+
+import json
+import logging
+
+import pytest
+import yaml
+
+from ingestion.bronze import ADDED_FIELDS_PROPERTY
+from ingestion.decoders import decoder_for
+from lakehouse.contracts.streams import get_stream
+from lakehouse.operations.status import stream_status
+from tests.integration.test_schema_evolution import count, send, started, wait_for
+
+pytestmark = pytest.mark.integration
+
+TABLE = "wallets"
+
+
+@pytest.fixture
+def pipeline(tmp_path, monkeypatch):
+    (tmp_path / "wallets.schema.json").write_text(json.dumps({"type": "object", "properties": {
+        "wallet_id": {"type": "integer"}, "owner": {"type": "string"}}}))
+    entry = {"format": "debezium", "schema": "wallets.schema.json", "event_time": "_source_ts",
+             "identity": ["wallet_id"], "source_table": TABLE}
+    document = {"schema_dir": str(tmp_path), "streams": {
+        "wallets_additive": entry, "wallets_fixed": {**entry, "contract": "fixed"}}}
+    path = tmp_path / "pipeline.yml"
+    path.write_text(yaml.safe_dump(document))
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(path))
+    return tmp_path
+
+
+def change(wallet_id: int, lsn: int, row: dict, connect_fields: list[dict] | None = None) -> tuple[bytes, bytes]:
+    """An insert as Debezium's PostgreSQL connector writes it; with ``connect_fields`` (the row's
+    Connect schema) as with schemas enabled."""
+    event = {"before": None, "after": {"wallet_id": wallet_id, **row}, "op": "c", "ts_ms": 1_790_000_000_000 + lsn,
+             "source": {"connector": "postgresql", "table": TABLE, "ts_ms": 1_790_000_000_000 + lsn, "lsn": lsn,
+                        "snapshot": "false", "sequence": json.dumps([str(lsn - 1), str(lsn)])}}
+    if connect_fields is not None:
+        schema = {"type": "struct", "name": "wallets.Envelope", "fields": [
+            {"field": "after", "type": "struct", "optional": True, "fields": connect_fields}]}
+        event = {"schema": schema, "payload": event}
+    return json.dumps({"wallet_id": wallet_id}).encode(), json.dumps(event).encode()
+
+
+CONNECT_FIELDS = [{"field": "wallet_id", "type": "int64"}, {"field": "owner", "type": "string", "optional": True},
+                  {"field": "tier", "type": "string", "optional": True},
+                  {"field": "opened", "type": "int32", "name": "io.debezium.time.Date", "optional": True},
+                  {"field": "limit_cents", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                   "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "optional": True}]
+
+
+def changes_before_and_after_the_alter():
+    before = [change(n, 100 + n, {"owner": f"o{n}"}) for n in range(10)]
+    # ALTER TABLE wallets ADD COLUMN tier text, opened date, limit_cents numeric(12,2): with schemas
+    after = [change(n, 200 + n, {"owner": f"o{n}", "tier": f"t{n % 3}", "opened": 20_000 + n,
+                                 "limit_cents": "AYag"}, CONNECT_FIELDS) for n in range(10, 20)]
+    # ... and a JSON column (no column type: rescued) and a count, without schemas
+    later = [change(n, 300 + n, {"owner": f"o{n}", "tier": "t9", "visits": n, "prefs": {"dark": True}})
+             for n in range(20, 25)]
+    return before, after, later
+
+
+def run(spark, settings, name, batches):
+    spec, query = started(spark, settings, name)
+    try:
+        total = 0
+        for messages in batches:  # each after the previous one is in bronze: a batch of its own
+            send(settings, name, messages)
+            total += len(messages)
+            wait_for(lambda n=total: count(spark, spec.bronze_table) == n, f"{total} rows in {spec.bronze_table}")
+    finally:
+        query.stop()
+    assert count(spark, "bronze.dead_letters", f"stream = '{name}'") == 0
+    return spec, {r.wallet_id: r for r in spark.table(spec.bronze_table).collect()}
+
+
+def test_an_additive_stream_adds_the_sources_new_columns_and_fills_them_from_the_first_batch(
+        spark, settings, kafka, pipeline, caplog):
+    caplog.set_level(logging.INFO, logger="lakehouse.ingest")
+    before, after, later = changes_before_and_after_the_alter()
+    spec, rows = run(spark, settings, "wallets_additive", [before, after, later])
+    types = dict(spark.table(spec.bronze_table).dtypes)
+    assert {c: types[c] for c in ("tier", "opened", "limit_cents", "visits")} == {
+        "tier": "string", "opened": "date", "limit_cents": "decimal(12,2)", "visits": "bigint"}
+    assert all(rows[n].tier is None and rows[n]._rescued is None for n in range(10))  # before the ALTER
+    assert [rows[n].tier for n in range(10, 13)] == ["t1", "t2", "t0"]
+    assert str(rows[10].opened) == "2024-10-14" and str(rows[10].limit_cents) == "1000.00"  # 0x0186a0 = 100000
+    assert [rows[n].visits for n in range(20, 25)] == list(range(20, 25))
+    assert [json.loads(rows[n]._rescued) for n in range(20, 25)] == [{"prefs": {"dark": True}}] * 5
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the source added field(s) limit_cents" in m and "opened" in m and "tier" in m
+               for m in messages), messages
+    assert any("5 record(s) with field(s) the contract lacks, kept in bronze's _rescued: prefs" in m
+               for m in messages), messages
+    # recorded with the table: a restarted job (a new decoder) reads the same columns
+    recorded = json.loads(dict(spark.sql(f"show tblproperties {spec.bronze_table}").collect())[ADDED_FIELDS_PROPERTY])
+    assert recorded["opened"] == {"type": "string", "format": "date", "x-debezium-type": "io.debezium.time.Date"}
+    assert decoder_for(spark, settings, get_stream("wallets_additive")).bronze_schema()["visits"]
+    (status,) = stream_status(settings, ["wallets_additive"])
+    assert status.added_fields == {"limit_cents": "decimal(12,2)", "opened": "date", "tier": "string",
+                                   "visits": "integer"}
+    assert (status.rescued_rows, status.rescued_fields) == (5, ["prefs"])
+
+
+def test_a_fixed_contract_keeps_the_sources_new_columns_in_rescued(spark, settings, kafka, pipeline, caplog):
+    caplog.set_level(logging.INFO, logger="lakehouse.ingest")
+    before, after, later = changes_before_and_after_the_alter()
+    spec, rows = run(spark, settings, "wallets_fixed", [before, after + later])
+    assert "tier" not in spark.table(spec.bronze_table).columns
+    assert all(rows[n]._rescued is None for n in range(10))
+    assert json.loads(rows[10]._rescued) == {"tier": "t1", "opened": 20_010, "limit_cents": "AYag"}
+    assert json.loads(rows[20]._rescued) == {"tier": "t9", "visits": 20, "prefs": {"dark": True}}
+    assert any("15 record(s) with field(s) the contract lacks, kept in bronze's _rescued: limit_cents, opened, "
+               "prefs, tier, visits" in r.getMessage() for r in caplog.records)
+    (status,) = stream_status(settings, ["wallets_fixed"])
+    assert status.added_fields == {} and status.rescued_rows == 15
+    assert status.rescued_fields == ["limit_cents", "opened", "prefs", "tier", "visits"]
