@@ -11,6 +11,9 @@
     one row per Kafka record (docs/ARCHITECTURE.md §6, §9).
 -#}
 
+{#- the bronze columns this view selects by name; the others the source added pass through -#}
+{%- set named = ['account_id', 'customer_id', 'account_type', 'balance', 'currency', 'status', 'updated_at'] -%}
+
 with
 
 bronze_accounts as (
@@ -42,6 +45,7 @@ row_changes as (
         _kafka_topic,
         _kafka_partition,
         _kafka_offset
+        {{ cdc_added_columns(source('bronze', 'accounts'), named) }}
     from bronze_accounts
 
     union all
@@ -62,6 +66,7 @@ row_changes as (
         _kafka_topic,
         _kafka_partition,
         _kafka_offset
+        {{ cdc_added_columns(source('bronze', 'accounts'), named, as_null=true) }}
     from bronze_accounts
     where _changes_key
 
@@ -85,6 +90,8 @@ final as (
         _kafka_topic,
         _kafka_partition,
         _kafka_offset
+        -- columns the source added since (macros/column_evolution.sql)
+        {{ cdc_added_columns(source('bronze', 'accounts'), named) }}
     from row_changes
 
 )

@@ -29,4 +29,5 @@ changelog as (
 
 )
 
-{{ cdc_history_versions('changelog', 'account_id', existing=this if is_incremental() else none) }}
+{{ cdc_history_versions('changelog', 'account_id', existing=this if is_incremental() else none,
+                        columns_of=ref('accounts_changelog')) }}

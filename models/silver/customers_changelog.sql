@@ -39,6 +39,8 @@ final as (
         transform(_unavailable, field -> case field when 'name' then 'customer_name'
                                                     when 'country' then 'country_code'
                                                     else field end) as _unavailable
+        -- columns the source added since (macros/column_evolution.sql)
+        {{ cdc_added_columns(source('bronze', 'customers'), ['customer_id', 'name', 'email', 'country', 'city', 'tier', 'created_at', 'updated_at']) }}
     from bronze_customers
 
 )

@@ -10,14 +10,19 @@ such field in `_rescued`. Both say so in the log and in `lakehouse status`.
 
 import json
 import logging
+import subprocess
 
 import pytest
 import yaml
 
+from ingestion import job
 from ingestion.bronze import ADDED_FIELDS_PROPERTY
 from ingestion.decoders import decoder_for
 from lakehouse.contracts.streams import get_stream
+from lakehouse.core.settings import PROJECT_ROOT
+from lakehouse.operations.dbt import dbt_env, dbt_executable, run_dbt
 from lakehouse.operations.status import stream_status
+from tests.integration.own_lakehouse import own_lakehouse
 from tests.integration.test_schema_evolution import count, send, started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -125,3 +130,73 @@ def test_a_fixed_contract_keeps_the_sources_new_columns_in_rescued(spark, settin
     (status,) = stream_status(settings, ["wallets_fixed"])
     assert status.added_fields == {} and status.rescued_rows == 15
     assert status.rescued_fields == ["limit_cents", "opened", "prefs", "tier", "visits"]
+
+
+# --- through silver: the changelog, the mirror and the history follow, no full refresh -------
+
+CUSTOMER_MODELS = "customers_changelog customers_mirror customers customers_history"
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "source-columns") as lakehouse:
+        yield lakehouse
+
+
+def customer_change(op: str, customer_id: int, lsn: int, row: dict | None) -> tuple[bytes, bytes]:
+    """A change of the demo's customers table as Debezium's PostgreSQL connector writes it."""
+    image = None if row is None else {"customer_id": customer_id, "name": f"n{customer_id}",
+                                      "email": f"c{customer_id}@example.com", "country": "DE", "city": None,
+                                      "tier": "basic", "created_at": "2026-11-01T10:00:00Z",
+                                      "updated_at": "2026-11-01T10:00:00Z", **row}
+    event = {"before": image if op == "d" else None, "after": None if op == "d" else image, "op": op,
+             "ts_ms": 1_790_000_000_000 + lsn * 1000,
+             "source": {"connector": "postgresql", "table": "customers", "ts_ms": 1_790_000_000_000 + lsn * 1000,
+                        "lsn": lsn, "snapshot": "false", "sequence": json.dumps([str(lsn - 1), str(lsn)])}}
+    return json.dumps({"customer_id": customer_id}).encode(), json.dumps(event).encode()
+
+
+def ingest_and_run(lake, messages):
+    own, session, target = lake
+    send(own, "customers", messages)
+    job.run(session, own, ["customers"], available_now=True)
+    return run_dbt(own, ["run", "--select", CUSTOMER_MODELS], target_dir=target, capture=True)
+
+
+def test_a_column_added_at_the_source_reaches_the_mirror_and_the_history_without_a_full_refresh(lake):
+    own, session, target = lake
+    source = {n: {"loyalty_points": None} for n in range(1, 6)}  # the source table, as the test changes it
+    ingest_and_run(lake, [customer_change("c", n, 10 + n, {}) for n in source])
+    # ALTER TABLE customers ADD COLUMN loyalty_points bigint; then updates, an insert, a delete
+    source.update({1: {"loyalty_points": 10}, 2: {"loyalty_points": 20}, 6: {"loyalty_points": 60}})
+    deleted = source.pop(5)
+    run = ingest_and_run(lake, [customer_change("u", 1, 31, source[1]), customer_change("u", 2, 32, source[2]),
+                                customer_change("c", 6, 33, source[6]), customer_change("d", 5, 34, deleted)])
+    assert "full-refresh" not in run.stdout
+    assert dict(session.table("bronze.customers").dtypes)["loyalty_points"] == "bigint"
+    live = {r.customer_id: r.asDict() for r in session.table("silver.customers").collect()}
+    assert {key: {"loyalty_points": row["loyalty_points"]} for key, row in live.items()} == source
+    assert all(row["customer_name"] == f"n{key}" for key, row in live.items())  # the other columns kept
+    history = session.sql("select customer_id, loyalty_points, is_current from silver.customers_history "
+                          "where customer_id in (1, 3, 6) order by customer_id, _seq").collect()
+    assert [tuple(r) for r in history] == [(1, None, False), (1, 10, True), (3, None, True), (6, 60, True)]
+    # and a run with nothing new writes nothing, the column stays
+    again = run_dbt(own, ["run", "--select", CUSTOMER_MODELS], target_dir=target, capture=True)
+    assert "loyalty_points" in session.table("silver.customers_history").columns and again.returncode == 0
+
+
+def test_a_type_change_silver_cannot_carry_over_names_the_full_refresh_in_one_line(lake):
+    own, session, target = lake
+    if "loyalty_points" not in session.table("silver.customers_mirror").columns:
+        ingest_and_run(lake, [customer_change("u", 1, 41, {"loyalty_points": 1})])
+    # the mirror's column of another type than the changelog's (bigint): no lossless widening
+    session.sql("alter table silver.customers_mirror drop column loyalty_points")
+    session.sql("alter table silver.customers_mirror add column loyalty_points string")
+    send(own, "customers", [customer_change("u", 1, 51, {"loyalty_points": 11})])
+    job.run(session, own, ["customers"], available_now=True)
+    failed = subprocess.run([dbt_executable(), "run", "--select", CUSTOMER_MODELS], cwd=PROJECT_ROOT,
+                            env=dbt_env(own, target), capture_output=True, text=True)
+    assert failed.returncode != 0
+    (line,) = [line for line in failed.stdout.splitlines() if "not a lossless widening" in line]
+    assert "column loyalty_points changed type from string to bigint" in line
+    assert line.endswith("rebuild the model with `lakehouse dbt run --full-refresh --select customers_mirror`")

@@ -33,6 +33,11 @@ final as (
         -- the columns the change did not carry (Debezium's placeholder; null in them, ARCHITECTURE §9):
         -- a column renamed above is renamed here too (transform, as customers_changelog does)
         _unavailable
+        -- columns the source added since (macros/column_evolution.sql); a column you leave
+        -- out above on purpose goes in `except`
+        {{ cdc_added_columns(source('bronze', '[[ stream ]]'), [
+[%- for column in columns %][[ (column[1:-1] | replace('``', '`')) | tojson ]][[ ', ' if not loop.last ]][% endfor -%]
+        ], except=[]) }}
     from bronze_changes
 
 )
