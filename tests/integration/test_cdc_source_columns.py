@@ -6,11 +6,18 @@ columns, typed from the events (schemas enabled: Kafka Connect's types; disabled
 types), filled from the very batch they first appear in, without a restart or a dead letter; a
 field no column type holds stays in `_rescued`. A stream whose contract is fixed keeps every
 such field in `_rescued`. Both say so in the log and in `lakehouse status`.
+
+Then silver (`dbt run`, its own process, no --full-refresh): the changelog passes the added
+column through, the mirror and the history add it (values before the ALTER null, after it
+filled), a type widened in bronze (Avro int -> long) widens an incremental model's column,
+and a type change that cannot be carried over stops the run with one line naming the command.
 """
 
 import json
 import logging
+import random
 import subprocess
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -18,10 +25,12 @@ import yaml
 from ingestion import job
 from ingestion.bronze import ADDED_FIELDS_PROPERTY
 from ingestion.decoders import decoder_for
+from lakehouse.contracts.registry import registry_for
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.settings import PROJECT_ROOT
 from lakehouse.operations.dbt import dbt_env, dbt_executable, run_dbt
 from lakehouse.operations.status import stream_status
+from producers import avro, purchases
 from tests.integration.own_lakehouse import own_lakehouse
 from tests.integration.test_schema_evolution import count, send, started, wait_for
 
@@ -200,3 +209,31 @@ def test_a_type_change_silver_cannot_carry_over_names_the_full_refresh_in_one_li
     (line,) = [line for line in failed.stdout.splitlines() if "not a lossless widening" in line]
     assert "column loyalty_points changed type from string to bigint" in line
     assert line.endswith("rebuild the model with `lakehouse dbt run --full-refresh --select customers_mirror`")
+
+
+def test_a_type_widened_in_bronze_reaches_an_incremental_silver_model_without_a_full_refresh(lake):
+    """Item 7: Avro's quantity promoted from int to long mid-stream: bronze widens the column, and
+    silver.purchases (appended, deduplicated against its stored rows) widens it on its next run."""
+    own, session, target = lake
+    registry, rng, now = registry_for(own), random.Random(7), datetime.now(UTC)
+    v3 = json.loads(purchases.SCHEMAS[2].text)
+    next(f for f in v3["fields"] if f["name"] == "quantity")["type"] = "long"
+    v3_text = json.dumps(v3)
+
+    def framed(text, version, n, **fields):
+        schema_id, parsed = registry.register("purchases-value", text), avro.parsed(text)
+        return [(b"k", avro.encode({**purchases.make_purchase(rng, now, version), **fields}, schema_id, parsed))
+                for _ in range(n)]
+
+    def ingest_and_run_purchases(messages):
+        send(own, "purchases", messages)
+        job.run(session, own, ["purchases"], available_now=True)
+        run_dbt(own, ["run", "--select", "purchases"], target_dir=target, capture=True)
+
+    registry.register("purchases-value", purchases.SCHEMAS[2].text)  # the model reads v2's payment_method
+    ingest_and_run_purchases(framed(purchases.SCHEMAS[1].text, 1, 20))
+    assert dict(session.table("silver.purchases").dtypes)["quantity"] == "int"
+    ingest_and_run_purchases(framed(v3_text, 2, 20, quantity=2**40))
+    silver = session.table("silver.purchases")
+    assert dict(silver.dtypes)["quantity"] == "bigint"
+    assert silver.where("quantity = 1099511627776").count() == 20 and silver.count() == 40
