@@ -87,8 +87,11 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
     """The source table of CDC stream ``spec`` in the database at ``url`` (``table``: NAME or
     SCHEMA.NAME, default the stream's source_table), to compare with its live view on the
     columns of its contract that the live view has; also the ones it lacks (renamed in silver,
-    say), which are not compared. The table's columns that the contract lacks, other than the
-    ones it names as left out (EXCLUDED_KEYWORD), are the source's ``uncontracted``."""
+    say), which are not compared. The contract includes the columns an additive stream took
+    from its source (ARCHITECTURE §6, "Fields the contract lacks"), recorded with bronze. The
+    table's columns that the contract lacks, other than the ones it names as left out
+    (EXCLUDED_KEYWORD), are the source's ``uncontracted``."""
+    from ingestion.bronze import added_fields
     from lakehouse.contracts.streams import EXCLUDED_KEYWORD, json_contract
     from lakehouse.core.spark import relation_exists
 
@@ -97,7 +100,8 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
         raise LakehouseError(f"{live_view} does not exist: run "
                              f"`lakehouse dbt run --select {spec.name}_changelog+` first")
     live = spark.table(live_view).columns
-    source = read_table(url, table or spec.source_table or spec.name, only=json_contract(spec).schema.fieldNames())
+    contract = json_contract(spec, added_fields(spark, spec.bronze_table))
+    source = read_table(url, table or spec.source_table or spec.name, only=contract.schema.fieldNames())
     excluded = set(json.loads(spec.schema_path.read_text()).get(EXCLUDED_KEYWORD) or ())
     missing_key = [k for k in source.key if k not in live]
     if missing_key:
