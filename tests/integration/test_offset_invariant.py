@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -111,8 +112,15 @@ def test_an_aborted_transaction_never_lands_and_its_offsets_are_not_missing(spar
         assert producer.flush(30) == 0  # the aborted records too are in the log, not purged unsent
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
     first = {p: min(o for q, o in delivered if q == p) for p, _ in delivered}
-    ranges = {p: (first[p], end) for p, end in end_offsets(settings, spec.topic).items() if p in first}
-    offsets = sum(end - first for first, end in ranges.values())
+    # The coordinator writes the transactions' markers after commit and abort return: until
+    # they are in the log, its end (and what a read_committed consumer may read) falls short.
+    deadline = time.monotonic() + 60
+    while True:
+        ranges = {p: (first[p], end) for p, end in end_offsets(settings, spec.topic).items() if p in first}
+        offsets = sum(end - first for first, end in ranges.values())
+        if offsets >= len(committed) + len(aborted) + 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert offsets >= len(committed) + len(aborted) + 2  # records and at least one marker per transaction
 
     job.run(spark, settings, [spec.name], available_now=True)
