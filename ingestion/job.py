@@ -28,7 +28,7 @@ from pyspark.sql.streaming import DataStreamReader, DataStreamWriter
 from pyspark.sql.types import StructType
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from ingestion import bronze, checkpoint, dead_letters
+from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
 from ingestion.formats import RESCUED_COLUMN, to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
@@ -65,7 +65,7 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
 
 
 def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None,
-                 fault_point: str | None = None):
+                 fault_point: str | None = None, leases: single_writer.CatalogLeases | None = None):
     """The foreachBatch function of a stream: bronze, then dead letters, each at most once.
 
     Nothing of the batch is cached, and a batch is decoded once: the pass that appends the good
@@ -77,6 +77,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
     ``fault_point``: tests only (`read_fault_point`), where to kill the process.
+    ``leases``: the job's writer leases (`run`); a batch commits only while the stream's is its own.
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
@@ -88,6 +89,8 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         nonlocal query_id
         started = time.monotonic()
         query_id = query_id or _current_query_id(spark, name)  # fixed while the query runs
+        if leases is not None:
+            leases.confirm(spec)  # before anything of the batch is written
         if spec.is_cdc and spec.adds_fields:
             _add_source_fields(spark, spec, decoder, batch, batch_id)
         changes = decoder.refresh()
@@ -453,11 +456,12 @@ def build_query(
     starting_offsets: str = "earliest",
     decoder: StreamDecoder | None = None,
     fault_point: str | None = None,
+    leases: single_writer.CatalogLeases | None = None,
 ) -> DataStreamWriter:
     writer = (
         kafka_source(spark, settings, spec, max_offsets_per_trigger, starting_offsets)
         .load().writeStream.queryName(query_name(spec))
-        .foreachBatch(batch_writer(spark, settings, spec, decoder, fault_point))
+        .foreachBatch(batch_writer(spark, settings, spec, decoder, fault_point, leases))
         .option("checkpointLocation", checkpoint_location(settings, spec))
     )
     if available_now:
@@ -484,15 +488,37 @@ def run(
     """Start one query per stream in this Spark application and wait for them. ``fault_point``:
     tests only, where the job kills itself (`read_fault_point`; only `main` reads it)."""
     specs = resolve_streams(names)
-    for spec in specs:
-        check_topic(settings, spec.topic)
-    decoders = {spec.name: decoder_for(spark, settings, spec) for spec in specs}
-    for spec in specs:
-        for change in ensure_tables(spark, spec, decoders[spec.name]):
-            log.info("%s: %s", spec.name, change)
+    with single_writer.local_locks(settings, specs):
+        for spec in specs:
+            check_topic(settings, spec.topic)
+        decoders = {spec.name: decoder_for(spark, settings, spec) for spec in specs}
+        # A table is created before its lease is taken (the lease is one of its properties),
+        # and evolved after: a job refused must not have changed the running one's table.
+        created = {spec.name for spec in specs if not spark.catalog.tableExists(spec.bronze_table)}
+        for spec in specs:
+            if spec.name in created:
+                for change in ensure_tables(spark, spec, decoders[spec.name]):
+                    log.info("%s: %s", spec.name, change)
+        leases = single_writer.CatalogLeases(spark, settings, specs)
+        leases.acquire()
+        try:
+            for spec in specs:
+                if spec.name not in created:
+                    for change in ensure_tables(spark, spec, decoders[spec.name]):
+                        log.info("%s: %s", spec.name, change)
+            _run_queries(spark, settings, specs, decoders, leases, available_now, trigger, max_offsets_per_trigger,
+                         starting_offsets, fault_point)
+        finally:
+            leases.release()
+
+
+def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec],
+                 decoders: dict[str, StreamDecoder], leases: single_writer.CatalogLeases, available_now: bool,
+                 trigger: str | None, max_offsets_per_trigger: int | None, starting_offsets: str,
+                 fault_point: str | None) -> None:
     queries = [
         build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets,
-                    decoders[spec.name], fault_point).start()
+                    decoders[spec.name], fault_point, leases).start()
         for spec in specs
     ]
     log.info("ingesting %s (%s)", ", ".join(spec.name for spec in specs),
@@ -517,6 +543,7 @@ def run(
             if available_now:
                 advance(_records_of_new_batches(queries, counted))
             lags.log_changes()
+            leases.renew_if_due()  # LeaseLost: another job took the stream over; stop below
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
             for query in queries:
@@ -531,11 +558,20 @@ def run(
             query.stop()
     for spec, query in zip(specs, queries, strict=True):
         if query.exception() is not None:
+            if single_writer.LeaseLost.__name__ in str(query.exception()):
+                raise LakehouseError(f"query {query.name} stopped: {_lease_lost_line(query.exception())}")
             location = checkpoint_location(settings, spec)
             problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_first_line(query.exception())}")
+
+
+def _lease_lost_line(exc) -> str:
+    """LeaseLost's own line out of the Python traceback the query's exception carries."""
+    name = single_writer.LeaseLost.__name__
+    lines = [line for line in str(getattr(exc, "desc", None) or exc).splitlines() if f"{name}: " in line]
+    return lines[-1].split(f"{name}: ", 1)[1].strip() if lines else _first_line(exc)
 
 
 def _records_of_new_batches(queries, counted: dict[str, int]) -> int:
@@ -675,14 +711,17 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         location = checkpoint_location(settings, spec)
         if problem := checkpoint_problem(location):
             raise LakehouseError(_unwritable(location, problem))
-    spark = get_spark(settings, app_name="lakehouse-ingest")
-    ensure_namespaces(spark)
-    try:
-        run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger,
-            args.starting_offsets, fault)
-    except LakehouseError:
-        # Stopped queries' tasks are cancelled asynchronously and Spark logs each one; stopping
-        # the session first lets them finish, so the error line is the last thing printed.
-        spark.stop()
-        raise
+    # A second job on a stream of this state folder is refused before Spark starts (`run` takes
+    # the same locks again, and the catalog's leases, for jobs of other state folders).
+    with single_writer.local_locks(settings, resolve_streams(names)):
+        spark = get_spark(settings, app_name="lakehouse-ingest")
+        ensure_namespaces(spark)
+        try:
+            run(spark, settings, names, args.available_now, trigger, args.max_offsets_per_trigger,
+                args.starting_offsets, fault)
+        except LakehouseError:
+            # Stopped queries' tasks are cancelled asynchronously and Spark logs each one; stopping
+            # the session first lets them finish, so the error line is the last thing printed.
+            spark.stop()
+            raise
     return 0

@@ -1,0 +1,202 @@
+"""One writer per stream (ingestion/single_writer.py, ARCHITECTURE §8), with real drivers.
+
+A `lakehouse ingest` job streams; a second one started on the same stream must be refused with
+one `error:` line naming the running one: from the same state folder by the folder's lock
+(before Spark starts), from another state folder sharing the catalog and the checkpoints (as
+drivers on two machines of a cluster do) by the lease in the bronze table's properties. The
+first killed with SIGKILL, the second takes the stream over at once (the holder's process is
+gone) and finishes it: every offset of the topic once in bronze or the dead letters. A job
+whose lease another job took over stops instead of writing beside it.
+
+The catalog is JDBC (SQLite) in the default run; the same drivers on the Iceberg REST catalog
+of the cluster profile are in the `cluster` run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingestion import job, single_writer
+from lakehouse.contracts.protobuf import SCHEMAS_DIR
+from lakehouse.contracts.streams import get_stream
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.kafka_admin import end_offsets
+from producers import employees
+from producers.delivery import produce_to_topic
+from producers.faults import FaultRates
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
+
+pytestmark = pytest.mark.integration
+
+FAULTS = FaultRates(duplicate=0.0, corrupt=0.01, invalid=0.01)
+MESSAGES = 6_000
+
+
+def write_pipeline(path: Path, stream: str) -> None:
+    path.write_text(yaml.safe_dump({"schema_dir": str(SCHEMAS_DIR), "streams": {stream: {
+        "format": "protobuf", "schema": "Employee.proto", "message": employees.MESSAGE_NAME,
+        "event_time": "start_date", "identity": ["id", "start_date"]}}}))
+
+
+def lakehouse_command() -> str:
+    return str(Path(sys.executable).with_name("lakehouse"))
+
+
+def committed_batches(checkpoint: Path) -> int:
+    folder = checkpoint / "commits"
+    return sum(1 for p in folder.glob("[0-9]*")) if folder.is_dir() else 0
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"the job stopped ({process.returncode}) before {what}:\n" \
+                                       f"{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def assert_every_offset_once(session, own, stream: str, produced: int) -> None:
+    ends = end_offsets(own, stream)
+    bronze = [(r._kafka_partition, r._kafka_offset)
+              for r in session.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset").collect()]
+    dead = [(r.partition, r.offset) for r in session.table("bronze.dead_letters").where(f"stream = '{stream}'")
+            .select("partition", "offset").collect()]
+    assert len(bronze) == len(set(bronze)), "a record landed twice in bronze"
+    assert len(dead) == len(set(dead)), "a record landed twice in the dead letters"
+    assert not set(bronze) & set(dead)
+    assert set(bronze) | set(dead) == {(p, o) for p, end in ends.items() for o in range(end)}
+    assert len(bronze) + len(dead) == produced
+
+
+def second_job_elsewhere(own, env: dict, home: Path) -> dict:
+    """A driver of another machine: its own state folder, the same catalog, warehouse, broker
+    and checkpoints (on object storage in a cluster; the same folder here)."""
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "jars").exists():
+        (home / "jars").symlink_to(own.jars_dir.resolve())
+    return {**env, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_CHECKPOINT_ROOT": str(own.checkpoint_root)}
+
+
+def two_drivers(lake, tmp_path: Path, stream: str) -> None:
+    own, session, _ = lake
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    report = produce_to_topic(own, stream, employees.messages(MESSAGES, 7, None, FAULTS), FAULTS,
+                              total=MESSAGES, progress=False)
+    assert report.failed == 0
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
+    elsewhere = second_job_elsewhere(own, env, tmp_path / "other-machine")
+    checkpoint = own.checkpoint_root / f"bronze_{stream}"
+    log = tmp_path / "first.log"
+    first = subprocess.Popen([lakehouse_command(), "ingest", stream, "--trigger", "1s",
+                              "--max-offsets-per-trigger", "500"],
+                             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: committed_batches(checkpoint) >= 1, "a committed batch", first, log)
+        batches_before = committed_batches(checkpoint)
+
+        # the same state folder: refused by its lock, before Spark starts (one line, nothing else)
+        same = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert same.returncode == 1, same.stdout + same.stderr
+        output = (same.stdout + same.stderr).strip().splitlines()
+        assert len(output) == 1, output
+        assert output[0].startswith(f"error: stream {stream} is already being ingested from this state folder")
+        assert f"pid {first.pid} on {socket.gethostname()}" in output[0]
+
+        # another state folder on the same catalog and checkpoints: refused by the catalog's lease
+        other = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=elsewhere,
+                               capture_output=True, text=True, timeout=300)
+        assert other.returncode == 1, other.stdout + other.stderr
+        (line,) = error_lines(other.stdout + other.stderr)
+        assert line.startswith(f"error: stream {stream} is already being ingested by pid {first.pid} "
+                               f"on {socket.gethostname()} (state folder {own.home},"), line
+        assert first.poll() is None, "the running job stopped"
+        # and the running job goes on: batches after the refusals
+        wait_for(lambda: committed_batches(checkpoint) > batches_before + 1, "batches after the refusals", first, log)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)  # a crash: its lease stays behind
+        first.wait()
+
+    # the holder gone (same host, its process dead): the other machine's job takes over at once
+    taken = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=elsewhere,
+                           capture_output=True, text=True, timeout=600)
+    assert taken.returncode == 0, (taken.stdout + taken.stderr)[-3000:]
+    assert "taking over the lease of a job that is gone" in taken.stdout + taken.stderr
+    assert_every_offset_once(session, own, stream, report.delivered)
+    lease = single_writer.parse_lease(
+        session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value)
+    assert lease is None, "the job that stopped left its lease behind"
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "single-writer") as lakehouse:
+        yield lakehouse
+
+
+def test_a_second_driver_on_a_running_stream_is_refused_and_takes_over_when_it_is_gone(lake, tmp_path):
+    two_drivers(lake, tmp_path, "single_writer_jdbc")
+
+
+@pytest.mark.cluster
+def test_two_drivers_on_the_rest_catalog_of_a_cluster(spark, settings, tmp_path_factory, tmp_path):
+    with own_lakehouse(spark, settings, tmp_path_factory, "single-writer-rest", rest=True) as rest_lake:
+        two_drivers(rest_lake, tmp_path, "single_writer_rest")
+
+
+def test_a_job_whose_lease_another_job_took_over_stops(lake, tmp_path, monkeypatch):
+    """In this process: after the first committed batch, a lease of a job on another host is
+    written over this job's, as a job that found it lapsed would; the job stops with one line
+    and writes no batch after it learned of it."""
+    own, session, _ = lake
+    stream = "single_writer_lost"
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    report = produce_to_topic(own, stream, employees.messages(MESSAGES, 8, None, FAULTS), FAULTS,
+                              total=MESSAGES, progress=False)
+    assert report.failed == 0
+    monkeypatch.setattr(single_writer, "RENEW_SECONDS", 0.0)  # every batch reads its lease
+    checkpoint = own.checkpoint_root / f"bronze_{stream}"
+    spec = get_stream(stream)
+    taken_over = threading.Event()
+
+    def take_over():
+        deadline = time.monotonic() + 300
+        while committed_batches(checkpoint) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leases = single_writer.CatalogLeases(session, own, [spec])
+        operations, base, _ = leases._read(spec.bronze_table)
+        stranger = single_writer.Lease("someone-else", "other-host", 4242, 0.0, "/elsewhere", "then", time.time())
+        assert leases._write(operations, base, stranger)
+        taken_over.set()
+
+    thread = threading.Thread(target=take_over, daemon=True)
+    thread.start()
+    with pytest.raises(LakehouseError, match=r"lease .*(held by|took over).*pid 4242 on other-host"):
+        job.run(session, own, [stream], available_now=True, max_offsets_per_trigger=200)
+    thread.join(timeout=60)
+    assert taken_over.is_set()
+    written = session.table(f"bronze.{stream}").count()
+    dead = session.table("bronze.dead_letters").where(f"stream = '{stream}'").count()
+    assert 0 < written + dead < report.delivered, "the job went on after its lease was taken over"
+    value = session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value
+    assert json.loads(value)["holder"] == "someone-else", "the job that lost its lease released the other's"
