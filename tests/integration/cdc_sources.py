@@ -1,5 +1,6 @@
 """Real CDC sources for the Debezium tests: throwaway PostgreSQL and MariaDB servers, and Debezium
-(the embedded engine with our Kafka writer, jvm/debezium/) streaming their changes to a broker.
+(the embedded engine with our Kafka writer, jvm/debezium/, or a real Kafka Connect worker,
+jvm/kafka-connect/) streaming their changes to a broker.
 
 Everything runs on this machine, on free loopback ports, in temporary folders, each server in
 its own process group with bounded waits, and is stopped and deleted when its block ends.
@@ -418,8 +419,10 @@ def topic_size(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def wait_for_messages(bootstrap: str, topic: str, count: int, debezium: Debezium, timeout_s: float = 180) -> int:
-    """Waits until the topic holds at least ``count`` messages; fails with Debezium's log tail."""
+def wait_for_messages(bootstrap: str, topic: str, count: int, debezium: Debezium | ConnectWorker,
+                      timeout_s: float = 180) -> int:
+    """Waits until the topic holds at least ``count`` messages; fails with Debezium's (or the
+    Connect worker's) log tail."""
     def enough() -> int | None:
         size = topic_size(bootstrap, topic)
         return size if size >= count else None
@@ -606,3 +609,166 @@ def debezium(jars_dir: Path, folder: Path, name: str, connector: dict[str, str],
             _stop_group(engine.process)
         raise
     engine.stop()
+
+
+# --- Kafka Connect ----------------------------------------------------------------------------
+
+CONNECT_MAIN = "org.apache.kafka.connect.cli.ConnectStandalone"
+# The worker's own converters as Kafka ships them (config/connect-standalone.properties): JSON
+# with schemas. A connector file that sets its own (`lakehouse cdc add` prints schemaless JSON)
+# overrides them for its connector, so a test can see that its lines took effect.
+CONNECT_WORKER_CONVERTERS = {
+    "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "key.converter.schemas.enable": "true",
+    "value.converter.schemas.enable": "true",
+}
+
+
+def kafka_connect_jars(jars_dir: Path) -> Path:
+    folder = jars_dir / "kafka-connect"
+    if not (list(folder.glob("connect-runtime-*.jar")) and list(folder.glob("jetty-server-*.jar"))):
+        pytest.fail(f"Kafka Connect jars not found in {folder}: run `make debezium`")
+    return folder
+
+
+class ConnectWorker:
+    """A real Kafka Connect standalone worker (ConnectStandalone worker.properties
+    connector.properties) running one connector from ``connector_text``, a connector
+    .properties file written as it is.
+
+    The worker's classpath is Connect alone (<jars>/kafka-connect); the connectors come from its
+    plugin.path, a folder of ``folder`` holding a link to <jars>/debezium, the way a deployment
+    unpacks Debezium's connector archive into a plugin folder: each plugin folder gets a class
+    loader of its own, so what is tested is the connector as a deployment loads it, not one
+    that works only because Connect's own jars sit beside it. Its offsets (a file) stay in
+    ``folder``, its working folder (relative paths in the connector file, a schema history
+    file, land there): stopped and started again, it goes on where it stopped.
+    """
+
+    def __init__(self, jars_dir: Path, folder: Path, connector_text: str, bootstrap: str):
+        from lakehouse.core.local_kafka import free_port
+        from lakehouse.core.preflight import PreflightError, check_java
+
+        try:
+            self.java = check_java()
+        except PreflightError as exc:
+            pytest.fail(str(exc))
+        self.classpath = f"{kafka_connect_jars(jars_dir)}/*"
+        self.folder = folder
+        plugins = folder / "plugins"
+        plugins.mkdir(parents=True, exist_ok=True)
+        if not (plugins / "debezium").exists():
+            (plugins / "debezium").symlink_to(debezium_jars(jars_dir).resolve(), target_is_directory=True)
+        self.connector_file = folder / "connector.properties"
+        self.worker_file = folder / "worker.properties"
+        self.log = folder / "connect.log"
+        self.connector_text = connector_text
+        self.port = free_port()
+        self.worker = {
+            "bootstrap.servers": bootstrap,
+            **CONNECT_WORKER_CONVERTERS,
+            "offset.storage.file.filename": str(folder / "connect.offsets"),
+            "offset.flush.interval.ms": "1000",
+            # its REST API, on loopback only: the test reads the connector's state there
+            "listeners": f"http://127.0.0.1:{self.port}",
+            "plugin.path": str(plugins),
+        }
+        self.process: subprocess.Popen | None = None
+        self._started_at = 0
+
+    def status(self) -> dict | None:
+        """The state of the worker's connector as its REST API gives it ({"connector": ...,
+        "tasks": [...]}); None until the worker answers with its connector."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/connectors?expand=status",
+                                        timeout=5) as response:
+                connectors = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        return next(iter(connectors.values()))["status"] if connectors else None
+
+    def _log_since_start(self) -> bytes:
+        with open(self.log, "rb") as log:
+            log.seek(self._started_at)
+            return log.read()
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Starts the worker with the connector and waits until the connector streams: its task
+        is RUNNING and Debezium's snapshot, if it takes one, is over. A connector or task the
+        worker reports FAILED fails the test with its trace."""
+        self.worker_file.write_text("".join(f"{key}={_escaped(value)}\n" for key, value in self.worker.items()))
+        self.connector_file.write_text(self.connector_text)
+        self._started_at = self.log.stat().st_size if self.log.exists() else 0
+        command = [self.java, "-Xmx512m", "-XX:+UseSerialGC",
+                   "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                   # every client's config dump at INFO is most of the log otherwise
+                   "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
+                   "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common=warn",
+                   # and a line for each of the test's status requests
+                   "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.connect.runtime.rest.RestServer=warn",
+                   "-cp", self.classpath, CONNECT_MAIN, str(self.worker_file), str(self.connector_file)]
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, cwd=self.folder)
+
+        def streaming() -> bool:
+            if self.process.poll() is not None:
+                # a connector the worker cannot create stops it: its errors come before the
+                # shutdown's lines, which fill the log's tail
+                pytest.fail(f"Kafka Connect exited (code {self.process.returncode}):\n{self.errors()}\n"
+                            f"log tail:\n{_tail(self.log)}")
+            status = self.status()
+            if status is None:
+                return False
+            states = [status["connector"], *status.get("tasks", [])]
+            failed = [state for state in states if state.get("state") == "FAILED"]
+            if failed:
+                pytest.fail(f"Kafka Connect: connector {status.get('name')} failed: "
+                            f"{failed[0].get('trace', '')[:3000]}\nlog tail:\n{_tail(self.log)}")
+            running = len(states) > 1 and all(state.get("state") == "RUNNING" for state in states)
+            # Debezium's coordinator, once the snapshot is over
+            return running and b"Starting streaming" in self._log_since_start()
+
+        wait_until(streaming, "Kafka Connect", self.log, timeout_s, self.process)
+
+    def errors(self) -> str:
+        """The log's ERROR lines and the causes of its stack traces since the last start, each
+        with the lines of its message (a config's errors are listed on lines of their own)."""
+        picked, inside = [], False
+        for line in self._log_since_start().decode(errors="replace").splitlines():
+            if " ERROR " in line or line.startswith("Caused by:"):
+                inside = True
+            elif line.startswith("\t") or line[:1].isdigit():  # a stack frame, the next log line
+                inside = False
+            if inside:
+                picked.append(line[:1000])
+        return "\n".join(picked)[-4000:]
+
+    def stop(self) -> None:
+        """SIGTERM: the worker stops its connector, commits its offsets and logs that it stopped
+        (the JVM then exits 143, as on any SIGTERM); anything else fails the test."""
+        if self.process is None:
+            return
+        _stop_group(self.process)
+        if self.process.returncode not in (0, 128 + signal.SIGTERM) or \
+                b"Kafka Connect stopped" not in self._log_since_start():
+            pytest.fail(f"Kafka Connect stopped with code {self.process.returncode}; log tail:\n{_tail(self.log)}")
+
+
+@contextmanager
+def connect_standalone(jars_dir: Path, folder: Path, connector_text: str, bootstrap: str) -> Iterator[ConnectWorker]:
+    """A started Kafka Connect standalone worker running the connector file ``connector_text``,
+    stopped at the end of the block whatever happens."""
+    worker = ConnectWorker(jars_dir, folder, connector_text, bootstrap)
+    try:
+        worker.start()
+        yield worker
+    except BaseException:
+        if worker.process is not None:
+            _stop_group(worker.process)
+        raise
+    worker.stop()

@@ -35,6 +35,7 @@ from tests.integration.cdc_sources import (
     MariaDbSource,
     Postgres,
     PostgresSource,
+    connect_standalone,
     create_topics,
     debezium,
     mariadb_connector,
@@ -1099,3 +1100,50 @@ def test_mariadb_connector_runs_with_the_documented_privileges(mariadb, kafka, s
         mariadb.sql(f"insert into {table} values (2, 'streamed')", "grants")
         wait_for_messages(kafka, table, 2, engine)
     assert [e["op"] for events in change_events(kafka, table).values() for e in events] == ["r", "c"]
+
+
+# --- (m) the printed connector file run by a real Kafka Connect worker ----------------------------
+
+@pytest.fixture(scope="module")
+def connect_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-connect") as lakehouse:
+        yield lakehouse
+
+
+def test_the_printed_connector_file_runs_in_a_real_kafka_connect_worker(connect_lake, tmp_path, monkeypatch):
+    """Issue 42, item 3: `cdc add` of two MariaDB tables prints a Kafka Connect connector file;
+    written to disk as printed plus the password line a user adds, a real standalone worker
+    (ConnectStandalone, Debezium from its plugin.path) runs it: snapshot, changes, a restart that
+    goes on from its offsets and the printed schema history file, no second snapshot. The
+    worker's own converters are JSON with schemas (as Kafka ships them): the messages are
+    schemaless because the printed lines say so. Both mirrors equal by `cdc verify`."""
+    own, session, target = connect_lake
+    bootstrap = own.kafka_bootstrap_servers
+    with mariadb_server(time_zone=MARIADB_ZONE) as db:
+        db.sql("create database shop;")
+        db.sql(MARIADB_SHOP_DDL + maria_shop_rows(1, 30), "shop")
+        url = f"mariadb://{db.user}:{db.password}@127.0.0.1:{db.port}/shop"
+        env, project, text = added_by_cdc_add(own, tmp_path, monkeypatch, url, "orders", "clients")
+        connector_file = text + f"database.password={db.password}\n"
+        folder = tmp_path / "connect"
+
+        with connect_standalone(own.jars_dir, folder, connector_file, bootstrap) as worker:
+            assert worker.connector_file.read_text() == connector_file
+            db.sql(maria_shop_rows(31, 5) + "update orders set note = 'changed', placed_at = placed_at + "
+                   "interval 1 hour where order_id <= 3; delete from clients where client_id = 2;", "shop")
+            wait_for_messages(bootstrap, "orders", 35 + 3, worker)
+            wait_for_messages(bootstrap, "clients", 35 + 2, worker)  # the delete and its tombstone
+        assert (folder / "shop-schema-history.dat").stat().st_size > 0  # the printed relative path
+
+        db.sql(maria_shop_rows(36, 5) + "update clients set name = 'renamed' where client_id = 7;", "shop")
+        with connect_standalone(own.jars_dir, folder, connector_file, bootstrap) as worker:
+            wait_for_messages(bootstrap, "orders", 38 + 5, worker)
+            wait_for_messages(bootstrap, "clients", 37 + 6, worker)
+        # the changes made while it was stopped, once each: no second snapshot
+        assert (topic_size(bootstrap, "orders"), topic_size(bootstrap, "clients")) == (43, 43)
+        # keys and values as the printed converters make them, not the worker's {"schema", "payload"}
+        first = change_events(bootstrap, "orders")['{"order_id":4}'][0]
+        assert {"before", "after", "source", "op"} <= set(first) and "payload" not in first
+
+        ingest_and_build(connect_lake, project, ["orders", "clients"])
+        assert_verified_equal(env, url, {"orders": 40, "clients": 39})
