@@ -67,7 +67,7 @@ chromium: ## Install headless Chromium (Debian package) for the report's browser
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
 		|| { echo "error: could not install chromium with apt-get (see above); the report's browser test needs it"; exit 1; }
 
-debezium: debezium-databases $(DEBEZIUM_STAMP) ## PostgreSQL and MariaDB (Debian packages, if missing), Debezium and a Kafka Connect worker (Maven Central) for `make test-debezium`
+debezium: debezium-databases $(DEBEZIUM_STAMP) ## PostgreSQL and MariaDB (Debian packages, if missing), Debezium, a Kafka Connect worker and Debezium Server (Maven Central; Java 21+ beside 17) for `make test-debezium`
 
 debezium-databases:
 	@missing=""; \
@@ -87,17 +87,22 @@ debezium-databases:
 		|| { echo "error: could not install $$missing with apt-get (see above); the Debezium tests need them"; exit 1; }
 
 # Debezium 3.5 (embedded engine; PostgreSQL, MySQL and MariaDB connectors) and its runner: Java 17+,
-# the same Java as the broker (jvm/debezium/pom.xml says why not Debezium Server); and a Kafka
-# Connect worker (jvm/kafka-connect: Connect 4.1.1 with its REST server) that runs the connector
-# file `lakehouse cdc add` prints, with those connectors as its plugins.
-$(DEBEZIUM_STAMP): jvm/pom.xml jvm/debezium/pom.xml jvm/kafka-connect/pom.xml jvm/settings.xml \
-		$(shell find jvm/debezium/src -name '*.java')
+# the same Java as the broker; a Kafka Connect worker (jvm/kafka-connect: Connect 4.1.1 with its
+# REST server) that runs the connector file `lakehouse cdc add` prints, with those connectors as
+# its plugins; and Debezium Server rebuilt from its modules (jvm/debezium-server/pom.xml says
+# how and why), which needs a JDK 21+ beside the 17: preflight finds one or says what to install.
+$(DEBEZIUM_STAMP): jvm/pom.xml jvm/debezium/pom.xml jvm/kafka-connect/pom.xml jvm/debezium-server/pom.xml \
+		jvm/settings.xml $(shell find jvm/debezium/src -name '*.java')
 	@$(PYTHON) lakehouse/core/preflight.py java
 	@$(PYTHON) lakehouse/core/preflight.py mvn
-	@echo "fetching Debezium and Kafka Connect into $(STATE)/jars/debezium and $(STATE)/jars/kafka-connect (first time: under a minute)"
-	rm -rf $(STATE)/jars/debezium $(STATE)/jars/build/debezium $(STATE)/jars/kafka-connect $(STATE)/jars/build/kafka-connect
+	@$(PYTHON) lakehouse/core/preflight.py java-home 21 >/dev/null
+	@echo "fetching Debezium, Kafka Connect and Debezium Server into $(STATE)/jars (first time: a few minutes)"
+	rm -rf $(STATE)/jars/debezium $(STATE)/jars/build/debezium $(STATE)/jars/kafka-connect $(STATE)/jars/build/kafka-connect \
+		$(STATE)/jars/debezium-server
 	mvn -q -B -gs jvm/settings.xml -f jvm/debezium/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
 	mvn -q -B -gs jvm/settings.xml -f jvm/kafka-connect/pom.xml package dependency:copy-dependencies -Dlakehouse.jars=$(STATE)/jars
+	JAVA_HOME="$$($(PYTHON) lakehouse/core/preflight.py java-home 21)" \
+		mvn -q -B -gs jvm/settings.xml -f jvm/debezium-server/pom.xml package -Dlakehouse.jars=$(STATE)/jars
 	@touch $@
 
 demo: preflight setup ## Set up, then run the whole chain once on the local platform and print a summary

@@ -176,6 +176,9 @@ def debezium_properties(connector: str, streams: list[tuple[str, SourceTable]], 
                  "debezium.format.key.schemas.enable=false",
                  "debezium.format.value.schemas.enable=false",
                  "# where the connector is in the database's log: keep the file where it lasts",
+                 # Debezium does not create the folder: without it, it only logs a warning at each
+                 # flush and keeps no offset (seen in real Debezium Server: NoSuchFileException)
+                 "# (data/ must exist: the container image has it, an unpacked distribution does not)",
                  f"debezium.source.offset.storage.file.filename=data/{connector}-offsets.dat",
                  *[_prefixed(line, "debezium.source.") for line in source],
                  *[_prefixed(line, "debezium.") for line in routes]]

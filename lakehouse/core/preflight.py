@@ -8,10 +8,13 @@ virtual environment, so a missing Java or a taken port is reported in seconds, i
                                                       # (unless PIDFILE names a live process:
                                                       # the project's own broker, reused)
     python3 lakehouse/core/preflight.py mvn             # exit 1 if Maven is missing
+    python3 lakehouse/core/preflight.py java-home 21    # print the home of a JDK 21+ (JAVA_HOME's,
+                                                      # PATH's, or one in /usr/lib/jvm), or exit 1
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -43,8 +46,7 @@ def java_executable() -> str:
     return found
 
 
-def check_java() -> str:
-    java = java_executable()
+def java_major(java: str) -> int:
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -55,9 +57,43 @@ def check_java() -> str:
     major = int(match.group(1))
     if major == 1:  # "1.8.0_xxx" style
         major = int(match.group(2) or 0)
+    return major
+
+
+def check_java() -> str:
+    java = java_executable()
+    major = java_major(java)
     if major < MIN_JAVA:
         raise PreflightError(f"Java {major} found at {java}; Kafka 4 and Spark 4 need Java {MIN_JAVA}+")
     return java
+
+
+def java_home(minimum: int, what: str = "Debezium Server") -> str:
+    """The home of a JDK of at least ``minimum``: JAVA_HOME's, the one on PATH, else the newest
+    in /usr/lib/jvm (where Debian and the Temurin packages put theirs). The project runs on 17;
+    this is for what needs a newer one beside it."""
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(os.environ["JAVA_HOME"])
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(on_path))))
+    candidates += sorted(glob.glob("/usr/lib/jvm/*"), reverse=True)
+    best: tuple[int, str] | None = None
+    for home in candidates:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            continue
+        try:
+            major = java_major(java)
+        except PreflightError:
+            continue
+        if major >= minimum and (best is None or major > best[0]):
+            best = (major, home)
+    if best is None:
+        raise PreflightError(f"{what} needs Java {minimum}+ and none was found (JAVA_HOME, PATH, /usr/lib/jvm): "
+                             f"install a JDK {minimum}+ beside Java {MIN_JAVA} (Debian 13: openjdk-21-jdk-headless)")
+    return best[1]
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -101,6 +137,8 @@ def main(argv: list[str]) -> int:
             check_java()
         elif argv[:1] == ["mvn"]:
             check_mvn()
+        elif argv[:1] == ["java-home"] and len(argv) == 2:
+            print(java_home(int(argv[1])))
         elif argv[:1] == ["port"] and len(argv) in (2, 3):
             if not (len(argv) == 3 and own_process_alive(argv[2])):
                 check_port(int(argv[1]))

@@ -1,6 +1,6 @@
 """Real CDC sources for the Debezium tests: throwaway PostgreSQL and MariaDB servers, and Debezium
-(the embedded engine with our Kafka writer, jvm/debezium/, or a real Kafka Connect worker,
-jvm/kafka-connect/) streaming their changes to a broker.
+(the embedded engine with our Kafka writer, jvm/debezium/; a real Kafka Connect worker,
+jvm/kafka-connect/; Debezium Server, jvm/debezium-server/) streaming their changes to a broker.
 
 Everything runs on this machine, on free loopback ports, in temporary folders, each server in
 its own process group with bounded waits, and is stopped and deleted when its block ends.
@@ -419,10 +419,10 @@ def topic_size(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def wait_for_messages(bootstrap: str, topic: str, count: int, debezium: Debezium | ConnectWorker,
+def wait_for_messages(bootstrap: str, topic: str, count: int, debezium: Debezium | ConnectWorker | DebeziumServer,
                       timeout_s: float = 180) -> int:
-    """Waits until the topic holds at least ``count`` messages; fails with Debezium's (or the
-    Connect worker's) log tail."""
+    """Waits until the topic holds at least ``count`` messages; fails with the log tail of what
+    writes them (Debezium, a Connect worker, Debezium Server)."""
     def enough() -> int | None:
         size = topic_size(bootstrap, topic)
         return size if size >= count else None
@@ -560,41 +560,6 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\")
 
 
-# Debezium Server's application.properties keys as Debezium Server hands them on (its
-# DebeziumServer class): the connector's without debezium.source., the transforms' with
-# transforms. for debezium.transforms., the JSON format's schemas.enable to its converters; its
-# Kafka sink's producer settings are our runner's kafka.* ones.
-SERVER_PREFIXES = [("debezium.source.", ""), ("debezium.transforms", "transforms"),
-                   ("debezium.format.key.", "key.converter."), ("debezium.format.value.", "value.converter."),
-                   ("debezium.sink.kafka.producer.", "kafka.")]
-# what our runner does itself: it is a Kafka sink, and it writes the bytes its JSON converters make
-SERVER_RUNNER_OWN = {"debezium.sink.type": "kafka", "debezium.format.key": "json", "debezium.format.value": "json",
-                     "debezium.sink.kafka.producer.key.serializer":
-                         "org.apache.kafka.common.serialization.StringSerializer",
-                     "debezium.sink.kafka.producer.value.serializer":
-                         "org.apache.kafka.common.serialization.StringSerializer"}
-
-
-def server_properties_for_runner(text: str) -> str:
-    """Debezium Server's application.properties as our runner's properties file: each key
-    renamed by its prefix (SERVER_PREFIXES), line by line, the values untouched; the lines our
-    runner does itself (SERVER_RUNNER_OWN, with exactly those values) left out. Any other key
-    fails the test: nothing is dropped unseen. Comments and blank lines stay."""
-    lines = []
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if not line.strip() or line.lstrip().startswith(("#", "!")):
-            lines.append(line)
-        elif SERVER_RUNNER_OWN.get(key) == value:
-            continue
-        else:
-            renamed = next((new + key[len(old):] for old, new in SERVER_PREFIXES if key.startswith(old)), None)
-            if renamed is None:
-                pytest.fail(f"a Debezium Server property the runner has no counterpart for: {line}")
-            lines.append(f"{renamed}={value}")
-    return "\n".join(lines) + "\n"
-
-
 @contextmanager
 def debezium(jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str,
              text: str = "") -> Iterator[Debezium]:
@@ -632,7 +597,55 @@ def kafka_connect_jars(jars_dir: Path) -> Path:
     return folder
 
 
-class ConnectWorker:
+class _Runtime:
+    """What the real runtimes share: a JVM in its own process group writing to ``log``, whose
+    lines since its last start are read for its progress and its errors."""
+
+    log: Path
+    process: subprocess.Popen | None = None
+    _started_at = 0
+
+    def _log_since_start(self) -> bytes:
+        with open(self.log, "rb") as log:
+            log.seek(self._started_at)
+            return log.read()
+
+    def errors(self) -> str:
+        """The log's ERROR lines and the causes of its stack traces since the last start, each
+        with the lines of its message (a config's errors are listed on lines of their own)."""
+        picked, inside = [], False
+        for line in self._log_since_start().decode(errors="replace").splitlines():
+            if " ERROR " in line or line.startswith("Caused by:"):
+                inside = True
+            elif line.startswith("\t") or line[:1].isdigit():  # a stack frame, the next log line
+                inside = False
+            if inside:
+                picked.append(line[:1000])
+        return "\n".join(picked)[-4000:]
+
+    def _launch(self, command: list[str], cwd: Path) -> None:
+        self._started_at = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, cwd=cwd)
+
+    def _fail_if_exited(self, what: str) -> None:
+        if self.process.poll() is not None:
+            # what it could not start stops it: the errors come before the shutdown's lines,
+            # which fill the log's tail
+            pytest.fail(f"{what} exited (code {self.process.returncode}):\n{self.errors()}\n"
+                        f"log tail:\n{_tail(self.log)}")
+
+    def _stop(self, what: str, stopped: bytes) -> None:
+        """SIGTERM; it must exit as the JVM does on SIGTERM (0 or 143) after logging ``stopped``."""
+        if self.process is None:
+            return
+        _stop_group(self.process)
+        if self.process.returncode not in (0, 128 + signal.SIGTERM) or stopped not in self._log_since_start():
+            pytest.fail(f"{what} stopped with code {self.process.returncode}; log tail:\n{_tail(self.log)}")
+
+
+class ConnectWorker(_Runtime):
     """A real Kafka Connect standalone worker (ConnectStandalone worker.properties
     connector.properties) running one connector from ``connector_text``, a connector
     .properties file written as it is.
@@ -674,8 +687,6 @@ class ConnectWorker:
             "listeners": f"http://127.0.0.1:{self.port}",
             "plugin.path": str(plugins),
         }
-        self.process: subprocess.Popen | None = None
-        self._started_at = 0
 
     def status(self) -> dict | None:
         """The state of the worker's connector as its REST API gives it ({"connector": ...,
@@ -691,18 +702,12 @@ class ConnectWorker:
             return None
         return next(iter(connectors.values()))["status"] if connectors else None
 
-    def _log_since_start(self) -> bytes:
-        with open(self.log, "rb") as log:
-            log.seek(self._started_at)
-            return log.read()
-
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Starts the worker with the connector and waits until the connector streams: its task
         is RUNNING and Debezium's snapshot, if it takes one, is over. A connector or task the
         worker reports FAILED fails the test with its trace."""
         self.worker_file.write_text("".join(f"{key}={_escaped(value)}\n" for key, value in self.worker.items()))
         self.connector_file.write_text(self.connector_text)
-        self._started_at = self.log.stat().st_size if self.log.exists() else 0
         command = [self.java, "-Xmx512m", "-XX:+UseSerialGC",
                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
                    # every client's config dump at INFO is most of the log otherwise
@@ -711,16 +716,10 @@ class ConnectWorker:
                    # and a line for each of the test's status requests
                    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.connect.runtime.rest.RestServer=warn",
                    "-cp", self.classpath, CONNECT_MAIN, str(self.worker_file), str(self.connector_file)]
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, cwd=self.folder)
+        self._launch(command, self.folder)
 
         def streaming() -> bool:
-            if self.process.poll() is not None:
-                # a connector the worker cannot create stops it: its errors come before the
-                # shutdown's lines, which fill the log's tail
-                pytest.fail(f"Kafka Connect exited (code {self.process.returncode}):\n{self.errors()}\n"
-                            f"log tail:\n{_tail(self.log)}")
+            self._fail_if_exited("Kafka Connect")  # as it does when it cannot create the connector
             status = self.status()
             if status is None:
                 return False
@@ -735,28 +734,10 @@ class ConnectWorker:
 
         wait_until(streaming, "Kafka Connect", self.log, timeout_s, self.process)
 
-    def errors(self) -> str:
-        """The log's ERROR lines and the causes of its stack traces since the last start, each
-        with the lines of its message (a config's errors are listed on lines of their own)."""
-        picked, inside = [], False
-        for line in self._log_since_start().decode(errors="replace").splitlines():
-            if " ERROR " in line or line.startswith("Caused by:"):
-                inside = True
-            elif line.startswith("\t") or line[:1].isdigit():  # a stack frame, the next log line
-                inside = False
-            if inside:
-                picked.append(line[:1000])
-        return "\n".join(picked)[-4000:]
-
     def stop(self) -> None:
         """SIGTERM: the worker stops its connector, commits its offsets and logs that it stopped
         (the JVM then exits 143, as on any SIGTERM); anything else fails the test."""
-        if self.process is None:
-            return
-        _stop_group(self.process)
-        if self.process.returncode not in (0, 128 + signal.SIGTERM) or \
-                b"Kafka Connect stopped" not in self._log_since_start():
-            pytest.fail(f"Kafka Connect stopped with code {self.process.returncode}; log tail:\n{_tail(self.log)}")
+        self._stop("Kafka Connect", b"Kafka Connect stopped")
 
 
 @contextmanager
@@ -772,3 +753,91 @@ def connect_standalone(jars_dir: Path, folder: Path, connector_text: str, bootst
             _stop_group(worker.process)
         raise
     worker.stop()
+
+
+# --- Debezium Server --------------------------------------------------------------------------
+
+SERVER_JAVA = 21  # debezium-server-core 3.3 is Java 21 bytecode (jvm/debezium-server/pom.xml)
+
+
+def debezium_server_app(jars_dir: Path) -> Path:
+    app = jars_dir / "debezium-server" / "quarkus-app" / "quarkus-run.jar"
+    if not app.exists():
+        pytest.fail(f"Debezium Server not found ({app}): run `make debezium`")
+    return app
+
+
+class DebeziumServer(_Runtime):
+    """Real Debezium Server (jvm/debezium-server) run from ``folder`` as from its distribution's
+    folder: its configuration is config/application.properties there, written as given
+    (``text``), and the relative paths in it (the offsets file under data/) resolve there.
+    data/ is made, as the printed comment above the offsets file tells a user to: Debezium does
+    not make it. Its HTTP server (the health checks) listens on a free loopback port, set by
+    system properties, so the file stays as given. Stopped and started again, it goes on from
+    its offsets.
+    """
+
+    def __init__(self, jars_dir: Path, folder: Path, text: str):
+        from lakehouse.core.local_kafka import free_port
+        from lakehouse.core.preflight import PreflightError, java_home
+
+        try:
+            self.java = str(Path(java_home(SERVER_JAVA)) / "bin" / "java")
+        except PreflightError as exc:
+            pytest.fail(str(exc))
+        self.app = debezium_server_app(jars_dir)
+        self.folder = folder
+        self.config = folder / "config" / "application.properties"
+        self.log = folder / "server.log"
+        self.text = text
+        self.port = free_port()
+
+    def health(self) -> dict | None:
+        """Its health checks (Debezium's: its engine runs); None until it answers."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/q/health", timeout=5) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:  # 503 while a check is DOWN: the body says which
+            return json.loads(error.read() or b"{}")
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Starts the server and waits until its connector streams: its health is UP and
+        Debezium's snapshot, if it takes one, is over."""
+        self.config.parent.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(self.text)
+        (self.folder / "data").mkdir(exist_ok=True)
+        command = [self.java, "-Xmx512m", "-XX:+UseSerialGC",
+                   "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+                   "-jar", str(self.app)]
+        self._launch(command, self.folder)
+
+        def streaming() -> bool:
+            self._fail_if_exited("Debezium Server")
+            health = self.health()
+            return (health or {}).get("status") == "UP" and b"Starting streaming" in self._log_since_start()
+
+        wait_until(streaming, "Debezium Server", self.log, timeout_s, self.process)
+
+    def stop(self) -> None:
+        """SIGTERM: the engine stops and stores its offsets, Quarkus logs that it stopped."""
+        self._stop("Debezium Server", b" stopped in ")
+
+
+@contextmanager
+def debezium_server(jars_dir: Path, folder: Path, text: str) -> Iterator[DebeziumServer]:
+    """A started Debezium Server with ``text`` as its application.properties, stopped at the end
+    of the block whatever happens."""
+    server = DebeziumServer(jars_dir, folder, text)
+    try:
+        server.start()
+        yield server
+    except BaseException:
+        if server.process is not None:
+            _stop_group(server.process)
+        raise
+    server.stop()

@@ -38,11 +38,11 @@ from tests.integration.cdc_sources import (
     connect_standalone,
     create_topics,
     debezium,
+    debezium_server,
     mariadb_connector,
     mariadb_server,
     postgres_cluster,
     postgres_connector,
-    server_properties_for_runner,
     topic_size,
     wait_for_messages,
 )
@@ -1037,10 +1037,10 @@ def pg_shop_rows(first: int, count: int) -> str:
 def test_a_postgres_server_not_in_utc_two_tables_one_debezium_server_configuration(
         zoned_lake, tmp_path, monkeypatch):
     """Issue 42, items 2 and 3 on PostgreSQL: a cluster whose `timezone` is Asia/Kolkata; `cdc add
-    --runtime debezium-server` of two tables prints one Debezium Server configuration, run by our
-    runner with its keys renamed as Debezium Server hands them on (server_properties_for_runner;
-    Debezium Server itself is not in the reachable Maven registry); `cdc verify` finds both
-    mirrors equal and names a column added to the table since."""
+    --runtime debezium-server` of two tables prints one Debezium Server configuration, which real
+    Debezium Server (jvm/debezium-server) runs as its application.properties, as printed plus
+    the password line, stopped and started again: it goes on from its offsets in data/, no
+    second snapshot. `cdc verify` finds both mirrors equal and names a column added since."""
     own, session, target = zoned_lake
     bootstrap = own.kafka_bootstrap_servers
     with postgres_cluster(timezone=PG_ZONE) as server:
@@ -1052,19 +1052,30 @@ def test_a_postgres_server_not_in_utc_two_tables_one_debezium_server_configurati
         assert not [line for line in printed_value_lines(text) if not line.startswith("debezium.")]
         assert f"debezium.sink.kafka.producer.bootstrap.servers={bootstrap}" in text.splitlines()
         # the password appended as a user fills it in (the cluster trusts loopback: any will do)
-        runner_text = server_properties_for_runner(text + "debezium.source.database.password=trusted\n")
-        with debezium(own.jars_dir, tmp_path / "debezium", "pgshop", {}, bootstrap, text=runner_text) as engine:
+        application = text + "debezium.source.database.password=trusted\n"
+        folder = tmp_path / "debezium-server"
+        with debezium_server(own.jars_dir, folder, application) as engine:
+            assert engine.config.read_text() == application
             server.sql(pg_shop_rows(31, 5) + "update visits set at = at + interval '1 hour' where visit_id <= 3;"
                        "delete from wallets where wallet_id = 2;", "shop")
             wait_for_messages(bootstrap, "visits", 35 + 3, engine)
             wait_for_messages(bootstrap, "wallets", 35 + 2, engine)
+        assert (folder / "data" / "pgshop-offsets.dat").stat().st_size > 0  # the printed relative path
+
+        server.sql(pg_shop_rows(36, 5), "shop")
+        with debezium_server(own.jars_dir, folder, application) as engine:
+            wait_for_messages(bootstrap, "visits", 38 + 5, engine)
+            wait_for_messages(bootstrap, "wallets", 37 + 5, engine)
+        # the rows added while it was stopped, once each: no second snapshot
+        assert (topic_size(bootstrap, "visits"), topic_size(bootstrap, "wallets")) == (43, 42)
+
         ingest_and_build(zoned_lake, project, ["visits", "wallets"])
         at = session.sql("select at from silver.visits where visit_id = 4").toArrow()["at"][0].as_py()
         assert at == datetime(2026, 11, 19, 19, 29, 0, 500000, tzinfo=UTC)  # 00:15:00.5+05:30 + 4 * 11 minutes
-        assert_verified_equal(env, url, {"visits": 35, "wallets": 34})
+        assert_verified_equal(env, url, {"visits": 40, "wallets": 39})
 
         server.sql("alter table wallets add column note text", "shop")
-        assert_verify_names_the_column_not_mirrored(env, url, "wallets", 34, "note")
+        assert_verify_names_the_column_not_mirrored(env, url, "wallets", 39, "note")
 
 
 # --- (l) the privileges docs/connect-a-database.md lists, and no more -----------------------------
