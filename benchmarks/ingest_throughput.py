@@ -7,21 +7,41 @@ Prints a table, where the time goes, and a final ``RESULT {json}`` line.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
     .venv/bin/python benchmarks/ingest_throughput.py --ceiling [--steps] --messages 1000000 [--repeat 3]
+    .venv/bin/python benchmarks/ingest_throughput.py --whole-bad-batch [--streams purchases] [--messages 1000000]
     .venv/bin/python benchmarks/ingest_throughput.py --steady-state --streams employees
 
 ``--ceiling`` also runs, in the same JVM and on each stream's topic, the raw append: the job's
-own Kafka source appending the value bytes to an Iceberg table (bronze's table properties) by
-Iceberg's streaming sink, no decoding; each stream is reported beside it (``ratio_to_ceiling``).
-``--steps`` adds two appends by the same sink between the two: the records decoded alone (the
-design documents' Java sample: decode, append), and decoded and checked (the job without its
-exactly-once protocol), so that the gap splits into layout, checks and protocol.
-``--steady-state`` instead produces at fixed rates while the job runs with a processing-time
-trigger, and finds the highest rate at which the lag stays bounded.
+own Kafka source appending the value bytes with the Kafka metadata bronze keeps (key, topic,
+partition, offset, timestamp, in bronze's columns) to an Iceberg table (bronze's table
+properties) by Iceberg's streaming sink, no decoding; each stream is reported beside it
+(``ratio_to_ceiling``). ``--steps`` adds two appends by the same sink: the records decoded
+alone (the design documents' Java sample: decode, append), and decoded and checked (the job
+without its exactly-once protocol), so that the gap splits into layout, checks and protocol;
+``ratio_to_checked_append`` is the job's median over the checked append's.
 
-msgs/s and MB/s are messages in the topic (bronze + dead letters) and the bytes of their
-values, divided by the wall time of ``ingestion.job.run`` (query start-up and table checks
-included). Everything runs under a temporary state folder (jars linked from .lakehouse/jars,
-i.e. after ``make setup``) with its own Kafka broker on a free port, on the same machine.
+Every run spans at least ``--batches`` (10) micro-batches: the job, the ceiling and each step
+read with the same ``maxOffsetsPerTrigger``, the topic's records divided by ``--batches`` (or
+``--max-offsets-per-trigger`` if smaller), so a batch's fixed cost counts as in a long stream.
+Within each repeat the ceiling, the steps and the job run in an order of their own (a balanced
+Latin square over a seeded shuffle, ``run_orders``), printed with the runs.
+
+``--whole-bad-batch`` instead loads topics whose every record fails (Avro purchases: framed with
+a schema id no registry knows; the other formats: corrupt bytes) and runs the real job once on
+each, in batches of the job's own default size (one batch up to a million records) at the
+driver memory of the settings (2g unless LAKEHOUSE_SPARK_DRIVER_MEMORY says otherwise): whether
+it completes, its time, the driver's peak memory, and every offset once in bronze or the dead
+letters. ``--steady-state`` instead produces at fixed rates while the job runs with a
+processing-time trigger, and finds the highest rate at which the lag stays bounded.
+
+What is timed: for the job, ``ingestion.job._run_queries`` (wrapped at run time), from the
+start of its query to its end; the topic check, the state-folder lock, the creation or
+evolution of the bronze and dead-letter tables and the writer lease's taking and release
+(``ingestion.job.run`` around it) are outside the timer, and reported apart as
+``startup_seconds``. For the ceiling and each step, from the query's start to its end; the
+table is dropped and created before the timer. msgs/s and MB/s are messages in the topic
+(bronze + dead letters) and the bytes of their values, divided by that time. Everything runs
+under a temporary state folder (jars linked from .lakehouse/jars, i.e. after ``make setup``)
+with its own Kafka broker on a free port, on the same machine.
 
 Where the time goes comes from three sources: Spark's own per-trigger ``durationMs`` (a
 StreamingQueryListener); timers this script wraps around the job's functions at run time
@@ -33,11 +53,13 @@ and read plus decoded, both into Spark's ``noop`` sink.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import platform
+import random
 import resource
 import shutil
 import sys
@@ -61,6 +83,7 @@ from lakehouse.core.settings import Settings, default_home  # noqa: E402
 from producers.faults import FaultRates  # noqa: E402
 
 DEFAULT_STREAMS = ("employees", "purchases", "user_events")
+WHOLE_BAD_STREAMS = ("purchases",)  # Avro framed with an unregistered schema id: the issue's case
 ALL_STREAMS = ("employees", "purchases", "user_events", "customers", "accounts")
 CDC_STREAMS = ("customers", "accounts")
 TARGET = {"employees": 100_000}  # msg/s asked for by the issue
@@ -80,6 +103,51 @@ def fault_rates(stream: str, rate: float) -> FaultRates:
     if stream == "purchases":  # Avro has no "invalid" hook: corrupt bytes and unknown schema ids
         return FaultRates(corrupt=rate / 2, unknown_schema_id=rate / 2)
     return FaultRates(corrupt=rate / 2, invalid=rate / 2)
+
+
+def whole_bad_rates(stream: str) -> FaultRates:
+    """Every message unreadable (``--whole-bad-batch``): for Avro a producer framing its records
+    with a schema id no registry knows (the issue's case), for the other formats corrupt bytes."""
+    if stream == "purchases":
+        return FaultRates(unknown_schema_id=1.0)
+    return FaultRates(corrupt=1.0)
+
+
+# --- the order of the runs, and their batches -------------------------------------------------
+
+def run_orders(names: list[str], repeats: int, seed: int) -> list[list[str]]:
+    """The order of ``names`` in each of ``repeats`` rounds: the rows of a balanced Latin square
+    (a Williams design) over a seeded shuffle of the names, from the first row again when the
+    rounds outnumber them. Over len(names) rounds (twice that for an odd count), each name runs
+    once in every position and directly after every other name as often, so neither the JVM
+    warming up, the machine drifting, nor what the previous run left behind (caches, garbage)
+    favours one of them; two consecutive rounds never share an order (two names or more)."""
+    count = len(names)
+    if count == 0:
+        return [[] for _ in range(repeats)]
+    first, low, high = [0], 1, count - 1
+    for position in range(1, count):
+        if position % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    square = [[(index + shift) % count for index in first] for shift in range(count)]
+    if count % 2:
+        square += [list(reversed(row)) for row in square]
+    shuffled = list(names)
+    random.Random(seed).shuffle(shuffled)
+    return [[shuffled[index] for index in square[number % len(square)]] for number in range(repeats)]
+
+
+def records_per_batch(records: int, batches: int, cap: int | None = None) -> int:
+    """``maxOffsetsPerTrigger`` for a run over ``records`` that spans at least ``batches``
+    micro-batches: records // batches, or ``cap`` if smaller (at least 1). Spark's Kafka source
+    shares the limit out over the partitions rounding down (up only under one record), so a
+    batch reads no more, and a run often ends with one small batch more."""
+    size = max(1, records // max(1, batches))
+    return max(1, min(size, cap)) if cap else size
 
 
 # --- timers around the job's functions (monkeypatched in this process only) -----------------
@@ -217,6 +285,38 @@ def peak_memory(broker_pid: int | None) -> dict[str, int]:
     return peaks
 
 
+def reset_peak_rss(pids: list[int]) -> bool:
+    """Reset the peak resident size (VmHWM) of ``pids`` to their current size (Linux: ``5`` to
+    /proc/<pid>/clear_refs), so a later VmHWM is the peak of what ran in between."""
+    try:
+        for pid in pids:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError as exc:
+        log.warning("peak memory not reset (%s): the peaks include what ran before", exc)
+        return False
+    return True
+
+
+def jvm_memory(spark, reset: bool = False) -> dict:
+    """The Spark JVM's heap: its maximum, each heap pool's peak since the last reset (their sum
+    bounds the heap's peak from above: pools peak at different moments), and garbage collection
+    time; ``reset`` starts the pools' peaks afresh. Empty when the JVM does not answer."""
+    try:
+        management = spark._jvm.java.lang.management.ManagementFactory
+        pools = [pool for pool in management.getMemoryPoolMXBeans() if str(pool.getType()) == "Heap memory"]
+        if reset:
+            for pool in pools:
+                pool.resetPeakUsage()
+        peaks = {str(pool.getName()): round(pool.getPeakUsage().getUsed() / 2**20) for pool in pools}
+        return {"heap_max_mb": round(management.getMemoryMXBean().getHeapMemoryUsage().getMax() / 2**20),
+                "heap_pool_peaks_mb": peaks, "heap_peak_mb_at_most": sum(peaks.values()),
+                "gc_seconds": round(sum(gc.getCollectionTime() for gc in management.getGarbageCollectorMXBeans())
+                                    / 1000, 2)}
+    except Exception as exc:  # the JVM is gone (an OutOfMemoryError killed it) or refuses
+        log.warning("JVM memory not read: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return {}
+
+
 class CpuWindow:
     """CPU seconds used by this benchmark (Python, Spark JVM, broker) and by anything else."""
 
@@ -340,10 +440,9 @@ def summarize_samples(text: str) -> dict:
 
 # --- the benchmark --------------------------------------------------------------------------
 
-def load_topic(settings: Settings, stream: str, count: int, rate: float, processes: int, seed: int) -> dict:
+def load_topic(settings: Settings, stream: str, count: int, faults: FaultRates, processes: int, seed: int) -> dict:
     from producers.run import produce
 
-    faults = fault_rates(stream, rate)
     processes = 1 if stream in CDC_STREAMS else processes
     started = time.perf_counter()
     report = produce(settings, stream, count, faults=faults, seed=seed, processes=processes, progress=True)
@@ -353,8 +452,13 @@ def load_topic(settings: Settings, stream: str, count: int, rate: float, process
     # The coordinates and reason of every record that must end in dead letters (the producer's
     # fault manifest): the run's check compares them one by one, not only their count.
     expected_dead = {(d["partition"], d["offset"]): d["error_code"] for d in report.manifest()["dead_letters"]}
+    dead_count, codes = len(expected_dead), set(expected_dead.values())
+    if dead_count == report.delivered and len(codes) == 1:
+        # Every record fails, for one reason (--whole-bad-batch): the reason stands for them all,
+        # and the check runs in Spark rather than against a million coordinates in Python.
+        expected_dead = codes.pop()
     return {"produced": report.delivered, "value_bytes": report.bytes, "load_seconds": round(seconds, 2),
-            "load_msgs_per_s": round(report.delivered / seconds), "expected_dead_letters": len(expected_dead),
+            "load_msgs_per_s": round(report.delivered / seconds), "expected_dead_letters": dead_count,
             "expected_dead_coordinates": expected_dead,
             "processes": processes, "fault_rates": {k: v for k, v in faults.as_dict().items() if v}}
 
@@ -392,10 +496,11 @@ def probe(spark, settings: Settings, stream: str, source_options: dict[str, str]
 
 
 def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
-                      expected_dead: dict[tuple[int, int], str]) -> dict:
+                      expected_dead: dict[tuple[int, int], str] | str) -> dict:
     """Bronze and dead letters against the topic, offset for offset: each (partition, offset) of
     the topic in exactly one of them, once, and the dead letters exactly the injected faults'
     coordinates with their reason codes. Counts alone would let a loss and a duplicate cancel out.
+    ``expected_dead`` a reason code alone: every record of the topic fails, for that reason.
 
     Per partition, coordinates that are distinct, all within [0, end) and as many as ``end`` are
     exactly the offsets 0..end-1; Spark computes that without bringing a million rows to Python.
@@ -407,12 +512,10 @@ def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
     ends = end_offsets(settings, spec.topic)
     bronze = spark.table(spec.bronze_table).select(F.col("_kafka_partition").alias("partition"),
                                                    F.col("_kafka_offset").alias("offset"))
-    dead_rows = (spark.table(dead_letter_table).where(F.col("stream") == spec.name)
-                 .select("partition", "offset", "error_code").collect())
-    dead = {(r.partition, r.offset): r.error_code for r in dead_rows}
+    dead_letters = (spark.table(dead_letter_table).where(F.col("stream") == spec.name)
+                    .select(F.col("partition").cast("int"), F.col("offset").cast("long"), "error_code"))
     per_partition = {r.partition: r for r in (
-        bronze.union(spark.createDataFrame(list(dead) or [(-1, -1)], "partition int, offset long")
-                     .where("partition >= 0"))
+        bronze.union(dead_letters.select("partition", "offset"))
         .groupBy("partition")
         .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("offset").alias("distinct"),
              F.min("offset").alias("low"), F.max("offset").alias("high"))
@@ -431,6 +534,19 @@ def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
         if row.low < 0 or row.high >= end or row.distinct != end:
             problems.append(f"partition {partition}: {row.distinct:,} distinct offsets in [{row.low}, {row.high}], "
                             f"the topic has 0..{end - 1}")
+    if isinstance(expected_dead, str):  # every record fails (--whole-bad-batch): checked in Spark
+        dead_count, distinct, other_reason = dead_letters.agg(
+            F.count(F.lit(1)), F.count_distinct("partition", "offset"),
+            F.count(F.when(F.col("error_code") != expected_dead, 1))).first()
+        if dead_count != distinct:
+            problems.append(f"{dead_count - distinct:,} dead letters twice")
+        if bronze_rows or other_reason:
+            problems.append(f"dead letters against the injected faults (every record {expected_dead}): "
+                            f"{bronze_rows:,} records in bronze instead, {other_reason:,} with another reason")
+        return {"bronze_rows": bronze_rows, "dead_letters": dead_count, "correct": not problems,
+                "topic_offsets": sum(ends.values()), "problems": problems}
+    dead_rows = dead_letters.collect()
+    dead = {(r.partition, r.offset): r.error_code for r in dead_rows}
     if len(dead) != len(dead_rows):
         problems.append(f"{len(dead_rows) - len(dead):,} dead letters twice")
     unexpected = dead.keys() - expected_dead.keys()
@@ -444,26 +560,75 @@ def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
             "topic_offsets": sum(ends.values()), "problems": problems}
 
 
-def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
-           broker_pid: int | None) -> dict:
+STREAMING_PART = "_run_queries"  # the function of ingestion/job.py the job's timer wraps
 
+
+@contextlib.contextmanager
+def streaming_part(job, start, stop):
+    """``start()`` and ``stop()`` called around the job's streaming part, its ``_run_queries``
+    (patched in for the block): the queries started, run to their end and stopped. What
+    ``ingestion.job.run`` does before it (the topic check, the lock, the tables created or
+    evolved, the writer lease taken) and after it (the lease released) stays outside. Yields
+    False when the job has no such function (its code moved on): the caller times ``run``."""
+    original = getattr(job, STREAMING_PART, None)
+    if original is None:
+        yield False
+        return
+
+    def run_queries(*args, **kwargs):
+        start()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            stop()
+
+    setattr(job, STREAMING_PART, run_queries)
+    try:
+        yield True
+    finally:
+        setattr(job, STREAMING_PART, original)
+
+
+def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
+           broker_pid: int | None, max_offsets: int | None, after_run=None) -> dict:
+    """One run of the real job over the stream's whole topic (bronze and its dead letters are
+    dropped first: reset_stream), timed over its streaming part only (``streaming_part``), at
+    ``max_offsets`` records per batch (None: the job's own default); ``after_run()``, if given,
+    is called as soon as the job returns, before the check, and its dict joins the result."""
     from ingestion import dead_letters, job
     from lakehouse.contracts.streams import get_stream
     from lakehouse.core.kafka_admin import end_offsets
 
     spec = get_stream(stream)
+    reset_stream(spark, settings, stream)
     in_topic = sum(end_offsets(settings, spec.topic).values())
     known = set(recorder.terminated)
     timers.reset()
-    profile = JvmProfile(settings.home, stream) if args.profile else None
-    cpu = CpuWindow(broker_pid)
-    started = time.perf_counter()
-    try:
-        job.run(spark, settings, [stream], available_now=True, max_offsets_per_trigger=args.max_offsets_per_trigger)
-    finally:
-        seconds = time.perf_counter() - started
-        cpu_use = cpu.close()
-        profiled = profile.close(args.profile_dir) if profile else None
+    window: dict = {}
+
+    def start():
+        window["profile"] = JvmProfile(settings.home, stream) if args.profile else None
+        window["cpu"] = CpuWindow(broker_pid)
+        window["started"] = time.perf_counter()
+
+    def stop():
+        window["seconds"] = time.perf_counter() - window["started"]
+        window["cpu_use"] = window["cpu"].close()
+
+    called = time.perf_counter()
+    with streaming_part(job, start, stop) as found:
+        if not found:
+            log.warning("ingestion.job.%s not found: the job is timed whole, start-up included", STREAMING_PART)
+            start()
+        try:
+            job.run(spark, settings, [stream], available_now=True, max_offsets_per_trigger=max_offsets)
+        finally:
+            if not found:
+                stop()
+            run_seconds = time.perf_counter() - called
+            profiled = window["profile"].close(args.profile_dir) if window.get("profile") else None
+    seconds, cpu_use = window["seconds"], window["cpu_use"]
+    extra = after_run() if after_run else {}
     inside = timers.reset()
     if not recorder.wait_for_termination(known):
         log.warning("%s: no termination event from the listener within 30 s; phases may be incomplete", stream)
@@ -488,6 +653,9 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
         "stream": stream, "format": spec.format, "messages": in_topic, "value_bytes": loaded["value_bytes"],
         "avg_message_bytes": round(loaded["value_bytes"] / max(in_topic, 1), 1),
         "seconds": round(seconds, 2),
+        "timed": (f"ingestion.job.{STREAMING_PART}: the query's start to its end" if found
+                  else "ingestion.job.run: start-up included"),
+        "startup_seconds": round(run_seconds - seconds, 2), "max_offsets_per_trigger": max_offsets,
         "msgs_per_s": round(in_topic / seconds), "mb_per_s": round(loaded["value_bytes"] / seconds / 1e6, 2),
         "trigger_seconds": round(trigger_ms / 1000, 2),
         "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
@@ -497,6 +665,7 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
         "correct": correct, "offset_check": check, **cpu_use,
         "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1),
         "load": {k: loaded[k] for k in ("load_seconds", "load_msgs_per_s", "processes", "fault_rates")},
+        **extra,
     }
     if stream in TARGET:
         result["target_msgs_per_s"] = TARGET[stream]
@@ -653,13 +822,30 @@ def _checked(spark, settings: Settings, spec, raw):
     return to_bronze(decoded, 0, F.lit(now).cast("timestamp"))
 
 
+def raw_rows(source):
+    """The raw ceiling's rows: each record's value bytes, undecoded, with the Kafka metadata
+    bronze keeps, in bronze's columns and types (``ingestion.formats.to_bronze``)."""
+    from pyspark.sql import functions as F
+
+    return source.select(
+        "value",
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").cast("int").alias("_kafka_partition"),
+        F.col("offset").cast("long").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("key").cast("string").alias("_kafka_key"),
+    )
+
+
 def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: int | None,
-            step: str | None = None, dead_letters: int = 0) -> dict:
-    """The stream's topic read by the job's own Kafka source (``ingestion.job.kafka_source``)
-    and appended to an Iceberg table with bronze's table properties by Iceberg's own streaming
-    sink (availableNow), no Python in the batch. Without ``step``: the value bytes, no decoding
-    (the raw ceiling); with one of STEPS: what it names (``dead_letters``: the records the
-    checks turn away, which "checked" leaves out)."""
+            step: str | None = None, dead_letters: int = 0, max_offsets: int | None = None) -> dict:
+    """The stream's topic read by the job's own Kafka source (``ingestion.job.kafka_source``,
+    ``max_offsets`` records per batch) and appended to an Iceberg table with bronze's table
+    properties by Iceberg's own streaming sink (availableNow), no Python in the batch. Without
+    ``step``: the value bytes with bronze's Kafka metadata, no decoding (the raw ceiling,
+    ``raw_rows``); with one of STEPS: what it names (``dead_letters``: the records the checks
+    turn away, which "checked" leaves out). The table is dropped and created before the timer,
+    which runs from the query's start to its end."""
     from pyspark.sql import functions as F
 
     from ingestion import bronze, job
@@ -669,9 +855,9 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
     spec = get_stream(stream)
     in_topic = sum(end_offsets(settings, spec.topic).values())
     spark.sql(f"drop table if exists {CEILING_TABLE} purge")
-    source = job.kafka_source(spark, settings, spec, args.max_offsets_per_trigger).load()
+    source = job.kafka_source(spark, settings, spec, max_offsets).load()
     if step is None:
-        rows, expected, partitioning = source.select("value"), in_topic, ()
+        rows, expected, partitioning = raw_rows(source), in_topic, ()
     elif step == "decode_only":
         # Every record, and unpartitioned: a damaged Avro body may decode to any event time,
         # and a partition per such day (fanout) would hold thousands of open files.
@@ -696,6 +882,7 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
     recorder.wait_for_termination(known)
     triggers = recorder.progress.pop(name, [])
     trigger_ms = sum(t["duration_ms"].get("triggerExecution", 0) for t in triggers)
+    batches = [t for t in triggers if "addBatch" in t["duration_ms"]]
     written = spark.table(CEILING_TABLE).count()
     correct = written == expected
     if step == "decode_only":  # decoded, not just written: every good record has its event time
@@ -703,7 +890,8 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
         correct = correct and timed >= in_topic - dead_letters
     spark.sql(f"drop table if exists {CEILING_TABLE} purge")
     return {"messages": in_topic, "rows": written, "correct": correct, "seconds": round(seconds, 2),
-            "msgs_per_s": round(in_topic / seconds),
+            "batches": len(batches), "rows_per_batch": [b["rows"] for b in batches][:50],
+            "max_offsets_per_trigger": max_offsets, "msgs_per_s": round(in_topic / seconds),
             "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
             "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1), **cpu_use}
 
@@ -726,29 +914,58 @@ def median_run(runs: list[dict]) -> dict:
     middle = dict(ordered[(len(ordered) - 1) // 2])
     middle["runs_msgs_per_s"] = [r["msgs_per_s"] for r in runs]
     middle["runs_cpu_us_per_msg"] = [r["cpu_us_per_msg"] for r in runs]
+    middle["runs_batches"] = [r["batches"] for r in runs]
     middle["correct"] = all(r["correct"] for r in runs)
     return middle
 
 
+RAW_CEILING, JOB = "raw_ceiling", "job"  # the names of a round's runs besides STEPS
+
+
+def round_names(args) -> list[str]:
+    """What one repeat runs: the raw ceiling (``--ceiling``), the steps (``--steps``), the job."""
+    return [*([RAW_CEILING] if args.ceiling else []), *(STEPS if args.steps else ()), JOB]
+
+
+def topic_records(settings: Settings, stream: str) -> int:
+    from lakehouse.contracts.streams import get_stream
+    from lakehouse.core.kafka_admin import end_offsets
+
+    return sum(end_offsets(settings, get_stream(stream).topic).values())
+
+
 def measure_stream(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
                    broker_pid: int | None) -> dict:
-    """``--repeat`` runs of the job on the stream's topic (each after the raw ceiling on the same
-    topic, with ``--ceiling``); the median run's figures, and its ratio to the median ceiling."""
+    """``--repeat`` rounds on the stream's topic, each running the job and, with ``--ceiling``
+    (``--steps``), the raw ceiling (and the steps) in an order of its own (``run_orders``), all
+    at the same records per batch (``records_per_batch``); the median run of each, and the
+    job's ratios to the median ceiling and to the median checked append."""
+    max_offsets = records_per_batch(topic_records(settings, stream), args.batches, args.max_offsets_per_trigger)
+    orders = run_orders(round_names(args), args.repeat, args.seed)
     runs, ceilings = [], []
     steps = {step: [] for step in (STEPS if args.steps else ())}
-    for number in range(args.repeat):
-        if args.ceiling:
-            ceilings.append(ceiling(spark, settings, stream, args, recorder, broker_pid))
-            log.info("%s: raw ceiling %s msg/s (run %d)", stream, f"{ceilings[-1]['msgs_per_s']:,}", number + 1)
-        for step, step_runs in steps.items():
-            step_runs.append(ceiling(spark, settings, stream, args, recorder, broker_pid, step,
-                                     loaded["expected_dead_letters"]))
-            log.info("%s: %s %s msg/s (run %d)", stream, step, f"{step_runs[-1]['msgs_per_s']:,}", number + 1)
-        if number:
-            reset_stream(spark, settings, stream)
-        runs.append(ingest(spark, settings, stream, loaded, args, recorder, timers, broker_pid))
-        log.info("%s: %s msg/s (run %d)", stream, f"{runs[-1]['msgs_per_s']:,}", number + 1)
+    for number, order in enumerate(orders):
+        log.info("%s: round %d of %d, in this order: %s (%s records per batch)", stream, number + 1, args.repeat,
+                 ", ".join(order), f"{max_offsets:,}")
+        for name in order:
+            if name == JOB:
+                runs.append(ingest(spark, settings, stream, loaded, args, recorder, timers, broker_pid, max_offsets))
+                run = runs[-1]
+            elif name == RAW_CEILING:
+                ceilings.append(ceiling(spark, settings, stream, args, recorder, broker_pid,
+                                        max_offsets=max_offsets))
+                run = ceilings[-1]
+            else:
+                steps[name].append(ceiling(spark, settings, stream, args, recorder, broker_pid, name,
+                                           loaded["expected_dead_letters"], max_offsets))
+                run = steps[name][-1]
+            log.info("%s: %s %s msg/s in %d batches (round %d)", stream, name, f"{run['msgs_per_s']:,}",
+                     run["batches"], number + 1)
+            if run["batches"] < args.batches:
+                log.warning("%s: %s ran %d batches, fewer than the %d asked for", stream, name, run["batches"],
+                            args.batches)
     result = median_run(runs)
+    result["orders"] = orders
     if ceilings:
         raw = median_run(ceilings)
         result["ceiling"] = raw
@@ -762,14 +979,110 @@ def measure_stream(spark, settings: Settings, stream: str, loaded: dict, args, r
         result["steps_ratio_to_ceiling"] = {
             **{step: round(r["msgs_per_s"] / base, 3) for step, r in result["steps"].items()},
             "job": round(result["msgs_per_s"] / base, 3)}
+        # the job's median over the checked append's: what its exactly-once protocol costs
+        result["ratio_to_checked_append"] = round(
+            result["msgs_per_s"] / max(result["steps"]["checked"]["msgs_per_s"], 1), 3)
         result["correct"] = result["correct"] and all(r["correct"] for r in result["steps"].values())
     if args.probe:
         result["probe"] = probe(spark, settings, stream, args.source_option)
     return result
 
 
-SUMMARY_KEYS = ("msgs_per_s", "runs_msgs_per_s", "cpu_us_per_msg", "ceiling_msgs_per_s", "ratio_to_ceiling",
-                "target_ratio", "steps_ratio_to_ceiling", "correct")
+# --- a batch that fails whole ----------------------------------------------------------------
+
+def whole_bad_batch(spark, settings: Settings, stream: str, loaded: dict, args, recorder, timers: BatchTimers,
+                    broker_pid: int | None) -> dict:
+    """The real job once over a topic whose every record fails (``whole_bad_rates``), in batches
+    of the job's own default size unless ``--max-offsets-per-trigger`` says otherwise: whether it
+    completes, its time, the driver's peak memory over the run (the peaks reset first: the Spark
+    JVM's and this Python process's resident size, the JVM's heap pools), and every offset once
+    in bronze or the dead letters. What the job brings through the driver is recorded as it
+    happens: the length of each JSON string of failing rows that ``dead_letters.from_collected``
+    receives (the job's collect path, ``ingestion.job.COLLECT_RECORDS``), if the job has one."""
+    from ingestion import dead_letters, job
+
+    collected: list[int] = []
+    original = getattr(dead_letters, "from_collected", None)
+    if original is not None:
+        def from_collected(session, rows_json, *rest, **kwargs):
+            collected.append(len(rows_json or ""))
+            return original(session, rows_json, *rest, **kwargs)
+
+        dead_letters.from_collected = from_collected
+    jvm = jvm_pid()
+    pids = [os.getpid(), *([jvm] if jvm else [])]
+    before = {"python_rss_mb": _status_kb(os.getpid(), "VmRSS") // 1024,
+              "spark_jvm_rss_mb": _status_kb(jvm, "VmRSS") // 1024 if jvm else None}
+    peaks_reset = reset_peak_rss(pids)
+    gc_before = jvm_memory(spark, reset=True).get("gc_seconds", 0.0)
+
+    def peaks() -> dict:
+        heap = jvm_memory(spark)
+        if "gc_seconds" in heap:
+            heap["gc_seconds"] = round(heap["gc_seconds"] - gc_before, 2)
+        return {"python_mb": _status_kb(os.getpid(), "VmHWM") // 1024,
+                "spark_jvm_mb": _status_kb(jvm, "VmHWM") // 1024 if jvm else None, **heap}
+
+    returned: dict = {}
+
+    def after_run() -> dict:
+        returned["peaks"] = peaks()
+        return {"driver_peak": returned["peaks"]}
+
+    started = time.perf_counter()
+    try:
+        result = ingest(spark, settings, stream, loaded, args, recorder, timers, broker_pid,
+                        args.max_offsets_per_trigger, after_run)
+        result["completed"] = True
+    except Exception as exc:  # the job failed (an OutOfMemoryError, a JVM gone): that is the finding
+        log.exception("%s: the job failed on the whole bad batch, or its check did", stream)
+        result = {"stream": stream, "completed": "peaks" in returned, "correct": False,
+                  "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "traceback": traceback.format_exc()[-4000:],
+                  "seconds_until_failure": round(time.perf_counter() - started, 2),
+                  "driver_peak": returned.get("peaks") or peaks()}
+    finally:
+        if original is not None:
+            dead_letters.from_collected = original
+    result.update({
+        "driver_memory": settings.spark_driver_memory, "rss_before_mb": before, "peaks_reset": peaks_reset,
+        "faults": {k: v for k, v in whole_bad_rates(stream).as_dict().items() if v},
+        "collect_records_limit": getattr(job, "COLLECT_RECORDS", None),
+        "collected_json_chars": collected,
+    })
+    return result
+
+
+def print_whole_bad(results: list[dict]) -> None:
+    for r in results:
+        faults = ", ".join(f"{name}={rate}" for name, rate in r["faults"].items())
+        print(f"\n{r['stream']}: whole bad batch ({faults}), driver memory {r['driver_memory']}")
+        if "error" not in r:
+            print(f"  completed in {r['seconds']} s ({r['msgs_per_s']:,} msg/s; {r['startup_seconds']} s more "
+                  f"untimed), {r['batches']} batch(es) of {', '.join(f'{n:,}' for n in r['rows_per_batch'])} records")
+            print(f"  every offset once: {r['correct']} (bronze {r['bronze_rows']:,}, dead letters "
+                  f"{r['dead_letters']:,}, topic {r['messages']:,})" + (f": {r['offset_check']['problems']}"
+                                                                      if not r["correct"] else ""))
+        else:
+            print(f"  {'completed, then' if r['completed'] else 'NOT completed:'} failed after "
+                  f"{r['seconds_until_failure']} s: {r['error'][:400]}")
+        peak = r["driver_peak"]
+        print(f"  peak resident: Spark JVM {_figure(peak.get('spark_jvm_mb'))} MB, Python {peak['python_mb']:,} MB "
+              f"(before: {_figure(r['rss_before_mb']['spark_jvm_rss_mb'])} and {r['rss_before_mb']['python_rss_mb']:,}"
+              f" MB{'' if r['peaks_reset'] else '; peaks not reset'}); JVM heap at most "
+              f"{_figure(peak.get('heap_peak_mb_at_most'))} MB of {_figure(peak.get('heap_max_mb'))} "
+              f"(sum of the pools' peaks), GC {_figure(peak.get('gc_seconds'))} s")
+        chars = r["collected_json_chars"]
+        print("  failing rows brought through the driver as JSON (dead_letters.from_collected): "
+              + (f"{len(chars)} string(s), the largest {max(chars):,} characters" if chars else "none")
+              + f"; the job collects batches up to {_figure(r['collect_records_limit'])} records")
+
+
+SUMMARY_KEYS = ("msgs_per_s", "runs_msgs_per_s", "runs_batches", "max_offsets_per_trigger", "cpu_us_per_msg",
+                "ceiling_msgs_per_s", "ratio_to_ceiling", "ratio_to_checked_append", "target_ratio",
+                "steps_ratio_to_ceiling", "orders", "correct")
+WHOLE_BAD_KEYS = ("completed", "correct", "seconds", "seconds_until_failure", "messages", "batches",
+                  "rows_per_batch", "bronze_rows", "dead_letters", "driver_memory", "driver_peak",
+                  "collected_json_chars", "error")
 # Share of the raw ceiling each format should reach (the issue "Ingestion at the machine's limit").
 TARGET_RATIO = {"protobuf": 0.8, "avro": 0.65, "json": 0.5}
 
@@ -785,8 +1098,9 @@ def print_summary(results: list[dict], machine: dict) -> None:
     print(f"\nmachine: {machine.get('cpus')} cores ({machine.get('cpu_model')}), {machine.get('memory_gb')} GB, "
           f"Spark {machine.get('spark')} {machine.get('spark_master')}, Java {machine.get('java')}, "
           f"load average at the end {machine.get('load_average_end')}")
-    print(f"{'stream':<12} {'format':<9} {'messages':>10} {'msg/s':>9} {'runs (msg/s)':<26} {'CPU us/msg':>10} "
-          f"{'ceiling msg/s':>13} {'ceiling us/msg':>14} {'ratio':>6} {'target':>6} {'other CPU s':>11}  correct")
+    print(f"{'stream':<12} {'format':<9} {'messages':>10} {'batches':>8} {'msg/s':>9} {'runs (msg/s)':<26} "
+          f"{'CPU us/msg':>10} {'ceiling msg/s':>13} {'ceiling us/msg':>14} {'ratio':>6} {'target':>6} "
+          f"{'other CPU s':>11}  correct")
     for r in results:
         if "error" in r:
             print(f"{r['stream']:<12} FAILED: {r['error'][:200]}")
@@ -795,26 +1109,34 @@ def print_summary(results: list[dict], machine: dict) -> None:
         runs = ", ".join(f"{x:,}" for x in r.get("runs_msgs_per_s", [r["msgs_per_s"]]))
         target = TARGET_RATIO.get(r["format"])
         r["target_ratio"] = target
-        print(f"{r['stream']:<12} {r['format']:<9} {r['messages']:>10,} {r['msgs_per_s']:>9,} {runs:<26} "
-              f"{r['cpu_us_per_msg']:>10} {_figure(raw.get('msgs_per_s')):>13} "
+        print(f"{r['stream']:<12} {r['format']:<9} {r['messages']:>10,} {r['batches']:>8} {r['msgs_per_s']:>9,} "
+              f"{runs:<26} {r['cpu_us_per_msg']:>10} {_figure(raw.get('msgs_per_s')):>13} "
               f"{_figure(raw.get('cpu_us_per_msg')):>14} "
               f"{_figure(r.get('ratio_to_ceiling')):>6} {_figure(target):>6} {r['other_cpu_s']:>11}  "
               f"{r['correct']}")
-    print("(ratio: the stream's median msg/s over the median raw ceiling on the same topic; other CPU s: CPU "
-          "time used meanwhile by processes outside the benchmark, which makes the figures noisy)")
+    print("(ratio: the stream's median msg/s over the median raw ceiling on the same topic; batches: the median "
+          "run's micro-batches; other CPU s: CPU time used meanwhile by processes outside the benchmark, which "
+          "makes the figures noisy)")
+    for r in results:
+        if r.get("orders") and len(r["orders"][0]) > 1:
+            print(f"{r['stream']}: order of the runs in each round: "
+                  + "; ".join(", ".join(order) for order in r["orders"]))
     stepped = [r for r in results if "steps" in r]
     if stepped:
-        print(f"\n{'stream':<12} {'appended by Iceberg sink alone':<34} {'msg/s':>9} {'runs (msg/s)':<26} "
-              f"{'CPU us/msg':>10} {'ratio':>6}")
+        print(f"\n{'stream':<12} {'appended by Iceberg sink alone':<38} {'msg/s':>9} {'runs (msg/s)':<26} "
+              f"{'batches per run':<16} {'CPU us/msg':>10} {'ratio':>6}")
         for r in stepped:
             ratios = r["steps_ratio_to_ceiling"]
-            rows = [("raw value bytes (the ceiling)", r["ceiling"], 1.0),
+            rows = [("raw value + Kafka metadata (ceiling)", r["ceiling"], 1.0),
                     *[(label, r["steps"][step], ratios[step]) for step, (label, _) in STEPS.items()],
                     ("the job", r, ratios["job"])]
             for label, run, ratio in rows:
                 runs = ", ".join(f"{x:,}" for x in run["runs_msgs_per_s"])
-                print(f"{r['stream']:<12} {label:<34} {run['msgs_per_s']:>9,} {runs:<26} "
+                batches = ", ".join(str(x) for x in run["runs_batches"])
+                print(f"{r['stream']:<12} {label:<38} {run['msgs_per_s']:>9,} {runs:<26} {batches:<16} "
                       f"{run['cpu_us_per_msg']:>10} {ratio:>6}")
+            print(f"{r['stream']:<12} the job over decode + checks: {r['ratio_to_checked_append']} "
+                  f"(ratio_to_checked_append)")
         for label, what in STEPS.values():
             print(f"({label}: {what})")
 
@@ -838,8 +1160,10 @@ def print_report(results: list[dict]) -> None:
               f"{r['correct']}")
     for r in results:
         total = sum(r["phases_ms"].values()) or 1
-        print(f"\n{r['stream']}: where the {r['seconds']} s go (Spark durationMs summed over "
-              f"{r['batches']} trigger(s), plus time outside triggers)")
+        print(f"\n{r['stream']}: where the {r['seconds']} s go (timed: {r['timed']}; Spark durationMs summed "
+              f"over {r['batches']} trigger(s) of at most {_figure(r['max_offsets_per_trigger'])} records, plus "
+              f"time outside triggers; {r['startup_seconds']} s before and after, untimed: topic check, "
+              "tables, lock and lease)")
         for key, value in r["phases_ms"].items():
             print(f"  {key:<26} {value / 1000:>8.2f} s  {100 * value / total:5.1f}%")
         inside = r["add_batch_ms"]
@@ -890,16 +1214,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--streams", nargs="+", default=list(DEFAULT_STREAMS), choices=ALL_STREAMS,
-                        help="streams to measure, one after the other (default: %(default)s); the CDC streams "
-                             "(customers, accounts) load slowly: their simulator makes ~1,600 changes/s")
+    parser.add_argument("--streams", nargs="+", default=None, choices=ALL_STREAMS,
+                        help=f"streams to measure, one after the other (default: {' '.join(DEFAULT_STREAMS)}; with "
+                             f"--whole-bad-batch: {' '.join(WHOLE_BAD_STREAMS)}); the CDC streams (customers, "
+                             "accounts) load slowly: their simulator makes ~1,600 changes/s")
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages per stream (default: %(default)s)")
     parser.add_argument("--messages-per-stream", type=key_values, action="append", default=[], metavar="NAME=N",
                         help="a different message count for one stream (CDC: changes; tombstones come on top)")
     parser.add_argument("--fault-rate", type=float, default=0.01,
                         help="share of unreadable messages, split over the stream's fault kinds (default: 0.01)")
+    parser.add_argument("--batches", type=int, default=10, metavar="N",
+                        help="micro-batches each run spans at least: the job, the ceiling and the steps read the "
+                             "topic's records / N per batch (default: %(default)s; 1: the whole topic in one batch "
+                             "up to the job's default batch size)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N",
-                        help="cap on messages per micro-batch (default: none, one batch for the whole topic)")
+                        help="records per micro-batch, if fewer than the topic's records / --batches; with "
+                             "--whole-bad-batch, instead of the job's own default")
     parser.add_argument("--processes", type=int, default=2, help="producer processes for loading (default: 2)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--spark-conf", type=key_values, action="append", default=[], metavar="KEY=VALUE",
@@ -915,12 +1245,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "checks, then the checked good rows (the job without its exactly-once protocol), to "
                              "show where the gap to the ceiling goes (steps_ratio_to_ceiling)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="runs per stream (and ceiling); the median is reported, with every run (default: 1)")
+                        help="rounds per stream, each running the job (and the ceiling and steps) in an order of its "
+                             "own; the median of each is reported, with every run (default: 1)")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="with --ceiling: skip the uncounted ceiling run that warms the JVM up first")
     parser.add_argument("--table-property", type=key_values, action="append", default=[], metavar="KEY=VALUE",
                         help="EXPERIMENT: a property of the bronze (and ceiling) tables this run creates, on top of "
                              "ingestion.bronze.STREAMING_TABLE_PROPERTIES, e.g. write.parquet.compression-codec=snappy")
+    parser.add_argument("--whole-bad-batch", action="store_true",
+                        help="instead of the throughput runs: topics whose every record fails (purchases: an "
+                             "unregistered schema id; others: corrupt bytes), each ingested once by the real job at "
+                             "its own batch size and the settings' driver memory: completed, time, peak driver "
+                             "memory, every offset once (--fault-rate, --ceiling and --repeat do not apply)")
     steady = parser.add_argument_group("steady state (instead of the availableNow runs)")
     steady.add_argument("--steady-state", action="store_true",
                         help="produce at a fixed rate while the job runs with a processing-time trigger, raising the "
@@ -948,6 +1284,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--fault-rate must be within 0..1, --messages, --processes and --repeat at least 1")
     if args.steps and not args.ceiling:
         parser.error("--steps needs --ceiling: its ratios are to the raw ceiling")
+    if args.batches < 1 or (args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1):
+        parser.error("--batches and --max-offsets-per-trigger must be at least 1")
+    if args.whole_bad_batch and (args.ceiling or args.steady_state):
+        parser.error("--whole-bad-batch runs the job alone: not with --ceiling or --steady-state")
+    if args.whole_bad_batch and set(args.streams or ()) & set(CDC_STREAMS):
+        parser.error("--whole-bad-batch: not for the CDC streams (their tombstones are readable)")
+    if args.streams is None:
+        args.streams = list(WHOLE_BAD_STREAMS if args.whole_bad_batch else DEFAULT_STREAMS)
     return args
 
 
@@ -972,9 +1316,10 @@ def main(argv=None) -> int:
             count = args.messages_per_stream.get(stream, args.messages)
             if args.steady_state:
                 count = min(count, 10_000)  # creates the topic; the steady runs start from its end
-            log.info("loading %s: %s messages, fault rate %s", stream, f"{count:,}", args.fault_rate)
-            loads[stream] = load_topic(settings, stream, count, args.fault_rate, args.processes,
-                                       args.seed * 100 + number)
+            faults = whole_bad_rates(stream) if args.whole_bad_batch else fault_rates(stream, args.fault_rate)
+            log.info("loading %s: %s messages, faults %s", stream, f"{count:,}",
+                     {k: v for k, v in faults.as_dict().items() if v})
+            loads[stream] = load_topic(settings, stream, count, faults, args.processes, args.seed * 100 + number)
             log.info("loaded %s: %s", stream,
                      {k: v for k, v in loads[stream].items() if k != "expected_dead_coordinates"})
 
@@ -997,11 +1342,17 @@ def main(argv=None) -> int:
         spark.streams.addListener(recorder)
         if args.steady_state:
             steady = [steady_state(spark, settings, stream, args) for stream in args.streams]
+        elif args.whole_bad_batch:
+            for stream in args.streams:
+                log.info("ingesting %s: %s messages, every one failing", stream, f"{loads[stream]['produced']:,}")
+                results.append(whole_bad_batch(spark, settings, stream, loads[stream], args, recorder, timers,
+                                               broker_pid))
         elif args.ceiling and args.warm_up:
             # Class loading and JIT of the Kafka read and the Iceberg write, paid by neither side.
             log.info("warming up: the raw ceiling on %s, not counted", args.streams[0])
-            ceiling(spark, settings, args.streams[0], args, recorder, broker_pid)
-        for stream in [] if args.steady_state else args.streams:
+            ceiling(spark, settings, args.streams[0], args, recorder, broker_pid, max_offsets=records_per_batch(
+                topic_records(settings, args.streams[0]), args.batches, args.max_offsets_per_trigger))
+        for stream in [] if args.steady_state or args.whole_bad_batch else args.streams:
             log.info("ingesting %s (%s messages)", stream, f"{loads[stream]['produced']:,}")
             try:
                 result = measure_stream(spark, settings, stream, loads[stream], args, recorder, timers, broker_pid)
@@ -1043,10 +1394,26 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps({"benchmark": "ingest_throughput", "mode": "steady_state", "machine": machine,
                                       "steady_state": steady}))
         return 0
+    if args.whole_bad_batch:
+        print_whole_bad(results)
+        print("RESULT " + json.dumps({
+            "benchmark": "ingest_throughput", "mode": "whole_bad_batch",
+            "options": {"messages": args.messages, "messages_per_stream": args.messages_per_stream,
+                        "max_offsets_per_trigger": args.max_offsets_per_trigger, "spark_conf": args.spark_conf},
+            "machine": machine,
+            "streams": {r["stream"]: {key: r.get(key) for key in WHOLE_BAD_KEYS} for r in results},
+            "results": results}))
+        failed = [r["stream"] for r in results if not (r["completed"] and r["correct"])]
+        if failed:
+            print(f"INCORRECT: the whole bad batch did not complete with every offset once for "
+                  f"{', '.join(failed)}", file=sys.stderr)
+            return 1
+        return 0
     print_report(results)
     print_summary(results, machine)
     options = {"messages": args.messages, "messages_per_stream": args.messages_per_stream,
-               "fault_rate": args.fault_rate, "max_offsets_per_trigger": args.max_offsets_per_trigger,
+               "fault_rate": args.fault_rate, "batches": args.batches,
+               "max_offsets_per_trigger": args.max_offsets_per_trigger,
                "spark_conf": args.spark_conf, "source_options": args.source_option,
                "table_properties": args.table_property,
                "load_processes": args.processes, "ceiling": args.ceiling, "steps": args.steps, "repeat": args.repeat,
