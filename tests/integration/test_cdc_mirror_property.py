@@ -18,8 +18,13 @@ position above every streamed change's, as PostgreSQL's in-flight transactions g
 changes whose own positions fall from one transaction to the next (only the commit position
 orders them), and TRUNCATEs (no key) anywhere in the stream; a column the source adds
 part-way (changes committed after carry it, so the changelog grows it when the first such
-change arrives, between increments or not); every change delivered one to three times, in any
-order, cut into increments. The first increment may be old:
+change arrives, between increments or not); two numeric columns the source widens part-way,
+each at its own point after the old part, or never (`points` int -> bigint, `score` float ->
+double: the changes committed after carry the wider type, and the changelog widens the column
+in place when the first such change arrives, with bronze's own evolve_table), their values
+drawn per change, after the widening beyond the int's range or doubles no float holds (0.1), or
+not; every change delivered one to three times, in any order, cut into increments. The first
+increment may be old:
 the changes of a commit-order prefix, ingested more than the tombstone retention ago, so its
 deletes are purged (nothing of their keys arrives later, the purge's assumption). Later
 increments are recent, and each row is stamped either after everything delivered before, up
@@ -37,7 +42,8 @@ does, and a later increment brings one copy back as `lakehouse dlq replay` does 
 old part so replayed comes back long after its key's later delete reached the retention.
 
 The oracle is independent of the SQL: the source table computed in plain Python by applying the
-changes in commit order (a TRUNCATE empties it). The live mirror must equal it; tombstones must
+changes in commit order (a TRUNCATE empties it). The live mirror must equal it column for
+column, and have widened the columns the changelog widened (no full refresh); tombstones must
 be exactly the recent deletes that are the last change of their key, and the keys whose last
 change a later TRUNCATE ended; the latest TRUNCATE is the mirror's marker; a rerun with nothing
 new commits nothing.
@@ -56,6 +62,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql.types import DataType, DoubleType, FloatType, IntegerType, LongType, StructField, StructType
+
+from ingestion.bronze import evolve_table
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +76,10 @@ RETENTION_HOURS = 24
 MODELS = {"debezium": ("customers_mirror", "customer_id", ("phase", "commit_pos", "change_pos")),
           "dms": ("accounts_mirror", "account_id", ("commit_us", "stream_position", "transaction_id", "record_id"))}
 ADDED_COLUMN = "tier"  # the column the source adds part-way
+# the numeric columns whose type the source widens part-way, before and after: Iceberg's
+# promotions, which bronze makes in place and the mirror must follow without a full refresh
+WIDENED_COLUMNS: dict[str, tuple[DataType, DataType]] = {"points": (IntegerType(), LongType()),
+                                                         "score": (FloatType(), DoubleType())}
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,9 @@ class Change:
     label: str | None
     tier: str | None  # None before the source had the column
     seq: tuple[int, ...]
+    points: int | None = None  # None: a TRUNCATE (no row)
+    score: float | None = None
+    widened: frozenset[str] = frozenset()  # the WIDENED_COLUMNS the source had widened at its commit
 
 
 SNAPSHOT_POSITION = 10 ** 6  # above every streamed change's own position
@@ -106,6 +122,17 @@ class History:
     old: int  # changes[:old] were committed (and ingested) long before the tombstone retention
 
 
+INTS = st.integers(-2 ** 31, 2 ** 31 - 1)
+FLOATS = st.floats(width=32, allow_nan=False, allow_infinity=False)  # exact in a float column
+# the values of the WIDENED_COLUMNS before their widening, and after it: then still a narrow
+# one, or one only the wider type holds: beyond the int's range; any double, or one no float
+# holds (n + 0.1: more significant bits than a float's 24; hypothesis's doubles are often exact
+# floats, 0.0 or 1.5)
+NUMBERS = {"points": (INTS, st.one_of(INTS, st.integers(2 ** 31, 2 ** 63 - 1), st.integers(-2 ** 63, -2 ** 31 - 1))),
+           "score": (FLOATS, st.one_of(FLOATS, st.floats(allow_nan=False, allow_infinity=False),
+                                       st.integers(-2 ** 20, 2 ** 20).map(lambda n: n + 0.1)))}
+
+
 @st.composite
 def histories(draw) -> History:
     shape = draw(st.sampled_from(sorted(MODELS)))
@@ -131,15 +158,21 @@ def histories(draw) -> History:
     truncations = sorted(draw(st.lists(st.integers(snapped, len(order)), max_size=2))) if debezium else []
     for at in reversed(truncations):  # TRUNCATEs anywhere in the stream
         order.insert(at, None)
+    # the source widens each numeric column after the old part, each at its own point (the end:
+    # never); the changes committed after carry the wider type, and some values only it holds
+    widened_at = {column: draw(st.integers(old, len(order))) for column in WIDENED_COLUMNS}
     changes: list[Change] = []
     for n, key in enumerate(order):
         tier = f"t{n}" if n >= added_at else None
+        widened = frozenset(column for column, at in widened_at.items() if n >= at)
         if key is None:
-            changes.append(Change(n, None, "T", None, tier, seq_of(n, shape)))
+            changes.append(Change(n, None, "T", None, tier, seq_of(n, shape), widened=widened))
             continue
         op = pending[key].pop(0)
         read = n < snapped
-        changes.append(Change(n, key, "R" if read else op, f"k{key} v{n}", tier, seq_of(n, shape, read)))
+        points, score = (draw(NUMBERS[column][column in widened]) for column in ("points", "score"))
+        changes.append(Change(n, key, "R" if read else op, f"k{key} v{n}", tier, seq_of(n, shape, read),
+                              points, score, widened))
     return History(shape, changes, old)
 
 
@@ -210,16 +243,16 @@ def deliveries(draw, history: History, now: datetime) -> list[list[tuple[Change,
     return increments
 
 
-def source_table(changes: list[Change]) -> dict[int, tuple[str, str | None]]:
+def source_table(changes: list[Change]) -> dict[int, tuple[str, str | None, int, float]]:
     """The oracle: the source table after its changes, applied in commit order."""
-    table: dict[int, tuple[str, str | None]] = {}
+    table: dict[int, tuple[str, str | None, int, float]] = {}
     for change in sorted(changes, key=lambda c: c.position):
         if change.op == "T":
             table.clear()
         elif change.op == "D":
             table.pop(change.key, None)
         else:
-            table[change.key] = (change.label, change.tier)
+            table[change.key] = (change.label, change.tier, change.points, change.score)
     return table
 
 
@@ -288,14 +321,20 @@ class MirrorProject:
 
     def land(self, model: str, key: str, fields: tuple[str, ...], rows: list[tuple[Change, datetime]],
              with_column: bool) -> None:
-        """Append one increment to the changelog (created by the first; the column added when a
-        change first carries it, as bronze's schema evolution does)."""
+        """Append one increment to the changelog (created by the first; the column added, a
+        column widened when a change first carries it, as bronze's schema evolution does)."""
         table = f"{SCHEMA}.{self.changelog(model)}"
         seq_type = "struct<" + ", ".join(f"{f}: bigint" for f in fields) + ">"
-        self.spark.sql(f"create table if not exists {table} ({key} bigint, label string, op string, "
+        numbers = "".join(f"{column} {narrow.simpleString()}, " for column, (narrow, _) in WIDENED_COLUMNS.items())
+        self.spark.sql(f"create table if not exists {table} ({key} bigint, label string, {numbers}op string, "
                        f"_seq {seq_type}, _source_ts timestamp, _ingested_at timestamp, _kafka_topic string) "
                        "using iceberg")
-        columns = [key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_kafka_topic"]
+        widened = sorted({column for c, _ in rows for column in c.widened})
+        if widened:  # bronze's own evolution: alter column ... type (a no-op once widened)
+            evolve_table(self.spark, table, StructType([StructField(column, WIDENED_COLUMNS[column][1])
+                                                        for column in widened]))
+        types = {f.name: f.dataType.simpleString() for f in self.spark.table(table).schema.fields}
+        columns = [key, "label", *WIDENED_COLUMNS, "op", "_seq", "_source_ts", "_ingested_at", "_kafka_topic"]
         if with_column:
             if ADDED_COLUMN not in self.spark.table(table).columns:
                 self.spark.sql(f"alter table {table} add column {ADDED_COLUMN} string")
@@ -304,7 +343,11 @@ class MirrorProject:
         def literal(change: Change, at: datetime) -> str:
             seq = "named_struct(" + ", ".join(f"'{f}', {v}L" for f, v in zip(fields, change.seq, strict=True)) + ")"
             values = ["null" if change.key is None else str(change.key),
-                      "null" if change.label is None else f"'{change.label}'", f"'{change.op}'", seq,
+                      "null" if change.label is None else f"'{change.label}'",
+                      "null" if change.points is None else f"cast({change.points} as {types['points']})",
+                      # repr: the shortest text that reads back as the same double
+                      "null" if change.score is None else f"cast({change.score!r}D as {types['score']})",
+                      f"'{change.op}'", seq,
                       f"timestamp'2026-01-01' + make_interval(0, 0, 0, 0, 0, 0, {change.position})",  # committed
                       f"timestamp'{at:%Y-%m-%d %H:%M:%S}'", "'topic'"]
             if with_column:
@@ -394,11 +437,18 @@ def test_any_delivery_converges_to_the_source_table(project, data):
         project.run(model)
 
     mirror = project.spark.table(f"{SCHEMA}.{model}")
-    assert sorted(mirror.columns) == sorted([key, "label", "op", "_seq", "_source_ts", "_ingested_at", "_is_deleted",
-                                             "_loaded_at"] + ([ADDED_COLUMN] if carried else []))
+    assert sorted(mirror.columns) == sorted([key, "label", *WIDENED_COLUMNS, "op", "_seq", "_source_ts", "_ingested_at",
+                                             "_is_deleted", "_loaded_at"] + ([ADDED_COLUMN] if carried else []))
+    # every change lands in the end (dead letters too): a column the source widened is wider in
+    # the changelog, and the mirror must have widened it too
+    widened = {column for c in changes for column in c.widened}
+    assert {column: mirror.schema[column].dataType.simpleString() for column in WIDENED_COLUMNS} == {
+        column: (wide if column in widened else narrow).simpleString()
+        for column, (narrow, wide) in WIDENED_COLUMNS.items()}
     rows = {r[key]: r for r in mirror.collect()}
     assert len(rows) == mirror.count()  # one row per key (and one truncation marker, key null)
-    live = {k: (r["label"], r[ADDED_COLUMN] if carried else None) for k, r in rows.items() if not r["_is_deleted"]}
+    live = {k: (r["label"], r[ADDED_COLUMN] if carried else None, r["points"], r["score"])
+            for k, r in rows.items() if not r["_is_deleted"]}
     assert live == source_table(changes)
 
     truncation = max((c for c in changes if c.op == "T"), key=lambda c: c.position, default=None)
