@@ -8,9 +8,12 @@
     run stops with one line naming the command that rebuilds the model. A column the select no
     longer has stays, null in new rows.
 
-    dbt's own `append_new_columns` adds columns only, so a widened column failed the run's
-    MERGE or insert with Spark's cast error; this overrides it for the spark adapter (dbt looks
-    in the root project first for `spark__` implementations of its macros).
+    dbt's own `append_new_columns` adds columns only, so a widened column kept its narrower
+    type: a value beyond it failed the run's MERGE or insert with Spark's cast error
+    (CAST_OVERFLOW_IN_TABLE_INSERT), and a double written to a float column was rounded with no
+    error (the CDC mirror property test, tests/integration/test_cdc_mirror_property.py, saw
+    both); this overrides it for the spark adapter (dbt looks in the root project first for
+    `spark__` implementations of its macros).
 -#}
 {% macro spark__sync_column_schemas(on_schema_change, target_relation, schema_changes_dict) %}
     {%- if on_schema_change != 'append_new_columns' -%}
