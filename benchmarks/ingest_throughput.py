@@ -1087,6 +1087,15 @@ WHOLE_BAD_KEYS = ("completed", "correct", "seconds", "seconds_until_failure", "m
 TARGET_RATIO = {"protobuf": 0.8, "avro": 0.65, "json": 0.5}
 
 
+def jvm_facts(spark) -> tuple[str | None, str | None]:
+    """Spark's and Java's versions, or None each when the JVM is gone (a whole bad batch can kill
+    it with an OutOfMemoryError: the run is still reported)."""
+    try:
+        return spark.version, spark._jvm.java.lang.System.getProperty("java.version")
+    except Exception:  # noqa: BLE001 - py4j raises whatever the dead gateway gives
+        return None, None
+
+
 def job_read_tasks_per_core() -> int:
     from ingestion.job import READ_TASKS_PER_CORE
 
@@ -1364,10 +1373,10 @@ def main(argv=None) -> int:
             results.append(result)
             log.info("%s: %s msg/s, %s MB/s, correct=%s", stream, f"{result['msgs_per_s']:,}",
                      result["mb_per_s"], result["correct"])
+        spark_version, java_version = jvm_facts(spark)
         machine = {
             "cpus": os.cpu_count(), "cpu_model": cpu_model(), "memory_gb": mem_total_gb(),
-            "python": platform.python_version(), "spark": spark.version,
-            "java": spark._jvm.java.lang.System.getProperty("java.version"),
+            "python": platform.python_version(), "spark": spark_version, "java": java_version,
             "spark_master": settings.spark_master, "driver_memory": settings.spark_driver_memory,
             "platform": platform.platform(), "project_jars": jars,
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
@@ -1376,7 +1385,9 @@ def main(argv=None) -> int:
     finally:
         try:
             if spark is not None:
-                spark.stop()  # raises when the JVM is gone (an OutOfMemoryError killed it)
+                spark.stop()
+        except Exception as exc:  # noqa: BLE001 - the JVM is gone (an OutOfMemoryError killed it): report anyway
+            log.warning("Spark did not stop cleanly: %s", str(exc).splitlines()[0][:200])
         finally:  # so the broker stops, and the state folder goes, either way
             if broker_pid is not None:
                 local_kafka.stop(settings, log=log.info)
