@@ -148,6 +148,13 @@ class LeaseLost(LakehouseError):
     """Another job holds the lease of a stream this job was writing."""
 
 
+def lease_lost(spec: StreamSpec, current: Lease | None) -> LeaseLost:
+    """The one message for a lost lease, whether a renewal or a batch's check found it first."""
+    holder = current.text() if current else "no job"
+    return LeaseLost(f"stream {spec.name}: its lease is held by {holder}, not by this job: "
+                     "this job stops (another job is ingesting the stream)")
+
+
 class CatalogLeases:
     """This job's leases on its streams' bronze tables (see the module's docstring)."""
 
@@ -192,8 +199,7 @@ class CatalogLeases:
             now = time.time()
             if current is not None and current.holder != self.mine.holder:
                 if renewing:
-                    raise LeaseLost(f"stream {spec.name}: another job took over its lease while this one ran: "
-                                    f"{current.text()}; this job stops (the other one goes on)")
+                    raise lease_lost(spec, current)
                 if is_live(current, now):
                     raise LakehouseError(f"stream {spec.name} is already being ingested by {current.text()}: stop "
                                          f"that job first, or, if it is gone, wait until its lease lapses "
@@ -222,9 +228,7 @@ class CatalogLeases:
             return
         _, _, current = self._read(spec.bronze_table)
         if current is None or current.holder != self.mine.holder:
-            holder = current.text() if current else "no job"
-            raise LeaseLost(f"stream {spec.name}: its lease is held by {holder}, not by this job: "
-                            "this job stops (another job is ingesting the stream)")
+            raise lease_lost(spec, current)
         self.confirmed_at[spec.name] = time.monotonic()
 
     def renew_if_due(self) -> None:
