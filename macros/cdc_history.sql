@@ -27,8 +27,16 @@
     maximum), so the history's rows are read for the touched keys only, and the changelog for
     the increment only.
 
-    The history has the changelog's columns, then valid_from, valid_to and is_current (its
-    first run creates it so). The stored versions are read by the changelog's column names
+    The history has the changelog's columns, then valid_from, valid_to, is_current,
+    `_loaded_at` and `_first_loaded_at` (its first run creates it so). `_loaded_at` is the time
+    of the dbt run that last wrote the row, new version or re-written stored one (one value per
+    run, later for every later run), as the mirror's; `_first_loaded_at` that of the run that
+    wrote the version first, kept when a later run re-writes it. A reader that joins facts to
+    the version of their time (gold's sales_by_region_daily) finds by them exactly the versions
+    written since it last looked, a late CDC commit's included, and tells a version new since
+    then (all its interval may hold other facts than before) from one re-written (only what a
+    change of its bounds moved). A history built before the columns gets them on its next run
+    (column evolution), null in the rows not written since. The stored versions are read by the changelog's column names
     (`cdc_history_stored_columns`), so a column added to the changelog is null in the stored
     versions and filled in the new ones, and the run adds it to the history (silver's
     `on_schema_change`, macros/column_evolution.sql): no `--full-refresh`.
@@ -157,6 +165,7 @@ stored_versions as (
         cast(null as timestamp) as _stored_valid_from,
         cast(null as timestamp) as _stored_valid_to,
         cast(null as boolean) as _stored_is_current,
+        cast(null as timestamp) as _stored_first_loaded_at,
         false as _is_stored
     from {{ changes }} as changes
     {% if existing is not none %}
@@ -170,6 +179,7 @@ stored_versions as (
         stored_versions.valid_from,
         stored_versions.valid_to,
         stored_versions.is_current,
+        {{ cdc_history_stored_first_loaded_at('stored_versions', existing) }},
         true
     from stored_versions
     {% endif %}
@@ -221,7 +231,7 @@ kept_links as (
         {%- for column in columns %}
         {{ '_filled_' ~ column if column in carried else column }} as {{ column }},
         {%- endfor %}
-        _starts_at, _stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored,
+        _starts_at, _stored_valid_from, _stored_valid_to, _stored_is_current, _stored_first_loaded_at, _is_stored,
         -- a stored version whose carried value a late change before it changed
         _is_stored and ({% for column in carried %}not (_filled_{{ column }} <=> {{ column }}){{ ' or ' if not loop.last }}{% endfor %}) as _refilled
     from filled_links
@@ -260,7 +270,11 @@ versions as (
 
 final as (
 
-    select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _is_stored{{ ', _refilled' if carried }})
+    select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _stored_first_loaded_at, _is_stored
+                     {{- ', _refilled' if carried }}),
+           current_timestamp() as _loaded_at,
+           -- a stored version keeps the stamp of the run that first wrote it (null: before the column)
+           case when _is_stored then _stored_first_loaded_at else current_timestamp() end as _first_loaded_at
     from versions
     -- the new versions, and the stored ones whose start, end, currency or carried values they change
     where not _is_stored
@@ -288,6 +302,18 @@ select * from final
     {%- set query = 'select count_if(' ~ truncate_when ~ ') from ' ~ relation
                     ~ (' where ' ~ where if where else '') -%}
     {{ return(run_query(query).columns[0].values()[0] > 0) }}
+{%- endmacro %}
+
+
+{#- The stored versions' `_first_loaded_at` (`alias`, a relation of the history `existing`), or
+    null when the history has no such column yet (built before it; a dbt unit test's fixture). -#}
+{% macro cdc_history_stored_first_loaded_at(alias, existing) -%}
+    {%- if execute and existing is not string and not (existing | string).startswith('__dbt__cte__')
+           and '_first_loaded_at' in adapter.get_columns_in_relation(existing) | map(attribute='name') | map('lower') | list -%}
+        {{ alias }}._first_loaded_at
+    {%- else -%}
+        cast(null as timestamp)
+    {%- endif -%}
 {%- endmacro %}
 
 

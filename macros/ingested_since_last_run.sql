@@ -78,8 +78,9 @@
 {#- The newest value of `column` in `relation` (no overlap), as a literal: a model records it
     to know, next run, what it has seen of another model (gold's `_customers_as_of`). -#}
 {% macro high_water_mark(relation, column) -%}
-    {%- if execute and load_relation(relation) is none -%}
-        {#- not built yet (`dbt compile` of a new project): nothing seen -#}
+    {%- if execute and ((relation | string).startswith('__dbt__cte__') or load_relation(relation) is none) -%}
+        {#- a dbt unit test's fixture (a CTE, which need not have the column), or not built yet
+            (`dbt compile` of a new project): nothing seen -#}
         {{ return(timestamp_literal('1970-01-01 00:00:00')) }}
     {%- endif -%}
     {{ return(increment_start(relation, column, overlap_minutes=0)) }}

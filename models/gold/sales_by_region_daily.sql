@@ -7,41 +7,84 @@
 }}
 
 {#-
-    Revenue per day, region and currency. A purchase's region is its customer's current
-    country's region (the live customers mirror × the country_regions seed). A purchase whose
-    customer the mirror does not hold (never inserted or deleted) counts under 'unknown
-    customer', so the totals still reconcile with silver purchases; a known customer whose
+    Revenue per day, region and currency. A purchase's region is that of the country its
+    customer had when they bought: the version of customers_history valid at `purchased_at`
+    (`valid_from <= purchased_at < valid_to`, an open version valid for ever) × the
+    country_regions seed, the type-2 dimension join. So a customer who moves keeps their earlier
+    sales in the region they were in, and a move changes the sales after it only, where a join
+    with the current profile re-attributed every sale they ever made (and, incremental, had to
+    recompute every day they ever bought on). A purchase with no version valid at its time (the
+    customer not created yet, or deleted or truncated then: a D or T version) counts under
+    'unknown customer', so the totals still reconcile with silver purchases; a version whose
     country the seed lacks leaves the region null, which the gold suite reports.
 
     Incremental by day (partitioned by sales_date; a run overwrites the days it recomputes,
     so a region row a day no longer has disappears). The days recomputed are:
     - the days of the purchases silver runs appended since the last run (`_loaded_at`: exact,
       a late bronze commit stamped before the last run included);
-    - the days on which a customer whose mirror row a dbt run wrote since the last run (the
-      mirror's `_loaded_at`, exact: a late CDC commit counts too) bought: a
-      customer who moves, is deleted or is (re)created changes past days' attribution. Those
-      days come from a scan of purchases' customer_id and purchase time (two columns), the
-      one read here that follows the history rather than the change: only an index from
-      customer to purchase days could avoid it.
-    `_last_loaded_at` (newest silver run counted) and `_customers_as_of` (the
-    customers mirror's newest `_loaded_at` when the day was computed) are the marks.
+    - the days of the purchases whose version a history run changed since the last run (the
+      history's `_loaded_at`, exact: a late CDC commit counts too). A history run writes the
+      new versions and re-writes the stored ones whose bounds they move (macros/cdc_history.sql):
+      a version first written since (`_first_loaded_at`) may hold purchases another one held,
+      so its customer's purchases inside its interval are restated; a re-written one only
+      shortened (its end) or lost its start (valid_from, the running maximum of commit times,
+      rose), and what it lost lies from its own commit time to its new valid_from. So a move
+      restates the purchases after it, not the customer's past; a late change the purchases of
+      the interval it takes. Why that is all: a purchase whose version changed is held now by a
+      version new since (restated), or by an older one whose interval grew to take it, which it
+      can only do at its end, from a successor whose valid_from rose past it (restated from that
+      successor's commit time), or by none, when the version that held it rose past it (the same).
+      A re-written version whose country it carried from its predecessor (Debezium's
+      unavailable value) may have been re-filled: all of its interval is restated.
+    Finding those days scans purchases' customer_id and purchase time (two columns) for the
+    written versions' customers, as the join with the current profile did for the changed ones.
+    `_last_loaded_at` (newest silver run counted) and `_history_as_of` (the history's newest
+    `_loaded_at` when the day was computed) are the marks.
     After editing the country_regions seed: `--full-refresh -s sales_by_region_daily`.
 -#}
 
-{%- set customers_as_of = high_water_mark(ref('customers_mirror'), '_loaded_at') -%}
+{%- set history_as_of = high_water_mark(ref('customers_history'), '_loaded_at') -%}
 {%- if is_incremental() -%}
-    {{ require_columns(this, ['_last_loaded_at', '_customers_as_of']) }}
+    {{ require_columns(this, ['_last_loaded_at', '_history_as_of']) }}
+    {%- set seen = increment_start(this, '_history_as_of', overlap_minutes=0) -%}
     {%- set purchase_days -%}
+        with written as (
+
+            -- the versions history runs wrote since the last run; new: first written since
+            select customer_id, valid_from, valid_to, _source_ts,
+                   coalesce({{ ingested_after(seen, '_first_loaded_at') }}, false) as is_new,
+                   array_contains(coalesce(_unavailable, array()), 'country_code') as carries_country
+            from {{ ref('customers_history') }}
+            where {{ ingested_after(seen, '_loaded_at') }}
+
+        ),
+
+        restated as (
+
+            -- a new version: its whole interval
+            select customer_id, valid_from as restated_from, valid_to as restated_to
+            from written where is_new
+            union all
+            -- a re-written one: what it left when its valid_from rose (from its own commit time:
+            -- its valid_from was never below it), and all of it when its country may have been
+            -- re-filled (a version that did not carry it takes its predecessor's)
+            select customer_id, _source_ts, valid_from
+            from written where not is_new and _source_ts < valid_from
+            union all
+            select customer_id, valid_from, valid_to
+            from written where not is_new and carries_country
+
+        )
+
         select to_date(purchased_at) from {{ ref('purchases') }}
         where {{ loaded_since_last_run(this, '_last_loaded_at') }}
         union all
         select to_date(purchases.purchased_at)
         from {{ ref('purchases') }} as purchases
-        left semi join (
-            select customer_id from {{ ref('customers_mirror') }}
-            where {{ loaded_since_last_run(this, '_customers_as_of') }}
-        ) as changed_customers
-            on changed_customers.customer_id = purchases.customer_id
+        inner join restated
+            on restated.customer_id = purchases.customer_id
+            and purchases.purchased_at >= restated.restated_from
+            and (restated.restated_to is null or purchases.purchased_at < restated.restated_to)
     {%- endset -%}
     {%- set touched = touched_days(purchase_days, 'purchased_at') -%}
 {%- endif -%}
@@ -57,14 +100,16 @@ purchases as (
 
 ),
 
-customers as (
+versions as (
 
-    -- only the customers of these purchases: a semi join with them (broadcast), so the
-    -- mirror is streamed once rather than shuffled
-    select live.customer_id, live.country_code
-    from {{ ref('customers') }} as live
+    -- the versions of these purchases' customers only: a semi join with them (broadcast), so
+    -- the history is streamed once rather than shuffled. A delete or a truncation (op D, T)
+    -- is a version in which the row does not exist: no customer then.
+    select history.customer_id, history.country_code, history.valid_from, history.valid_to
+    from {{ ref('customers_history') }} as history
     left semi join purchases
-        on purchases.customer_id = live.customer_id
+        on purchases.customer_id = history.customer_id
+    where history.op not in ('D', 'T')
 
 ),
 
@@ -76,17 +121,21 @@ country_regions as (
 
 purchases_with_region as (
 
+    -- versions of a customer never overlap (each ends where the next begins), so a purchase
+    -- meets one version at most
     select
         purchases.*,
         case
-            when customers.customer_id is null then 'unknown customer'
+            when versions.customer_id is null then 'unknown customer'
             else country_regions.region
         end as region
     from purchases
-    left join customers
-        on customers.customer_id = purchases.customer_id
+    left join versions
+        on versions.customer_id = purchases.customer_id
+        and purchases.purchased_at >= versions.valid_from
+        and (versions.valid_to is null or purchases.purchased_at < versions.valid_to)
     left join country_regions
-        on country_regions.country_code = customers.country_code
+        on country_regions.country_code = versions.country_code
 
 ),
 
@@ -101,7 +150,7 @@ daily as (
         sum(quantity) as units_sold,
         sum(amount) as revenue,
         max(_loaded_at) as _last_loaded_at,
-        {{ customers_as_of }} as _customers_as_of
+        {{ history_as_of }} as _history_as_of
     from purchases_with_region
     group by 1, 2, 3
 

@@ -392,10 +392,11 @@ def test_daily_marts_count_a_late_commit_stamped_before_their_last_run(lake, inc
 
 
 def test_gold_follows_a_late_customer_change_stamped_before_its_last_run(lake, increments):
-    """The mirror reads a late CDC commit (its increment is the bronze snapshots since its last
-    run); the gold models that follow customers' profiles must see it too, though its
-    `_ingested_at` lies hours below what they last saw. Customers who bought move to a country
-    the seed does not know (region null): each mart equals a full refresh after the run."""
+    """The mirror and the history read a late CDC commit (their increment is the bronze
+    snapshots since their last run); the gold models that follow customers' profiles must see
+    it too, though its `_ingested_at` lies hours below what they last saw (customer_activity
+    follows the mirror, sales_by_region_daily the history). Customers who bought move to a
+    country the seed does not know (region null): each mart equals a full refresh after the run."""
     from pyspark.sql import functions as F
 
     own, session, target = lake
@@ -418,10 +419,186 @@ def test_gold_follows_a_late_customer_change_stamped_before_its_last_run(lake, i
         .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(900_000_000)) \
         .withColumn("_ingested_at", F.lit(newest - timedelta(hours=2))) \
         .writeTo(bronze).append()
-    run_dbt(own, ["run", "--select", "customers_mirror", *marts], target_dir=target, capture=True)
+    run_dbt(own, ["run", "--select", "customers_mirror", "customers_history", *marts], target_dir=target, capture=True)
     moved = session.sql("select count(*) from silver.customers where country_code = 'ZZ'").first()[0]
     assert moved == len(buyers)  # the mirror has them (the snapshot path)
     incremental = {model: content(session, f"gold.{model}") for model in marts}
     run_dbt(own, ["run", "--full-refresh", "--select", *marts], target_dir=target, capture=True)
     for model in marts:
         assert content(session, f"gold.{model}") == incremental[model], model
+
+
+# --- sales_by_region_daily: each sale in the region of its customer's version of its time -------
+
+# What the mart means, written plainly over silver: the type-2 join of every purchase with the
+# version of customers_history valid when it was made (a delete or truncation: no customer).
+PLAIN_SALES_BY_REGION = """
+    select to_date(purchases.purchased_at) as sales_date,
+           case when versions.customer_id is null then 'unknown customer' else regions.region end as region,
+           purchases.currency, count(*) as purchase_count, count(distinct purchases.customer_id) as customer_count,
+           sum(purchases.quantity) as units_sold, sum(purchases.amount) as revenue
+    from silver.purchases as purchases
+    left join (select * from silver.customers_history where op not in ('D', 'T')) as versions
+        on versions.customer_id = purchases.customer_id and versions.valid_from <= purchases.purchased_at
+        and (versions.valid_to is null or purchases.purchased_at < versions.valid_to)
+    left join silver.country_regions as regions on regions.country_code = versions.country_code
+    group by 1, 2, 3"""
+MOVER, LATE_FIRST = 8_000_001, 8_000_002  # customer ids no generated row uses
+
+
+class Landing:
+    """Rows of two customers of our own, and their purchases, landed in bronze as the ingestion
+    would land them: each a copy of a generated row with the fields that matter set."""
+
+    def __init__(self, session):
+        self.session, self.offset = session, 950_000_000
+
+    def _next_offset(self) -> int:
+        self.offset += 1
+        return self.offset
+
+    def changes(self, *changes: tuple) -> None:
+        """(customer, op, position, committed at, country): `position` orders the changes of a
+        customer (`_seq`), whatever order they land in and whatever their commit times say."""
+        from pyspark.sql import functions as F
+
+        template = self.session.table("bronze.customers").where("not _is_tombstone and customer_id is not null") \
+            .limit(1)
+        phase = template.schema["_seq"].dataType["phase"].dataType
+        rows = None
+        for customer, op, position, committed, country in changes:
+            row = template.withColumn("customer_id", F.lit(customer).cast("bigint")) \
+                .withColumn("op", F.lit(op)).withColumn("country", F.lit(country)) \
+                .withColumn("_source_ts", F.lit(committed)) \
+                .withColumn("_seq", F.struct(F.lit(1).cast(phase).alias("phase"),
+                                             F.lit(2_000_000_000 + position).cast("bigint").alias("commit_pos"),
+                                             F.lit(position).cast("bigint").alias("change_pos"))) \
+                .withColumn("_kafka_offset", F.lit(self._next_offset()).cast("bigint")) \
+                .withColumn("_ingested_at", F.current_timestamp())
+            rows = row if rows is None else rows.unionByName(row)
+        rows.writeTo("bronze.customers").append()
+
+    def purchases(self, *purchases: tuple) -> None:
+        """(transaction id, customer, purchased at, amount), one unit each, in EUR."""
+        from pyspark.sql import functions as F
+
+        template = self.session.table("bronze.purchases").limit(1)
+        rows = None
+        for transaction, customer, at, amount in purchases:
+            row = template.withColumn("transaction_id", F.lit(transaction)) \
+                .withColumn("customer_id", F.lit(customer).cast("bigint")) \
+                .withColumn("transaction_time", F.lit(at)) \
+                .withColumn("quantity", F.lit(1).cast("int")).withColumn("unit_price", F.lit(float(amount))) \
+                .withColumn("amount", F.lit(float(amount))).withColumn("currency", F.lit("EUR")) \
+                .withColumn("_kafka_offset", F.lit(self._next_offset()).cast("bigint")) \
+                .withColumn("_ingested_at", F.current_timestamp())
+            rows = row if rows is None else rows.unionByName(row)
+        rows.writeTo("bronze.purchases").append()
+
+
+def recomputed_days(target: Path) -> set:
+    """The days the mart's last run recomputed: the day ranges inlined in its compiled query
+    (macros/touched_days.sql)."""
+    import re
+    from datetime import date
+
+    sql = (target / "compiled" / "lakehouse" / "models" / "gold" / "sales_by_region_daily.sql").read_text()
+    days = set()
+    ranges = r"purchased_at >= timestamp'(\S+) 00:00:00' and purchased_at < timestamp'(\S+) 00:00:00'"
+    for start, end in re.findall(ranges, sql):
+        day = date.fromisoformat(start)
+        while day < date.fromisoformat(end):
+            days.add(day)
+            day += timedelta(days=1)
+    return days
+
+
+def test_sales_follow_the_customer_version_of_their_time(lake, increments):
+    """A purchase counts in the region of its customer's history version valid when it was
+    made. A customer moves: the sales before the move keep the old region, those after get the
+    new one, and only the days of the sales after the move are recomputed. A late change lands
+    between purchases already counted, another (a clock stepped back) before a customer's
+    first version; a delete sends the sales after it to 'unknown customer'; each run recomputes
+    the days of the purchases whose version changed and no other. After each run the mart
+    equals its plain definition over silver, every day, and is what a full refresh gives at the
+    end; silver's totals still reconcile."""
+    from expectations.runner import run_quality
+
+    own, session, target = lake
+    models = ["customers_mirror", "customers_history", "purchases", "sales_by_region_daily"]
+    base = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=30)
+
+    def at(day: int, hour: int, minute: int = 0) -> datetime:
+        return base + timedelta(days=day, hours=hour, minutes=minute)
+
+    def days(*numbers: int) -> set:
+        return {base.date() + timedelta(days=n) for n in numbers}
+
+    def run_and_check(expected_regions: dict[str, str]) -> set:
+        run_dbt(own, ["run", "--select", *models], target_dir=target, capture=True)
+        assert content(session, "gold.sales_by_region_daily") == sorted(
+            map(tuple, session.sql(PLAIN_SALES_BY_REGION).collect()), key=repr)
+        # our customers' days hold nothing else: each sale where the scenario says it belongs
+        expected = {}
+        for transaction, region in expected_regions.items():
+            day = purchased[transaction][0].date()
+            count, revenue = expected.get((day, region), (0, 0))
+            expected[(day, region)] = (count + 1, revenue + purchased[transaction][1])
+        rows = session.sql(f"select sales_date, region, purchase_count, revenue from gold.sales_by_region_daily "
+                           f"where sales_date between date'{base.date()}' and date'{at(12, 0).date()}'").collect()
+        assert {(r.sales_date, r.region): (r.purchase_count, r.revenue) for r in rows} == expected
+        return recomputed_days(target)
+
+    land = Landing(session)
+    # what the other tests landed, applied first: from here on only our rows change
+    run_dbt(own, ["run", "--select", *models], target_dir=target, capture=True)
+
+    # MOVER: created in DE (Europe) on day 0 at 10:00, moved to JP (Asia-Pacific) on day 1 at
+    # 18:00; a purchase a day from day 0 to 5 at noon, and one on day 0 before they existed.
+    # LATE_FIRST: first known in DE on day 11; purchases on days 10, 11 and 12.
+    purchased = {"pre": (at(0, 8), 1), **{f"p{d}": (at(d, 12), 10 + d) for d in range(6)},
+                 **{f"q{d}": (at(d, 12), 10 + d) for d in (10, 11, 12)}}
+    land.purchases(*((transaction, LATE_FIRST if transaction.startswith("q") else MOVER, when, amount)
+                     for transaction, (when, amount) in purchased.items()))
+    land.changes((MOVER, "I", 10, at(0, 10), "DE"), (MOVER, "U", 20, at(1, 18), "JP"),
+                 (LATE_FIRST, "U", 20, at(11, 0), "DE"))
+    regions = {"pre": "unknown customer", "p0": "Europe", "p1": "Europe", "p2": "Asia-Pacific",
+               "p3": "Asia-Pacific", "p4": "Asia-Pacific", "p5": "Asia-Pacific",
+               "q10": "unknown customer", "q11": "Europe", "q12": "Europe"}
+    run_and_check(regions)
+
+    # MOVER moves to CA (Americas) on day 3 at 18:00: days 4 and 5 change region, and they are
+    # the only days recomputed (the version the move closes is re-written, but it only ends)
+    land.changes((MOVER, "U", 40, at(3, 18), "CA"))
+    regions.update(p4="Americas", p5="Americas")
+    assert run_and_check(regions) == days(4, 5)
+
+    # Late changes. MOVER's change to BR (Americas) committed on day 0 at 20:00 lands between
+    # the versions of day 0 and day 1 (by `_seq`): day 1's purchase, counted in Europe, moves;
+    # day 0's stays, and is not recomputed. LATE_FIRST's change before its first one (lower
+    # `_seq`), committed at the start of day 12 by a clock that went back: its versions start on
+    # day 12 (valid_from never goes back), so day 11's purchase has no version any more: day 11
+    # is recomputed (from the commit time of the version whose start rose), day 12 is not.
+    land.changes((MOVER, "U", 15, at(0, 20), "BR"), (LATE_FIRST, "I", 10, at(12, 0), "JP"))
+    regions.update(p1="Americas", q11="unknown customer")
+    assert run_and_check(regions) == days(1, 11)
+
+    # MOVER is deleted on day 4 at 18:00: day 5's purchase has no customer then.
+    land.changes((MOVER, "D", 50, at(4, 18), "CA"))
+    regions.update(p5="unknown customer")
+    assert run_and_check(regions) == days(5)
+
+    # A late change between the JP (day 1, 18:00) and CA versions, committed before the JP one by
+    # the source clock (day 1, 06:00): it takes over from day 1 at 18:00 (the JP version is left
+    # empty), and the days 2 and 3 go to US (Americas).
+    land.changes((MOVER, "U", 30, at(1, 6), "US"))
+    regions.update(p2="Americas", p3="Americas")
+    assert run_and_check(regions) == days(2, 3)
+
+    # the same rows from scratch, and silver's totals on every day
+    incremental = content(session, "gold.sales_by_region_daily")
+    run_dbt(own, ["run", "--full-refresh", "--select", "sales_by_region_daily"], target_dir=target, capture=True)
+    assert content(session, "gold.sales_by_region_daily") == incremental
+    quality = run_quality(session, own, layer="gold", stream="purchases", full=True)
+    assert quality.result("gold.sales_by_region_daily.reconciliation", "expect_column_values_to_be_null",
+                          "mismatch").success
