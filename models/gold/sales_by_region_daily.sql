@@ -13,8 +13,14 @@
     country_regions seed, the type-2 dimension join. So a customer who moves keeps their earlier
     sales in the region they were in, and a move changes the sales after it only, where a join
     with the current profile re-attributed every sale they ever made (and, incremental, had to
-    recompute every day they ever bought on). A purchase with no version valid at its time (the
-    customer not created yet, or deleted or truncated then: a D or T version) counts under
+    recompute every day they ever bought on). One exception: a customer's first version, when it
+    is a snapshot read (op R), holds the purchases before it as well. A snapshot read is not a
+    change made at its `_source_ts`: it is the row as the connector found it when it started,
+    and it existed before, as it was or with values no changelog holds; without this every sale
+    before the connector's snapshot (in the demo, every sale: the event producers run before
+    the CDC simulator starts its clock) would count as 'unknown customer'. A purchase with no
+    version valid at its time (before the first version of a customer created since the
+    connector started, or while deleted or truncated: a D or T version) counts under
     'unknown customer', so the totals still reconcile with silver purchases; a version whose
     country the seed lacks leaves the region null, which the gold suite reports.
 
@@ -26,18 +32,24 @@
       history's `_loaded_at`, exact: a late CDC commit counts too). A history run writes the
       new versions and re-writes the stored ones whose bounds they move (macros/cdc_history.sql):
       a version first written since (`_first_loaded_at`) may hold purchases another one held,
-      so its customer's purchases inside its interval are restated; a re-written one only
-      shortened (its end) or lost its start (valid_from, the running maximum of commit times,
-      rose), and what it lost lies from its own commit time to its new valid_from. So a move
-      restates the purchases after it, not the customer's past; a late change the purchases of
-      the interval it takes. Why that is all: a purchase whose version changed is held now by a
-      version new since (restated), or by an older one whose interval grew to take it, which it
-      can only do at its end, from a successor whose valid_from rose past it (restated from that
-      successor's commit time), or by none, when the version that held it rose past it (the same).
+      so its customer's purchases inside its interval are restated, and all those before it
+      when it is the customer's first version (it may have taken them from a snapshot read, or
+      be one); a re-written one only shortened (its end) or lost its start (valid_from, the
+      running maximum of commit times, rose), and what it lost lies from its own commit time
+      to its new valid_from. So a move restates the purchases after it, not the customer's
+      past; a late change the purchases of the interval it takes. Why that is all: a purchase
+      whose version changed is held now by a version new since (restated), or by an older one
+      whose interval grew to take it, which it can only do at its end, from a successor whose
+      valid_from rose past it (restated from that successor's commit time), or by an older
+      snapshot read reaching back, which was first before too and held it then, or by none:
+      then the version that held it rose past it (the same), or it lay before a snapshot read
+      that a new first version displaced (restated with that one).
       A re-written version whose country it carried from its predecessor (Debezium's
       unavailable value) may have been re-filled: all of its interval is restated.
     Finding those days scans purchases' customer_id and purchase time (two columns) for the
-    written versions' customers, as the join with the current profile did for the changed ones.
+    written versions' customers, as the join with the current profile did for the changed ones,
+    and the history's customer_id and `_seq` for the new versions' customers (is one of them
+    the first?).
     `_last_loaded_at` (newest silver run counted) and `_history_as_of` (the history's newest
     `_loaded_at` when the day was computed) are the marks.
     After editing the country_regions seed: `--full-refresh -s sales_by_region_daily`.
@@ -51,7 +63,7 @@
         with written as (
 
             -- the versions history runs wrote since the last run; new: first written since
-            select customer_id, valid_from, valid_to, _source_ts,
+            select customer_id, _seq, valid_from, valid_to, _source_ts,
                    coalesce({{ ingested_after(seen, '_first_loaded_at') }}, false) as is_new,
                    array_contains(coalesce(_unavailable, array()), 'country_code') as carries_country
             from {{ ref('customers_history') }}
@@ -59,11 +71,26 @@
 
         ),
 
+        first_new as (
+
+            -- a new version that is its customer's first (no version before it by `_seq`): the
+            -- purchases before it may have changed hands, to it (a snapshot read reaches back)
+            -- or from the snapshot read that was first until now
+            select new.customer_id, new.valid_to
+            from (select * from written where is_new) as new
+            left anti join {{ ref('customers_history') }} as earlier
+                on earlier.customer_id = new.customer_id and earlier._seq < new._seq
+
+        ),
+
         restated as (
 
-            -- a new version: its whole interval
+            -- a new version: its whole interval, and all before it when it is the first
             select customer_id, valid_from as restated_from, valid_to as restated_to
             from written where is_new
+            union all
+            select customer_id, cast(null as timestamp), valid_to
+            from first_new
             union all
             -- a re-written one: what it left when its valid_from rose (from its own commit time:
             -- its valid_from was never below it), and all of it when its country may have been
@@ -83,7 +110,7 @@
         from {{ ref('purchases') }} as purchases
         inner join restated
             on restated.customer_id = purchases.customer_id
-            and purchases.purchased_at >= restated.restated_from
+            and (restated.restated_from is null or purchases.purchased_at >= restated.restated_from)
             and (restated.restated_to is null or purchases.purchased_at < restated.restated_to)
     {%- endset -%}
     {%- set touched = touched_days(purchase_days, 'purchased_at') -%}
@@ -100,16 +127,27 @@ purchases as (
 
 ),
 
-versions as (
+customer_versions as (
 
     -- the versions of these purchases' customers only: a semi join with them (broadcast), so
-    -- the history is streamed once rather than shuffled. A delete or a truncation (op D, T)
-    -- is a version in which the row does not exist: no customer then.
-    select history.customer_id, history.country_code, history.valid_from, history.valid_to
+    -- the history is streamed once rather than shuffled. A customer's first version, when it
+    -- is a snapshot read (op R), also holds the purchases before it.
+    select
+        history.customer_id, history.country_code, history.op, history.valid_from, history.valid_to,
+        history.op = 'R' and history._seq = min(history._seq) over (partition by history.customer_id)
+            as reaches_back
     from {{ ref('customers_history') }} as history
     left semi join purchases
         on purchases.customer_id = history.customer_id
-    where history.op not in ('D', 'T')
+
+),
+
+versions as (
+
+    -- a delete or a truncation (op D, T) is a version in which the row does not exist: no
+    -- customer then
+    select * from customer_versions
+    where op not in ('D', 'T')
 
 ),
 
@@ -132,7 +170,7 @@ purchases_with_region as (
     from purchases
     left join versions
         on versions.customer_id = purchases.customer_id
-        and purchases.purchased_at >= versions.valid_from
+        and (versions.reaches_back or purchases.purchased_at >= versions.valid_from)
         and (versions.valid_to is null or purchases.purchased_at < versions.valid_to)
     left join country_regions
         on country_regions.country_code = versions.country_code

@@ -431,19 +431,25 @@ def test_gold_follows_a_late_customer_change_stamped_before_its_last_run(lake, i
 # --- sales_by_region_daily: each sale in the region of its customer's version of its time -------
 
 # What the mart means, written plainly over silver: the type-2 join of every purchase with the
-# version of customers_history valid when it was made (a delete or truncation: no customer).
+# version of customers_history valid when it was made (a delete or truncation: no customer), a
+# customer's first version reaching back when it is a snapshot read.
 PLAIN_SALES_BY_REGION = """
     select to_date(purchases.purchased_at) as sales_date,
            case when versions.customer_id is null then 'unknown customer' else regions.region end as region,
            purchases.currency, count(*) as purchase_count, count(distinct purchases.customer_id) as customer_count,
            sum(purchases.quantity) as units_sold, sum(purchases.amount) as revenue
     from silver.purchases as purchases
-    left join (select * from silver.customers_history where op not in ('D', 'T')) as versions
-        on versions.customer_id = purchases.customer_id and versions.valid_from <= purchases.purchased_at
+    left join (
+        select * from (select *, op = 'R' and _seq = min(_seq) over (partition by customer_id) as reaches_back
+                       from silver.customers_history)
+        where op not in ('D', 'T')
+    ) as versions
+        on versions.customer_id = purchases.customer_id
+        and (versions.reaches_back or versions.valid_from <= purchases.purchased_at)
         and (versions.valid_to is null or purchases.purchased_at < versions.valid_to)
     left join silver.country_regions as regions on regions.country_code = versions.country_code
     group by 1, 2, 3"""
-MOVER, LATE_FIRST = 8_000_001, 8_000_002  # customer ids no generated row uses
+MOVER, LATE_FIRST, SNAPSHOT = 8_000_001, 8_000_002, 8_000_003  # customer ids no generated row uses
 
 
 class Landing:
@@ -518,8 +524,9 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
     made. A customer moves: the sales before the move keep the old region, those after get the
     new one, and only the days of the sales after the move are recomputed. A late change lands
     between purchases already counted, another (a clock stepped back) before a customer's
-    first version; a delete sends the sales after it to 'unknown customer'; each run recomputes
-    the days of the purchases whose version changed and no other. After each run the mart
+    first version, a late snapshot read before a customer's first update (it holds the sales
+    before it too); a delete sends the sales after it to 'unknown customer'; each run
+    recomputes the days of the purchases whose version changed and no other. After each run the mart
     equals its plain definition over silver, every day, and is what a full refresh gives at the
     end; silver's totals still reconcile."""
     from expectations.runner import run_quality
@@ -545,7 +552,7 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
             count, revenue = expected.get((day, region), (0, 0))
             expected[(day, region)] = (count + 1, revenue + purchased[transaction][1])
         rows = session.sql(f"select sales_date, region, purchase_count, revenue from gold.sales_by_region_daily "
-                           f"where sales_date between date'{base.date()}' and date'{at(12, 0).date()}'").collect()
+                           f"where sales_date between date'{base.date()}' and date'{at(21, 0).date()}'").collect()
         assert {(r.sales_date, r.region): (r.purchase_count, r.revenue) for r in rows} == expected
         return recomputed_days(target)
 
@@ -555,16 +562,20 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
 
     # MOVER: created in DE (Europe) on day 0 at 10:00, moved to JP (Asia-Pacific) on day 1 at
     # 18:00; a purchase a day from day 0 to 5 at noon, and one on day 0 before they existed.
-    # LATE_FIRST: first known in DE on day 11; purchases on days 10, 11 and 12.
+    # LATE_FIRST: first known in DE on day 11; purchases on days 10, 11 and 12. SNAPSHOT: first
+    # known in DE on day 20; purchases on days 19 and 21.
     purchased = {"pre": (at(0, 8), 1), **{f"p{d}": (at(d, 12), 10 + d) for d in range(6)},
-                 **{f"q{d}": (at(d, 12), 10 + d) for d in (10, 11, 12)}}
-    land.purchases(*((transaction, LATE_FIRST if transaction.startswith("q") else MOVER, when, amount)
+                 **{f"q{d}": (at(d, 12), 10 + d) for d in (10, 11, 12)},
+                 **{f"r{d}": (at(d, 12), 10 + d) for d in (19, 21)}}
+    customer = {"p": MOVER, "q": LATE_FIRST, "r": SNAPSHOT}
+    land.purchases(*((transaction, customer.get(transaction[0], MOVER), when, amount)
                      for transaction, (when, amount) in purchased.items()))
     land.changes((MOVER, "I", 10, at(0, 10), "DE"), (MOVER, "U", 20, at(1, 18), "JP"),
-                 (LATE_FIRST, "U", 20, at(11, 0), "DE"))
+                 (LATE_FIRST, "U", 20, at(11, 0), "DE"), (SNAPSHOT, "U", 20, at(20, 0), "DE"))
     regions = {"pre": "unknown customer", "p0": "Europe", "p1": "Europe", "p2": "Asia-Pacific",
                "p3": "Asia-Pacific", "p4": "Asia-Pacific", "p5": "Asia-Pacific",
-               "q10": "unknown customer", "q11": "Europe", "q12": "Europe"}
+               "q10": "unknown customer", "q11": "Europe", "q12": "Europe",
+               "r19": "unknown customer", "r21": "Europe"}
     run_and_check(regions)
 
     # MOVER moves to CA (Americas) on day 3 at 18:00: days 4 and 5 change region, and they are
@@ -578,10 +589,14 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
     # day 0's stays, and is not recomputed. LATE_FIRST's change before its first one (lower
     # `_seq`), committed at the start of day 12 by a clock that went back: its versions start on
     # day 12 (valid_from never goes back), so day 11's purchase has no version any more: day 11
-    # is recomputed (from the commit time of the version whose start rose), day 12 is not.
-    land.changes((MOVER, "U", 15, at(0, 20), "BR"), (LATE_FIRST, "I", 10, at(12, 0), "JP"))
-    regions.update(p1="Americas", q11="unknown customer")
-    assert run_and_check(regions) == days(1, 11)
+    # is recomputed (from the commit time of the version whose start rose), and day 10 (the new
+    # first version restates what lies before it), day 12 is not. SNAPSHOT's snapshot read,
+    # delivered after the update that followed it: a customer's first version, when a snapshot
+    # read, holds the purchases before it too, so day 19's purchase is now in JP (Asia-Pacific).
+    land.changes((MOVER, "U", 15, at(0, 20), "BR"), (LATE_FIRST, "I", 10, at(12, 0), "JP"),
+                 (SNAPSHOT, "R", 10, at(19, 18), "JP"))
+    regions.update(p1="Americas", q11="unknown customer", r19="Asia-Pacific")
+    assert run_and_check(regions) == days(1, 10, 11, 19)
 
     # MOVER is deleted on day 4 at 18:00: day 5's purchase has no customer then.
     land.changes((MOVER, "D", 50, at(4, 18), "CA"))
