@@ -320,11 +320,16 @@ select * from final
 {#- The stored versions' changelog columns (`alias`, a relation of the history `existing`), by
     the names of the changelog `columns_of`, in its order: a column the history lacks (the
     changelog gained it since) is null. Without both relations to ask (a dbt unit test's
-    fixtures, `dbt compile`), every column but the history's own three. -#}
+    fixtures, `dbt compile`), every column but the history's own (valid_from, valid_to,
+    is_current, and the run stamps where the history has them: a model without `columns_of`
+    whose history was built before them has none). -#}
 {% macro cdc_history_stored_columns(alias, existing, columns_of) -%}
-    {%- if not execute or columns_of is none or existing is string or columns_of is string
-           or (existing | string).startswith('__dbt__cte__') or (columns_of | string).startswith('__dbt__cte__') -%}
+    {%- if not execute or existing is string or (existing | string).startswith('__dbt__cte__') -%}
         {{ alias }}.* except (valid_from, valid_to, is_current)
+    {%- elif columns_of is none or columns_of is string or (columns_of | string).startswith('__dbt__cte__') -%}
+        {%- set stored = adapter.get_columns_in_relation(existing) | map(attribute='name') | map('lower') | list -%}
+        {{ alias }}.* except (valid_from, valid_to, is_current
+            {%- for stamp in ['_loaded_at', '_first_loaded_at'] if stamp in stored %}, {{ stamp }}{% endfor %})
     {%- else -%}
         {%- set stored = adapter.get_columns_in_relation(existing) | map(attribute='name') | map('lower') | list -%}
         {%- for column in adapter.get_columns_in_relation(columns_of) -%}
