@@ -76,8 +76,11 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
         "spark.sql.ansi.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        # A micro-batch is cached once and read twice at once: compressing it cost more CPU
-        # than it saved (benchmarks/RESULTS.md, ingestion throughput: +20% without).
+        # What a job caches is read back at once: a crashed batch's remaining records while it
+        # is completed, a dead-letter replay's decoded records (a batch as it streams is not
+        # cached: ingestion/job.py). Compressing the cache cost more CPU than it saved when
+        # every batch was cached whole (benchmarks/RESULTS.md, ingestion throughput: +20%
+        # without); not measured since.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
 
