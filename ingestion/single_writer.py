@@ -121,8 +121,8 @@ class Lease:
 
 
 def parse_lease(value: str | None) -> Lease | None:
-    """A lease property's value, or None for none or one this version cannot read (taken as free:
-    it would otherwise block the stream for good)."""
+    """A lease property's value, or None for none or one this version cannot read (taken as free,
+    with a warning: it would otherwise block the stream for good)."""
     if not value:
         return None
     try:
@@ -130,6 +130,8 @@ def parse_lease(value: str | None) -> Lease | None:
         return Lease(str(raw["holder"]), str(raw["host"]), int(raw["pid"]), float(raw["process_started"]),
                      str(raw["state_folder"]), str(raw["started_at"]), float(raw["renewed_at"]))
     except (ValueError, KeyError, TypeError):
+        log.warning("the writer lease %s cannot be read (%.200s): taken as free; another job may hold it if a "
+                    "different version of the project wrote it", LEASE_PROPERTY, value)
         return None
 
 

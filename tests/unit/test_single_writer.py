@@ -37,9 +37,14 @@ def test_a_lease_of_another_host_lives_until_it_is_not_renewed_for_the_lease_tim
     assert not is_live(lease("elsewhere", os.getpid(), 0.0, now - LEASE_SECONDS - 1), now)
 
 
-def test_a_lease_value_round_trips_and_an_unreadable_one_is_free():
+def test_a_lease_value_round_trips_and_an_unreadable_one_is_free(caplog):
     value = lease("h", 12, 3.5, 100.0)
     assert parse_lease(json.dumps(value.__dict__)) == value
-    for unreadable in (None, "", "not json", "{}", json.dumps({"holder": "x"}), "[1, 2]"):
+    assert parse_lease(None) is None and parse_lease("") is None
+    assert not caplog.records, "no lease is not an unreadable one"
+    for unreadable in ("not json", "{}", json.dumps({"holder": "x"}), "[1, 2]"):
+        caplog.clear()
         assert parse_lease(unreadable) is None
+        assert [r.levelname for r in caplog.records] == ["WARNING"], unreadable
+        assert "cannot be read" in caplog.records[0].getMessage()
     assert "pid 12 on h (state folder /state" in value.text()
