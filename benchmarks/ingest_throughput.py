@@ -77,7 +77,7 @@ from benchmarks._machine import cpu_model, mem_total_gb, process_tree  # noqa: E
 from benchmarks._machine import cpu_seconds as _cpu_seconds  # noqa: E402
 from benchmarks._machine import machine_busy_seconds as _machine_busy_seconds  # noqa: E402
 from benchmarks._machine import status_kb as _status_kb  # noqa: E402
-from lakehouse.core import local_kafka  # noqa: E402
+from lakehouse.core import local_kafka, logs  # noqa: E402
 from lakehouse.core.errors import LakehouseError  # noqa: E402
 from lakehouse.core.settings import Settings, default_home  # noqa: E402
 from producers.faults import FaultRates  # noqa: E402
@@ -1306,7 +1306,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    logs.configure(level=logging.WARNING)  # the project's lines (LAKEHOUSE_LOG_FORMAT), warnings only but ours
     logging.getLogger("lakehouse").setLevel(logging.INFO)
     logging.getLogger("bench").setLevel(logging.INFO)
 

@@ -14,12 +14,13 @@ sys.path[:] = [entry for entry in sys.path if not entry.endswith("lakehouse-jobs
 import ingestion  # noqa: E402, F401
 import lakehouse  # noqa: E402, F401
 from ingestion import job  # noqa: E402
-from lakehouse.core.entry import run_command  # noqa: E402
+from lakehouse.core.entry import add_log_format_argument, run_command  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ingestion", description=job.__doc__.split("\n\n")[0])
     job.add_arguments(parser)
+    add_log_format_argument(parser)
     return run_command(job.main, parser.parse_args(argv))
 
 

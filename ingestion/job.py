@@ -103,14 +103,19 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point, location)
         seconds = time.monotonic() - started
         if counts is None:
-            log.info("%s batch %d: already committed: skipped", spec.name, batch_id)
+            log.info("%s batch %d: already committed: skipped", spec.name, batch_id,
+                     extra={"stream": spec.name, "batch": batch_id})
             return
         read, dead, rescued, rescued_fields = counts
         if rescued:
             log.warning("%s batch %d: %s record(s) with field(s) the contract lacks, kept in bronze's %s: %s",
-                        spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields)
+                        spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields,
+                        extra={"stream": spec.name, "batch": batch_id, "counts": {"rescued": rescued}})
+        # the values of the line as fields too (lakehouse/core/logs.py): JSON logs, and a metrics hook
         log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
-                 f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}")
+                 f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}",
+                 extra={"stream": spec.name, "batch": batch_id, "seconds": round(seconds, 3),
+                        "counts": {"read": read, "bronze": read - dead, "dead_letters": dead, "rescued": rescued}})
         # Spark commits the checkpoint once this function returns.
         _crash_if(fault_point, AFTER_ICEBERG_COMMITS, spec, batch_id)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ingestion import job
 from lakehouse.core import local_kafka
-from lakehouse.core.entry import run_command
+from lakehouse.core.entry import add_log_format_argument, run_command
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, Settings
@@ -518,10 +518,23 @@ SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_quality,
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    add_log_format_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)
+    _add_log_format_everywhere(sub)
     return parser
+
+
+def _add_log_format_everywhere(sub) -> None:
+    """--log-format on every command's parser, subcommands' too (`lakehouse dlq stats --log-format json`)."""
+    for name, command in sub.choices.items():
+        if name == "dbt":  # everything after `lakehouse dbt` is dbt's (dbt has its own --log-format)
+            continue
+        add_log_format_argument(command, default=argparse.SUPPRESS)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_log_format_everywhere(action)
 
 
 def main(argv: list[str] | None = None) -> int:

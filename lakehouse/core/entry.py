@@ -1,5 +1,6 @@
-"""How every command-line entry point runs: logging set up once, problems the user can fix
-printed as one `error:` line with a non-zero exit (LAKEHOUSE_DEBUG=1 shows the stack trace).
+"""How every command-line entry point runs: logging set up once (lakehouse/core/logs.py, in the
+form --log-format or LAKEHOUSE_LOG_FORMAT names), problems the user can fix printed as one
+`error:` line with a non-zero exit (LAKEHOUSE_DEBUG=1 shows the stack trace).
 
 `lakehouse` (lakehouse.commands.cli) and `python -m ingestion` (what spark-submit runs) both
 go through here, so the two spell errors and exit codes the same way.
@@ -8,30 +9,31 @@ go through here, so the two spell errors and exit codes the same way.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable
 
+from lakehouse.core import logs
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import PREFIX, Settings
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    # py4j logs every callback-server connection at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    # GX logs its config handling at INFO, dozens of lines per suite.
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+def add_log_format_argument(parser: argparse.ArgumentParser, default=None) -> None:
+    """--log-format, on the main parser and every command's (so it may follow the command);
+    a command's parser passes argparse.SUPPRESS, so an absent option keeps the main one's."""
+    # no `choices`: argparse would print its usage too; a bad value is one `error:` line (run_command)
+    parser.add_argument("--log-format", metavar="text|json", default=default,
+                        help="log lines as dated text (default) or one JSON object per line; "
+                             "default: LAKEHOUSE_LOG_FORMAT")
 
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """Run one parsed command with the settings of the environment; its exit status."""
-    configure_logging()
     try:
         settings = Settings.from_env()
+        logs.configure(getattr(args, "log_format", None) or settings.log_format)
         return command(args, settings)
     except LakehouseError as exc:
         if os.environ.get(PREFIX + "DEBUG") == "1":

@@ -105,6 +105,8 @@ SETTINGS: dict[str, Setting] = {
         lambda home: "24"),
     "quality_max_event_age_days": Setting(
         "QUALITY_MAX_EVENT_AGE_DAYS", "bronze event times older than this are a quality warning", lambda home: "45"),
+    "log_format": Setting("LOG_FORMAT", "log lines: text (dated, for people) or json (one object per line)",
+                          lambda home: "text"),
 }
 
 
@@ -220,6 +222,7 @@ class Settings:
     quality_dead_letter_rate_critical: float = 0.10
     quality_dead_letter_window_hours: float = 24.0
     quality_max_event_age_days: float = 45.0
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -249,6 +252,9 @@ class Settings:
             raise LakehouseError(f"{PREFIX}QUALITY_DEAD_LETTER_RATE_WARN ({quality['quality_dead_letter_rate_warn']}) "
                                  f"is above {PREFIX}QUALITY_DEAD_LETTER_RATE_CRITICAL "
                                  f"({quality['quality_dead_letter_rate_critical']})")
+        from lakehouse.core.logs import log_format
+
+        log_form = log_format(raw["log_format"], PREFIX + SETTINGS["log_format"].env)
         kafka_options = {
             key[len(KAFKA_OPTION_PREFIX):].lower().replace("_", "."): value
             for key, value in env.items()
@@ -281,6 +287,7 @@ class Settings:
             thrift_port=thrift_port,
             kafka_options=kafka_options,
             **quality,
+            log_format=log_form,
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

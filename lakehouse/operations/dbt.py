@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import signal
@@ -17,11 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings
+
+log = logging.getLogger("lakehouse.dbt")
 
 
 def dbt_executable() -> str:
@@ -63,10 +67,22 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
     if result.returncode != 0:
         tail = ""
         if capture:
-            lines = [ln for ln in (result.stdout or "").splitlines() if "ERROR" in ln or "Error" in ln]
+            lines = [ln for ln in map(_dbt_line_text, (result.stdout or "").splitlines())
+                     if "ERROR" in ln or "Error" in ln]
             tail = ": " + " | ".join(lines[-3:]) if lines else ""
         raise LakehouseError(f"`dbt {' '.join(args)}` failed (exit {result.returncode}){tail}")
     return result
+
+
+def _dbt_line_text(line: str) -> str:
+    """A line of dbt's output as text: with JSON logs (DBT_LOG_FORMAT=json), its message."""
+    if line.startswith("{"):
+        try:
+            info = json.loads(line)["info"]
+            return f"{info['level'].upper()} {info['msg']}"
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    return line
 
 
 # --- `lakehouse dbt loop`: dbt on a cadence, in one process ------------------------------------
@@ -133,12 +149,16 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
 
 
     os.environ.update(dbt_env(settings, target_dir))
-    project = ["--project-dir", str(PROJECT_ROOT), "--profiles-dir", str(PROJECT_ROOT)]
+    # dbt's own lines go through this process's logging (dated, text or JSON) instead of its
+    # console logger (`HH:MM:SS` only); its file log (target/logs/dbt.log) is unchanged.
+    project = ["--project-dir", str(PROJECT_ROOT), "--profiles-dir", str(PROJECT_ROOT),
+               "--log-level", "none", "--no-use-colors"]
     stop = stop or _stop_on_signals()
-    parsed = dbtRunner().invoke(["parse", *project])
+    parsed = dbtRunner(callbacks=[log_dbt_event]).invoke(["parse", *project])
     if not parsed.success:
         raise LakehouseError(f"dbt could not parse the project: {parsed.exception or 'see the lines above'}")
-    runner = dbtRunner(manifest=parsed.result)  # parsed once: every run skips dbt's parse
+    # parsed once: every run skips dbt's parse
+    runner = dbtRunner(manifest=parsed.result, callbacks=[log_dbt_event])
     summaries: list[dict] = []
     next_start = time.monotonic()
     while not stop.is_set() and (runs is None or len(summaries) < runs):
@@ -151,15 +171,33 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
         summary = _run_summary(len(summaries) + 1, started, time.time(), result)
         summaries.append(summary)
         models = ", ".join(f"{name} {m['seconds']}s" for name, m in summary["models"].items())
-        print(f"dbt loop run {summary['run']}: {'success' if summary['success'] else 'FAILED'} in "
-              f"{summary['seconds']}s" + (f" ({models})" if models else "")
-              + (f": {summary['error']}" if summary.get("error") else ""), flush=True)
+        log.log(logging.INFO if summary["success"] else logging.ERROR,
+                f"dbt loop run {summary['run']}: {'success' if summary['success'] else 'FAILED'} in "
+                f"{summary['seconds']}s" + (f" ({models})" if models else "")
+                + (f": {summary['error']}" if summary.get("error") else ""),
+                extra={**{key: summary[key] for key in ("run", "success", "seconds", "models", "error")
+                          if key in summary},
+                       "counts": dict(Counter(m["status"] for m in summary["models"].values()))})
         if record is not None:
             with open(record, "a") as out:
                 out.write(json.dumps(summary) + "\n")
         if fail_fast and not summary["success"]:
             break
     return summaries
+
+
+_DBT_LEVELS = {"info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+dbt_log = logging.getLogger("dbt")
+
+
+def log_dbt_event(event) -> None:
+    """One event of dbt's (an EventMsg) as the line dbt's console would print, logged: what its
+    console shows (info and above, no cache events), secrets scrubbed as dbt scrubs them."""
+    from dbt_common.events.functions import env_scrubber
+
+    level = _DBT_LEVELS.get(event.info.level)
+    if level is not None and event.info.msg and event.info.name not in ("CacheAction", "CacheDumpGraph"):
+        dbt_log.log(level, env_scrubber(event.info.msg))
 
 
 def _run_summary(number: int, started: float, ended: float, result) -> dict:
@@ -191,7 +229,7 @@ def _stop_on_signals() -> threading.Event:
     def handle(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
-        print("dbt loop: stopping after the running dbt invocation", file=sys.stderr, flush=True)
+        log.info("dbt loop: stopping after the running dbt invocation")
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

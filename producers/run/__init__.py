@@ -10,6 +10,7 @@ import multiprocessing
 from functools import partial, reduce
 
 from lakehouse.contracts.registry import registry_for
+from lakehouse.core import logs
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from producers import employees, purchases, user_events
@@ -45,6 +46,7 @@ MESSAGE_SOURCES = {
 
 
 def _one_process(stream, settings, count, faults, seed, duration, rate) -> DeliveryReport:
+    logs.configure()  # a spawned process starts with none: the parent's form, by LAKEHOUSE_LOG_FORMAT
     return PRODUCERS[stream](settings, count, faults, seed, False, duration, rate)
 
 

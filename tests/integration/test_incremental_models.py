@@ -289,7 +289,7 @@ def test_dbt_loop_runs_in_one_warm_process(lake, increments, tmp_path):
     assert all(set(r["models"]) == {"user_events", "events_by_type_daily"} for r in runs)
     # one Spark application served both runs: the session stayed warm
     assert runs[0]["spark_application"] and runs[0]["spark_application"] == runs[1]["spark_application"]
-    assert result.stdout.count("dbt loop run ") == 2
+    assert result.stderr.count("dbt loop run ") == 2  # log lines, on standard error
 
 
 def test_a_late_commit_stamped_before_the_last_run_is_read(lake, increments):

@@ -48,8 +48,9 @@ class FakeRunner:
     invocations: list[list[str]] = []
     failing_runs: set[int] = set()
 
-    def __init__(self, manifest=None):
+    def __init__(self, manifest=None, callbacks=None):
         self.manifest = manifest
+        self.callbacks = callbacks or []
 
     def invoke(self, args):
         FakeRunner.invocations.append(args)
@@ -89,11 +90,15 @@ def test_loop_parses_once_runs_on_its_cadence_and_records_each_run(fake_dbt, tmp
     assert (tmp_path / "locks" / "dbt-tables.lock").exists()  # each run took the dbt-tables lock
 
 
-def test_a_failed_run_is_reported_and_the_loop_goes_on_unless_fail_fast(fake_dbt, capsys):
+def test_a_failed_run_is_reported_and_the_loop_goes_on_unless_fail_fast(fake_dbt, caplog):
     FakeRunner.failing_runs = {1}
     runs = dbt_ops.run_loop(fake_dbt, 0.01, ["run"], runs=2, stop=threading.Event())
     assert [r["success"] for r in runs] == [False, True]
-    assert "dbt loop run 1: FAILED" in capsys.readouterr().out and runs[0]["error"] == "model user_events failed"
+    assert runs[0]["error"] == "model user_events failed"
+    (failed,) = [r for r in caplog.records if r.getMessage().startswith("dbt loop run 1: FAILED")]
+    # the run's figures ride on the line as fields (JSON logs)
+    assert (failed.levelname, failed.run, failed.success, failed.error) == ("ERROR", 1, False, runs[0]["error"])
+    assert failed.counts == {runs[0]["models"]["user_events"]["status"]: 1}
 
     FakeRunner.invocations, FakeRunner.failing_runs = [], {1}
     runs = dbt_ops.run_loop(fake_dbt, 0.01, ["run"], runs=5, fail_fast=True, stop=threading.Event())
@@ -122,3 +127,19 @@ def test_touched_days_become_day_ranges_and_a_date_list():
     assert values["scope"] == "touched days 2026-11-20..2026-11-23 (3) and no date"
     assert day_predicates(scope, []) == {"gold_days": "false", "silver_days": "false", "scope": "no touched day"}
     assert day_predicates(scope, None) == {"gold_days": "true", "silver_days": "true", "scope": "all days"}
+
+
+def test_the_loops_dbt_lines_are_the_projects_dated_log_lines(tmp_path):
+    """Real dbt (a parse and an `ls`: no Spark) in the loop: its lines come through the project's
+    logging, JSON here, dated, instead of dbt's `HH:MM:SS` console; standard output stays empty."""
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), "DBT_TARGET_PATH": str(tmp_path / "target")}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "--log-format", "json", "dbt", "loop",
+                             "--every", "1s", "--runs", "1", "ls", "--select", "user_events"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    assert any(line["logger"] == "dbt" and line["message"].startswith("Running with dbt=") for line in lines)
+    assert any(line["logger"] == "dbt" and line["message"] == "lakehouse.silver.user_events" for line in lines)
+    (run,) = [line for line in lines if line["logger"] == "lakehouse.dbt"]
+    assert run["message"].startswith("dbt loop run 1: success") and (run["run"], run["success"]) == (1, True)
