@@ -18,6 +18,7 @@ Secrets are read only from the environment; nothing here is ever written to disk
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -107,6 +108,11 @@ SETTINGS: dict[str, Setting] = {
         "QUALITY_MAX_EVENT_AGE_DAYS", "bronze event times older than this are a quality warning", lambda home: "45"),
     "log_format": Setting("LOG_FORMAT", "log lines: text (dated, for people) or json (one object per line)",
                           lambda home: "text"),
+    "status_max_lag": Setting("STATUS_MAX_LAG", "`lakehouse status --check`: records a stream may be behind its "
+                              "topic's end", lambda home: "100000"),
+    "status_max_model_age_minutes": Setting(
+        "STATUS_MAX_MODEL_AGE_MINUTES", "`lakehouse status --check`: minutes since a dbt model's last success "
+        "after which it is stale", lambda home: "60"),
 }
 
 
@@ -223,6 +229,8 @@ class Settings:
     quality_dead_letter_window_hours: float = 24.0
     quality_max_event_age_days: float = 45.0
     log_format: str = "text"
+    status_max_lag: int = 100_000
+    status_max_model_age_minutes: float = 60.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -255,6 +263,10 @@ class Settings:
         from lakehouse.core.logs import log_format
 
         log_form = log_format(raw["log_format"], PREFIX + SETTINGS["log_format"].env)
+        max_lag = _positive_number("status_max_lag", raw["status_max_lag"])
+        if not math.isfinite(max_lag) or max_lag != int(max_lag):
+            raise LakehouseError(f"{PREFIX}STATUS_MAX_LAG must be a whole number of records, "
+                                 f"got {raw['status_max_lag']!r}")
         kafka_options = {
             key[len(KAFKA_OPTION_PREFIX):].lower().replace("_", "."): value
             for key, value in env.items()
@@ -288,6 +300,9 @@ class Settings:
             kafka_options=kafka_options,
             **quality,
             log_format=log_form,
+            status_max_lag=int(max_lag),
+            status_max_model_age_minutes=_positive_number("status_max_model_age_minutes",
+                                                          raw["status_max_model_age_minutes"]),
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

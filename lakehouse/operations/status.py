@@ -10,6 +10,11 @@ Four parts, each read from files or through pyiceberg only:
 * dbt: the last run, from dbt's own ``run_results.json``.
 * Quality: the verdict of the last quality run, from the table ``quality.results``.
 
+``--check`` turns the report into a health check (``check_problems``): one line per thing
+that needs attention (a stream stopped, a lag over its limit, a quality run failed, a dbt
+model failed or stale) and exit status 3, or one ``ok`` line and 0. Every key of ``--json``
+is documented in docs/operations.md (a test compares the two).
+
 Each part may be missing (no run yet, broker stopped, no catalog): that part says so and
 the rest is still shown. Pure functions (summaries, formatting) are kept apart from the
 readers so that they can be tested without a lakehouse.
@@ -21,12 +26,15 @@ import argparse
 import json
 import os
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ingestion import checkpoint
 from ingestion.checkpoint import records_of_batch
@@ -41,6 +49,9 @@ QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.R
 MAINTENANCE_LOG = Path("maintenance") / "log.jsonl"  # under the state folder, appended by `lakehouse maintain`
 DBT_FAILED_STATUSES = ("error", "fail", "runtime error")
 BROKER_PROBE_TIMEOUT_S = 2.0
+NEEDS_ATTENTION = 3  # exit status of `status --check` with problems (as `kafka status` for a broker down)
+# Why a part is empty on a lakehouse that has simply not started: said, but nothing to attend to.
+NO_CATALOG = "no catalog yet (nothing ingested)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,6 +79,10 @@ class StreamStatus:
     added_fields: dict[str, str] = field(default_factory=dict)
     rescued_rows: int = 0
     rescued_fields: list[str] = field(default_factory=list)
+    # Whether an ingestion job holds the stream now: its process in this state folder is alive,
+    # or its writer lease in the bronze table is live (ingestion/single_writer.py); who it is.
+    running: bool = False
+    writer: str | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -189,7 +204,17 @@ def summarize_run_results(results: dict[str, Any]) -> dict[str, Any]:
         "dbt_version": metadata.get("dbt_version"),
         "counts": dict(sorted(counts.items())),
         "failed": [node.get("unique_id") for node in nodes if node.get("status") in DBT_FAILED_STATUSES],
+        "models": {str(node["unique_id"]).split(".")[-1]: {
+            "status": str(node.get("status")),
+            "completed_at": _completed_at(node) or metadata.get("generated_at")}
+            for node in nodes if str(node.get("unique_id", "")).startswith("model.")},
     }
+
+
+def _completed_at(node: dict[str, Any]) -> str | None:
+    """When dbt finished a node: the end of its last timing step (run_results.json)."""
+    ends = [step.get("completed_at") for step in node.get("timing") or [] if isinstance(step, dict)]
+    return max((end for end in ends if isinstance(end, str)), default=None)
 
 
 def quality_verdict(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -219,6 +244,68 @@ def quality_verdict(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _check_name(row: dict[str, Any]) -> str:
     name = f"{row.get('suite') or '?'}: {row.get('expectation') or '?'}"
     return f"{name} ({row['column_name']})" if row.get("column_name") else name
+
+
+def parse_time(iso: str | None) -> datetime | None:
+    """An ISO timestamp as an aware datetime (UTC when it names no zone); None if unreadable."""
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def check_problems(report: StatusReport, settings: Settings, now: datetime, named: bool = False) -> list[str]:
+    """What needs attention, one line each (`lakehouse status --check`); [] when healthy.
+
+    A stream must be running when it was named (``named``) or has ever committed a batch: one
+    never ingested is not expected to run. A model is stale when its last success in dbt's
+    last run (run_results.json) is older than LAKEHOUSE_STATUS_MAX_MODEL_AGE_MINUTES; one that
+    run did not touch is not judged. No dbt or quality run recorded is not a problem.
+    """
+    problems = [f"{part}: {problem}" for part, problem in report.problems.items()
+                if problem != NO_CATALOG]
+    for s in report.streams:
+        if not (named or s.last_batch is not None):
+            continue
+        if not s.running:
+            last = "no batch committed yet" if s.last_batch is None else \
+                f"last batch #{s.last_batch} at {human_time(s.last_batch_at)}"
+            problems.append(f"stream {s.stream}: stopped (no ingestion job holds it; {last})")
+        if s.lag is None:
+            problems.append(f"stream {s.stream}: lag unknown: " + ("; ".join(s.problems) or "no end offsets"))
+        elif s.lag > settings.status_max_lag:
+            problems.append(f"stream {s.stream}: lag {s.lag:,} records, over the limit of {settings.status_max_lag:,} "
+                            f"({PREFIX}STATUS_MAX_LAG)")
+    if report.quality is not None and report.quality["verdict"] != "PASSED":
+        failures = report.quality["critical_failures"]
+        problems.append(f"quality: the last run ({human_time(report.quality['run_at'])}) failed "
+                        f"{report.quality['critical_failed']:,} critical check(s)"
+                        + (": " + "; ".join(failures) if failures else ""))
+    if report.dbt is not None:
+        limit = settings.status_max_model_age_minutes
+        for name, model in sorted((report.dbt.get("models") or {}).items()):
+            if model["status"] != "success":
+                problems.append(f"dbt: model {name}: {model['status']} in the last run "
+                                f"({human_time(model['completed_at'])})")
+                continue
+            done = parse_time(model["completed_at"])
+            if done is None or (now - done).total_seconds() > limit * 60:
+                problems.append(f"dbt: model {name}: stale, last success {human_time(model['completed_at'])}, "
+                                f"more than {limit:g} minutes ago ({PREFIX}STATUS_MAX_MODEL_AGE_MINUTES)")
+    return problems
+
+
+def check_ok_line(report: StatusReport, settings: Settings) -> str:
+    """The one line of a healthy `status --check`: what was checked."""
+    running = [s for s in report.streams if s.running]
+    lags = [s.lag for s in running if s.lag is not None]
+    parts = [f"{len(running)} stream(s) running" + (f", lag at most {max(lags):,} records (limit "
+                                                      f"{settings.status_max_lag:,})" if lags else "")]
+    models = (report.dbt or {}).get("models") or {}
+    parts.append(f"{len(models)} dbt model(s) fresh" if report.dbt else "no dbt run recorded")
+    parts.append(f"quality {report.quality['verdict']}" if report.quality else "no quality run recorded")
+    return "ok: " + "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,8 +585,33 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
         if table is not None:
             status.bronze_rows = table_figures(_summary(table) or {"total-records": "0"})["rows"]
             _fill_fields(table, status)
+        status.writer = ingestion_job(settings, spec.name, table)
+        status.running = status.writer is not None
         result.append(status)
     return result
+
+
+def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | None:
+    """The ingestion job that holds a stream now, as text; None when none does.
+
+    The job's own marks (ingestion/single_writer.py), read, never taken: the holder file beside
+    its lock in this state folder (its process alive: same pid and start time), else the writer
+    lease in the bronze table's properties (a live lease: a job of another host, renewed lately).
+    """
+    from ingestion import single_writer
+
+    try:
+        holder = json.loads(single_writer.lock_path(settings, stream).with_suffix(".json").read_text())
+        if holder.get("host") == socket.gethostname() and \
+                abs(psutil.Process(int(holder["pid"])).create_time() - float(holder["process_started"])) < 1.0:
+            return f"pid {holder['pid']} on {holder['host']} (started {holder.get('started_at')})"
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pass
+    if bronze_table is not None:
+        lease = single_writer.parse_lease(bronze_table.properties.get(single_writer.LEASE_PROPERTY))
+        if lease is not None and single_writer.is_live(lease, time.time()):
+            return lease.text()
+    return None
 
 
 ADDED_FIELDS_PROPERTY = "lakehouse.added-fields"  # ingestion.bronze's, without importing pyspark
@@ -666,10 +778,9 @@ def collect_status(settings: Settings, names: list[str] | None = None) -> Status
     problems: dict[str, str] = {}
     catalog = _guarded(problems, "tables", lambda: existing_catalog(settings))
     if catalog is None and "tables" not in problems:
-        problems["tables"] = "no catalog yet (nothing ingested)"
+        problems["tables"] = NO_CATALOG
     if catalog is None:
-        problems["quality"] = "no catalog to read quality.results from" if "tables" not in problems \
-            else problems["tables"]
+        problems["quality"] = problems["tables"]
     streams = _guarded(problems, "streams", lambda: stream_status(settings, names, catalog=catalog or False)) or []
     tables = (_guarded(problems, "tables", lambda: table_status(settings, catalog)) or []) if catalog else []
     dbt = _guarded(problems, "dbt", dbt_status)
@@ -683,14 +794,26 @@ def collect_status(settings: Settings, names: list[str] | None = None) -> Status
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("streams", nargs="*", metavar="STREAM", help="only these streams (default: all)")
-    parser.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for machines (keys: docs/operations.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="a health check: one line per problem (a stream stopped or lagging over "
+                             f"{PREFIX}STATUS_MAX_LAG, the last quality run failed, a dbt model failed or not "
+                             f"rebuilt for {PREFIX}STATUS_MAX_MODEL_AGE_MINUTES) and exit status "
+                             f"{NEEDS_ATTENTION}, or one `ok` line and 0. A stream must run when named here or "
+                             "once ingested. With --json: the report plus its `check`")
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     report = collect_status(settings, args.streams or None)
+    problems = check_problems(report, settings, datetime.now(UTC), named=bool(args.streams)) if args.check else []
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
+        shown = report.to_dict()
+        if args.check:
+            shown["check"] = {"ok": not problems, "problems": problems}
+        print(json.dumps(shown, indent=2, default=str))
+    elif args.check:
+        print("\n".join(problems) if problems else check_ok_line(report, settings))
     else:
         print(format_report(report))
-    return 0
+    return NEEDS_ATTENTION if problems else 0
 

@@ -10,6 +10,9 @@ whatever order the modules run.
 
 import dataclasses
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,8 @@ from ingestion import job
 from lakehouse.operations.dbt import run_dbt
 from producers import user_events
 from producers.faults import FaultRates
-from tests.integration.own_lakehouse import own_lakehouse
+from tests.conftest import REPO_ROOT
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +133,46 @@ def test_dbt_builds_silver_and_gold_from_bronze(session, built):
     assert gold_total == bronze_ids
 
 
+def documented_status_keys() -> dict[str, str]:
+    """key -> type, from the table of `status --json`'s keys in docs/operations.md."""
+    text = (REPO_ROOT / "docs" / "operations.md").read_text()
+    table = text.split("### The keys of `status --json`", 1)[1].split("\n## ", 1)[0]
+    return {match[1]: match[2] for match in re.finditer(r"^\| `([^`]+)` \| ([^|]+?) \|", table, re.M)}
+
+
+def status_keys(value, path: str, documented: dict[str, str]) -> set[str]:
+    """The key paths of a `status --json` value, written as the doc writes them (a.b, a[].b);
+    a documented map's keys are data, not keys, except that its object values are followed as
+    a.<name>.key when the doc says so."""
+    keys = {path} if path and not path.endswith(("[]", ">")) else set()  # a list's items, a map's values
+    if documented.get(path, "").startswith("map"):
+        placeholder = next((k[len(path) + 1:].split(".")[0] for k in documented if k.startswith(path + ".<")), None)
+        for item in (value.values() if placeholder and isinstance(value, dict) else ()):
+            keys |= status_keys(item, f"{path}.{placeholder}", documented)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            keys |= status_keys(item, f"{path}.{key}" if path else key, documented)
+    elif isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        for item in value:
+            keys |= status_keys(item, f"{path}[]", documented)
+    return keys
+
+
+def test_status_json_keys_are_the_documented_ones(own, built, dbt_target, quality_report):
+    """Every key a real `lakehouse status --json --check` prints is in docs/operations.md's table,
+    and every key there is printed (with a dbt run, a quality run, streams and tables)."""
+    env = {**cli_env(own), "DBT_TARGET_PATH": str(dbt_target)}
+    result = subprocess.run([str(Path(sys.executable).with_name("lakehouse")), "status", "--json", "--check"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode in (0, 3), result.stdout + result.stderr  # 3: the job ran --available-now
+    shown = json.loads(result.stdout)
+    assert shown["dbt"]["models"] and shown["quality"] and shown["streams"] and shown["tables"]
+    documented = documented_status_keys()
+    printed = status_keys(shown, "", documented)
+    assert sorted(printed - set(documented)) == [], "printed, not in docs/operations.md"
+    assert sorted(set(documented) - printed) == [], "in docs/operations.md, not printed"
+
+
 def test_pyiceberg_reads_the_same_catalog(own, built):
     catalog = pyiceberg_catalog(own)
     assert {ns[0] for ns in catalog.list_namespaces()} >= {"bronze", "silver", "gold"}
@@ -189,10 +233,14 @@ def test_dbt_docs_catalog_has_columns(own, built, dbt_target):
     assert {"event_date", "event_type", "event_count"} <= columns["events_by_type_daily"]
 
 
-def test_quality_suite_passes_on_the_built_tables(session, own, built):
+@pytest.fixture(scope="module")
+def quality_report(session, own, built):
     from expectations.runner import run_quality
 
     # this test builds only the user_events models
-    report = run_quality(session, own, layer="silver", stream="user_events")
-    assert report.passed and report.critical_failures == 0
-    assert report.docs_index.exists()
+    return run_quality(session, own, layer="silver", stream="user_events")
+
+
+def test_quality_suite_passes_on_the_built_tables(quality_report):
+    assert quality_report.passed and quality_report.critical_failures == 0
+    assert quality_report.docs_index.exists()

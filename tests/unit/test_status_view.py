@@ -123,3 +123,61 @@ def test_fields_the_contract_lacks_are_noted_under_their_stream():
     assert "note: fields the source added, now columns: tier (string)" in text
     assert "note: 1,313 bronze rows keep fields the contract lacks in _rescued: loyalty" in text
     assert s.field_notes(s.StreamStatus("quiet", "quiet", "bronze.quiet")) == []
+
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def checked(streams, dbt=None, quality=None, problems=None, named=False, **env):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": "/nonexistent", **env})
+    report = s.StatusReport(streams=streams, tables=[], dbt=dbt, quality=quality, problems=problems or {})
+    return s.check_problems(report, settings, NOW, named=named), s.check_ok_line(report, settings)
+
+
+def stream(name, **fields):
+    return s.StreamStatus(name, name, f"bronze.{name}", **fields)
+
+
+def dbt_models(**models):
+    return s.summarize_run_results({"metadata": {"generated_at": "2026-11-23T11:59:00Z"}, "results": [
+        {"unique_id": f"model.lakehouse.{name}", "status": status,
+         "timing": [{"name": "execute", "completed_at": at}]} for name, (status, at) in models.items()]})
+
+
+def test_check_is_ok_when_streams_run_within_their_lag_and_models_are_fresh():
+    problems, ok = checked(
+        [stream("purchases", last_batch=7, running=True, lag=120), stream("accounts")],  # accounts: never ingested
+        dbt=dbt_models(purchases=("success", "2026-11-23T11:30:00.5Z")),
+        quality={"verdict": "PASSED", "critical_failures": [], "critical_failed": 0, "run_at": "2026-11-23T11:00:00"},
+        problems={"tables": s.NO_CATALOG})
+    assert problems == []
+    assert ok == "ok: 1 stream(s) running, lag at most 120 records (limit 100,000); 1 dbt model(s) fresh; " \
+                 "quality PASSED"
+
+
+def test_check_names_each_problem_on_its_own_line():
+    problems, _ = checked(
+        [stream("purchases", last_batch=7, last_batch_at="2026-11-23T10:00:00+00:00", lag=0),  # stopped
+         stream("orders", running=True, lag=501),  # over the limit
+         stream("accounts", problems=["cannot reach Kafka at x:1: is it running?"]),  # named: must run
+         ],
+        dbt=dbt_models(purchases=("success", "2026-11-23T10:59:00Z"), orders=("error", "2026-11-23T11:59:00Z"),
+                       accounts=("success", "2026-11-23T11:59:00Z")),
+        quality={"verdict": "FAILED", "critical_failures": ["silver: unique (id)"], "critical_failed": 1,
+                 "run_at": "2026-11-23T11:00:00+00:00"},
+        problems={"dbt": "cannot read run_results.json"}, named=True, LAKEHOUSE_STATUS_MAX_LAG="500")
+    assert problems == [
+        "dbt: cannot read run_results.json",
+        "stream purchases: stopped (no ingestion job holds it; last batch #7 at 2026-11-23 10:00:00Z)",
+        "stream orders: lag 501 records, over the limit of 500 (LAKEHOUSE_STATUS_MAX_LAG)",
+        "stream accounts: stopped (no ingestion job holds it; no batch committed yet)",
+        "stream accounts: lag unknown: cannot reach Kafka at x:1: is it running?",
+        "quality: the last run (2026-11-23 11:00:00Z) failed 1 critical check(s): silver: unique (id)",
+        "dbt: model orders: error in the last run (2026-11-23 11:59:00Z)",
+        "dbt: model purchases: stale, last success 2026-11-23 10:59:00Z, more than 60 minutes ago "
+        "(LAKEHOUSE_STATUS_MAX_MODEL_AGE_MINUTES)",
+    ]
+    # the limits are settings: a longer model age makes purchases fresh again
+    problems, _ = checked([], dbt=dbt_models(purchases=("success", "2026-11-23T10:59:00Z")),
+                          LAKEHOUSE_STATUS_MAX_MODEL_AGE_MINUTES="90")
+    assert problems == []
