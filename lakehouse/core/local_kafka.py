@@ -106,7 +106,8 @@ def log4j_properties(logs_dir: Path) -> str:
         f"appender.file.fileName={logs_dir}/server.log",
         f"appender.file.filePattern={logs_dir}/server.log.%i",
         "appender.file.layout.type=PatternLayout",
-        "appender.file.layout.pattern=[%d] %p %m (%c)%n",
+        # dated with the zone, as the project's other log lines (lakehouse/core/logs.py)
+        "appender.file.layout.pattern=[%d{yyyy-MM-dd'T'HH:mm:ss.SSSXXX}] %p %m (%c)%n",
         "appender.file.policies.type=Policies",
         "appender.file.policies.size.type=SizeBasedTriggeringPolicy",
         "appender.file.policies.size.size=20MB",
