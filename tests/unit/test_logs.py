@@ -85,7 +85,7 @@ def test_utc_is_written_z_like_log4j_and_other_zones_with_their_offset(monkeypat
 
 def test_the_option_wins_over_the_variable_and_a_bad_value_is_a_user_error(monkeypatch):
     root = logging.getLogger()
-    before = list(root.handlers)
+    before, level = list(root.handlers), root.level
     monkeypatch.setenv(logs.VARIABLE, "text")
     monkeypatch.delenv("DBT_LOG_FORMAT", raising=False)
     try:
@@ -100,9 +100,11 @@ def test_the_option_wins_over_the_variable_and_a_bad_value_is_a_user_error(monke
         monkeypatch.setenv(logs.VARIABLE, "yaml")
         with pytest.raises(LakehouseError, match=r"^LAKEHOUSE_LOG_FORMAT must be text or json, got 'yaml'$"):
             logs.configure()
-    finally:
+    finally:  # this process's logging as it was, for the tests after this one
         for handler in [h for h in root.handlers if h not in before]:
             root.removeHandler(handler)
+        root.setLevel(level)
+        logging.captureWarnings(False)
 
 
 @pytest.mark.parametrize("argv, env", [(["--log-format", "xml", "config"], {}),
