@@ -139,11 +139,17 @@ def is_live(lease: Lease, now: float, host: str | None = None) -> bool:
     """Whether the lease's holder may still be running: on this host, its process is alive (the
     same pid and start time: a pid reused since is not it); elsewhere, renewed lately."""
     if lease.host == (host or socket.gethostname()):
-        try:
-            return abs(psutil.Process(lease.pid).create_time() - lease.process_started) < 1.0
-        except psutil.Error:
-            return False
+        return process_alive(lease.pid, lease.process_started)
     return now - lease.renewed_at < LEASE_SECONDS
+
+
+def process_alive(pid: int, process_started: float) -> bool:
+    """Whether process ``pid`` of this host runs and is the one started at ``process_started``
+    (a pid reused since is not it)."""
+    try:
+        return abs(psutil.Process(pid).create_time() - process_started) < 1.0
+    except psutil.Error:
+        return False
 
 
 class LeaseLost(LakehouseError):

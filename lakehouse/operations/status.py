@@ -34,8 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ingestion import checkpoint
 from ingestion.checkpoint import records_of_batch
 from ingestion.job import checkpoint_location
@@ -603,9 +601,9 @@ def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | N
     try:
         holder = json.loads(single_writer.lock_path(settings, stream).with_suffix(".json").read_text())
         if holder.get("host") == socket.gethostname() and \
-                abs(psutil.Process(int(holder["pid"])).create_time() - float(holder["process_started"])) < 1.0:
+                single_writer.process_alive(int(holder["pid"]), float(holder["process_started"])):
             return f"pid {holder['pid']} on {holder['host']} (started {holder.get('started_at')})"
-    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+    except (OSError, ValueError, KeyError, TypeError):
         pass
     if bronze_table is not None:
         lease = single_writer.parse_lease(bronze_table.properties.get(single_writer.LEASE_PROPERTY))
