@@ -12,6 +12,7 @@ rows and files read do not depend on the machine's load, times do.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -70,7 +71,8 @@ def sql_breakdown(event_log: Path) -> list[dict]:
             owners = {metric_of.get(m["accumulatorId"], (execution_id,))[0] for m in node.get("metrics", [])}
             if cached and owners != {execution_id}:
                 continue  # read from the cache here; the scan ran in the statement that built it
-            ex["scans"].append({"table": name.split(" ", 1)[1] if " " in name else name})
+            ex["scans"].append({"table": name.split(" ", 1)[1] if " " in name else name,
+                                "columns": scan_columns(node.get("simpleString", ""))})
             for metric in node.get("metrics", []):
                 metric_of[metric["accumulatorId"]] = (execution_id, len(ex["scans"]) - 1, metric["name"])
 
@@ -118,4 +120,34 @@ SCAN_METRICS = {  # Iceberg's scan metrics as Spark shows them -> short names
 
 
 def scan_summary(scan: dict) -> dict:
-    return {"table": scan["table"], **{short: scan[name] for name, short in SCAN_METRICS.items() if name in scan}}
+    return {"table": scan["table"], "columns": scan["columns"],
+            **{short: scan[name] for name, short in SCAN_METRICS.items() if name in scan}}
+
+
+def scan_columns(simple_string: str) -> list[str]:
+    """The columns a scan reads, from its plan line: ``BatchScan lake.silver.t[a#1L, _seq#2] ...``
+    -> ``['a', '_seq']`` (the read schema after column pruning, metadata columns included)."""
+    head, bracket, rest = simple_string.partition("[")
+    if not bracket or " " not in head.strip():
+        return []
+    return [re.sub(r"#\d+L?$", "", column.strip()) for column in rest.split("]", 1)[0].split(",") if column.strip()]
+
+
+# What a row-level command (MERGE, UPDATE, DELETE) reads besides the table's own columns: the
+# position of each row, to delete it (merge-on-read) or to know its file (copy-on-write).
+ROW_POSITION_COLUMNS = ("_file", "_pos", "_spec_id", "_partition")
+
+
+def merge_target_reads(statements: list[dict]) -> list[tuple[str, list[str]]]:
+    """Per row-level write of the statements (Iceberg's WriteDelta, merge-on-read, or
+    ReplaceData, copy-on-write), its target and the table columns its read of the target
+    reads: the scan that also reads the rows' positions (`_file`), which no other scan of the
+    statement reads. In statement order."""
+    reads = []
+    for statement in statements:
+        if not statement["nodes"] & {"WriteDelta", "ReplaceData"}:
+            continue
+        for scan in statement["scans"]:
+            if "_file" in scan["columns"]:
+                reads.append((scan["table"], [c for c in scan["columns"] if c not in ROW_POSITION_COLUMNS]))
+    return reads

@@ -361,6 +361,8 @@ def statement_kind(statement: dict) -> str:
         return "changes table (increment)" if any(t.endswith(MIRROR) for t in tables) else "create table as select"
     if "CacheTableAsSelect" in nodes:
         return "cache table (increment)"
+    if tables and all(t.endswith("__dbt_changes") for t in tables):
+        return "read changes table (count, lacking columns)"
     if nodes & {"MergeRows", "MergeRowsExec"}:
         return "merge"
     if nodes & {"WriteDelta", "ReplaceData"}:

@@ -152,6 +152,13 @@
         {%- if pending > 0 -%}
             {%- set change_columns = adapter.get_columns_in_relation(changes_relation) | map(attribute='name') | list -%}
             {%- set carried = cdc_carried_columns(change_columns, keys + [sequence_by]) -%}
+            {#- The MERGE reads of the mirror its key, its sequence and, only for the columns a
+                pending change did not carry (`_unavailable` and still null), their values. A
+                column it names reads that column of every mirror file the join reads (one read
+                schema for the whole scan), so the MERGE names only the columns some change lacks,
+                asked of the (small) changes table first: a run without such changes reads key
+                and sequence only. -#}
+            {%- set lacking = cdc_mirror_lacking_columns(changes_relation, carried) -%}
             {%- set previous = set_session_settings(storage_partitioned_join_settings() if storage == 'table' else {}) -%}
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
@@ -162,7 +169,7 @@
                     {#- a column the change did not carry (`_unavailable`) and no earlier change of
                         the increment had (cdc_mirror_changes: it is null) keeps the mirror's value -#}
                     {%- for column in change_columns %}
-                    {{ column }} = {% if column in carried -%}
+                    {{ column }} = {% if column in lacking -%}
                         case when array_contains(change._unavailable, '{{ column }}') and change.{{ column }} is null
                              then mirror.{{ column }} else change.{{ column }} end
                     {%- else %}change.{{ column }}{% endif %}{{ ',' if not loop.last }}
@@ -217,6 +224,26 @@
 
     {{ return({'relations': [target_relation]}) }}
 {%- endmaterialization %}
+
+
+{#- The `carried` columns that some change of `changes` (a relation) did not carry: named in
+    its `_unavailable` and still null (cdc_mirror_changes found no earlier change of the
+    increment with a value), so the MERGE must keep the mirror's value. -#}
+{% macro cdc_mirror_lacking_columns(changes, carried) -%}
+    {%- if not carried -%}{{ return([]) }}{%- endif -%}
+    {%- set query -%}
+        select
+        {%- for column in carried %}
+            count_if(array_contains(_unavailable, '{{ column }}') and {{ column }} is null) > 0{{ ',' if not loop.last }}
+        {%- endfor %}
+        from {{ changes }}
+        where size(_unavailable) > 0
+    {%- endset -%}
+    {%- set found = run_query(query).rows[0] -%}
+    {%- set lacking = [] -%}
+    {%- for column in carried -%}{%- if found[loop.index0] -%}{%- do lacking.append(column) -%}{%- endif -%}{%- endfor -%}
+    {{ return(lacking) }}
+{%- endmacro %}
 
 
 {#-

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._spark_events import event_log_env, newest_event_log, sql_breakdown
+from benchmarks._spark_events import event_log_env, merge_target_reads, newest_event_log, sql_breakdown
 from benchmarks.dbt_scaling import create_bronze, load_history, load_increment
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
@@ -617,3 +617,60 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
     quality = run_quality(session, own, layer="gold", stream="purchases", full=True)
     assert quality.result("gold.sales_by_region_daily.reconciliation", "expect_column_values_to_be_null",
                           "mismatch").success
+
+
+# What each MERGE of a run reads of its target, besides the rows' positions: the columns its
+# match needs (keys, sequence) and nothing its assignments could take from the change instead
+# (docs/models.md, "What a MERGE reads"). All are merge-on-read: the target's read is a column-
+# pruned join side, never a whole-file rewrite.
+MERGE_TARGET_READS = {
+    "silver.customers_mirror": {"customer_id", "_seq"},
+    "silver.accounts_mirror": {"account_id", "_seq"},
+    "silver.customers_history": {"customer_id", "_seq"},
+    "silver.accounts_history": {"account_id", "_seq"},
+    "gold.events_by_type_daily": {"event_date", "event_type"},
+    "gold.customer_activity": {"customer_id"},
+}
+
+
+def target_reads(statements: list[dict]) -> dict[str, list[set]]:
+    reads: dict[str, list[set]] = {}
+    for table, columns in merge_target_reads(statements):
+        reads.setdefault(table.removeprefix("lake."), []).append(set(columns))
+    return reads
+
+
+def test_every_merge_reads_only_the_target_columns_it_needs(increments):
+    """The plans Spark ran for the last incremental `dbt run` (its event log): every MERGE's
+    read of its target table reads the match's columns only, and every MERGE of the run is
+    listed here (a new one must say what it reads). On the CDC mirror, whose changes may leave
+    a column out (`_unavailable`), this failed before the MERGE named only the columns some
+    change lacks: it read every column of the row."""
+    statements, _, _ = increments
+    assert target_reads(statements) == {table: [columns] for table, columns in MERGE_TARGET_READS.items()}
+
+
+def test_a_merge_reads_a_mirror_column_only_when_a_change_lacks_it(lake, increments):
+    """A change that did not carry a column (`_unavailable`, still null: no earlier change of
+    the increment had it) keeps the mirror's value: the MERGE reads that column, and no other
+    beyond key and sequence. Runs after the module's other tests (it lands a change)."""
+    from pyspark.sql import functions as F
+
+    own, session, target = lake
+    key, email = session.sql("select customer_id, email from silver.customers_mirror "
+                             "where not _is_deleted and customer_id is not null order by customer_id limit 1").first()
+    change = session.table("bronze.customers").where(F.col("customer_id") == key) \
+        .orderBy(F.col("_seq").desc()).limit(1) \
+        .withColumn("op", F.lit("U")).withColumn("tier", F.lit("platinum")) \
+        .withColumn("email", F.lit(None).cast("string")).withColumn("_unavailable", F.array(F.lit("email"))) \
+        .withColumn("_seq", F.struct(F.col("_seq.phase").alias("phase"),
+                                     F.lit(3_000_000_000).cast("bigint").alias("commit_pos"),
+                                     F.lit(0).cast("bigint").alias("change_pos"))) \
+        .withColumn("_kafka_offset", F.lit(960_000_000).cast("bigint")) \
+        .withColumn("_ingested_at", F.current_timestamp())
+    change.writeTo("bronze.customers").append()
+    statements = run_with_event_log(own, target, own.home / "spark-events-carried",
+                                    ["run", "--select", "customers_mirror"])
+    assert target_reads(statements) == {"silver.customers_mirror": [{"customer_id", "_seq", "email"}]}
+    row = session.sql(f"select email, tier from silver.customers_mirror where customer_id = {key}").first()
+    assert (row.email, row.tier) == (email, "platinum")
