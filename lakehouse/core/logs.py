@@ -7,8 +7,8 @@ zone, ``Z`` for UTC, as the JVM's log4j writes it: ``2026-12-02T03:04:05.123Z``,
 Two forms, chosen by ``--log-format`` or ``LAKEHOUSE_LOG_FORMAT``:
 
 * ``text`` (default): ``<time> <LEVEL> <logger>: <message>``, for people;
-* ``json``: one JSON object per line with ``time``, ``level``, ``logger``, ``message``, the
-  known extra keys a line carries (``stream``, ``batch``, ``counts``...: passed with
+* ``json``: one JSON object per line with ``time``, ``level``, ``logger``, ``message``, every
+  extra key a line carries (``stream``, ``batch``, ``counts``...: passed with
   ``log.info(..., extra={...})``) and ``exception`` (the stack trace, when there is one), for
   log collectors.
 
@@ -33,8 +33,11 @@ from lakehouse.core.errors import LakehouseError
 
 VARIABLE = "LAKEHOUSE_LOG_FORMAT"
 FORMATS = ("text", "json")
-# Values a log call may pass with extra={...}; a JSON line carries those present, in this order.
+# Values log calls of the project pass with extra={...}; a JSON line carries those present
+# first, in this order, then any other extra key in name order (none is left out).
 EXTRA_KEYS = ("stream", "batch", "counts", "seconds", "run", "success", "models", "error")
+# What every LogRecord has by itself: an attribute outside these came from extra={...}.
+RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 # Loggers that are noise at INFO: py4j logs every callback-server connection, GX dozens of lines
 # of config handling per suite.
 QUIET_LOGGERS = ("py4j", "great_expectations")
@@ -79,6 +82,8 @@ class LakehouseFormatter(logging.Formatter):
         fields: dict[str, Any] = {"time": timestamp(record.created), "level": record.levelname,
                                   "logger": record.name, "message": message}
         fields.update({key: getattr(record, key) for key in EXTRA_KEYS if hasattr(record, key)})
+        fields.update({key: value for key, value in sorted(vars(record).items())
+                       if key not in RECORD_ATTRIBUTES and key not in fields and not key.startswith("_")})
         if record.exc_info:
             fields["exception"] = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
         return fields
