@@ -221,6 +221,10 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
                      F.col("position").cast("bigint").alias("change_pos")).alias("_seq"),
         ]
     else:
+        from ingestion.formats import log_position_key
+
+        position_text = F.format_string("mysql-bin-changelog.%06d:%d", F.floor(F.col("position") / 65536),
+                                        (F.col("position") % 65536).cast("bigint"))
         columns = [
             F.col("op"),
             key.cast("bigint").alias("account_id"),
@@ -234,10 +238,11 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             pick(STATUSES, 38, "position").alias("status"),
             iso_text(committed).alias("updated_at"),
             committed.alias("_source_ts"),
-            # a DMS change's place (ingestion/formats.py decode_dms): the log position as text,
-            # zero-padded so that it sorts as the simulator's does
+            # a DMS change's place (ingestion/formats.py decode_dms): the log position as DMS
+            # writes a MySQL source's, and the form of it that sorts as text
             F.struct((F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),
-                     F.lpad(F.col("position").cast("string"), 20, "0").alias("stream_position"),
+                     log_position_key(position_text).alias("log_position"),
+                     position_text.alias("stream_position"),
                      F.col("position").cast("bigint").alias("transaction_id"),
                      F.lit(0).cast("bigint").alias("record_id")).alias("_seq"),
         ]

@@ -708,15 +708,41 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     )
 
 
+# a number in a log position left-padded to this width sorts as text in numeric order; wider
+# than any offset, LSN half or counter a database writes (2^64 has 20 digits)
+LOG_POSITION_WIDTH = 20
+
+
+def log_position_key(position: Column) -> Column:
+    """A DMS ``stream-position`` in a form whose text order is log order.
+
+    AWS documents what the position is (the source's log position), not its text, and the text
+    differs by engine: MySQL's binlog file and offset (``mysql-bin-changelog.000024:373``, the
+    offset in decimal of any width), PostgreSQL's fixed-width hex LSNs around a record counter in
+    decimal (``00000002/7C007178.3.00000002/7C007178``). Compared as text, ``...:9984`` sorts
+    after ``...:10216``. Every part between separators (characters that are no letter or digit)
+    that is a number, decimal or hex, is left-padded with zeros to LOG_POSITION_WIDTH: decimals
+    then compare as numbers, and fixed-width hex keeps its order (padding equal widths equally
+    changes nothing; a hex part of digits only, 70000000, is padded as 7C000000 is). Names
+    (``mysql-bin-changelog``) and separators stay as they were.
+    """
+    parts = F.split(position, r"(?<=[^0-9A-Za-z])|(?=[^0-9A-Za-z])")  # parts and separators apart
+    return F.array_join(F.transform(parts, lambda part: F.when(
+        part.rlike("^[0-9A-Fa-f]+$") & (F.length(part) < LOG_POSITION_WIDTH),
+        F.lpad(part, LOG_POSITION_WIDTH, "0")).otherwise(part)), "")
+
+
 def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """AWS DMS JSON records -> changelog. DMS sends no tombstones: a null value is invalid.
 
-    ``_seq`` is (commit time in µs, stream position, transaction id, record position in the
-    transaction): the source's log position (``stream-position``, text, compared as text) orders
-    transactions committed in the same microsecond, never the transaction id, which a database
-    assigns at transaction start (ARCHITECTURE §9; producers/cdc/oracle.py). A record without a
-    position is INVALID_CDC_ENVELOPE, like one without its transaction id: the endpoint setting
-    that gives one (``IncludeTransactionDetails``) gives the other.
+    ``_seq`` is (commit time in µs, log position, stream position, transaction id, record
+    position in the transaction): the source's log position orders the changes committed in the
+    same microsecond, never the transaction id, which a database assigns at transaction start
+    (ARCHITECTURE §9; producers/cdc/oracle.py). ``log_position`` is ``stream-position`` in a form
+    that sorts as text in log order (``log_position_key``); ``stream_position`` keeps it as DMS
+    wrote it. A record without a position is INVALID_CDC_ENVELOPE, like one without its
+    transaction id: the endpoint setting that gives one (``IncludeTransactionDetails``) gives the
+    other.
 
     ``_before_key`` is the key an update's ``before-image`` names (BeforeImageSettings; null for
     other ops, or a key field the image leaves out): silver's changelog turns an update of the
@@ -751,6 +777,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
         parsed, image_schema, identity, op, image,
         source_ts=committed,
         seq=F.struct(F.unix_micros(committed).alias("commit_us"),
+                     log_position_key(metadata["stream-position"]).alias("log_position"),
                      metadata["stream-position"].alias("stream_position"),
                      metadata["transaction-id"].alias("transaction_id"),
                      metadata["transaction-record-id"].alias("record_id")),

@@ -16,6 +16,7 @@ Encoding is generic over the source tables, but only `accounts` is streamed this
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -49,10 +50,23 @@ def epoch_us(text: str) -> int:
     return (instant - EPOCH) // MICROSECOND
 
 
+BINLOG_FILE_BYTES = 1 << 16  # the simulated binlog rotates often, so offsets restart and grow in width
+
+
 def stream_position(lsn: int) -> str:
-    """A log position as DMS writes a PostgreSQL source's: the LSN's two halves in fixed-width
-    hex, so positions sort as text in log order."""
-    return f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
+    """A log position as DMS writes a MySQL source's (AWS's example: ``mysql-bin-changelog.000024:373``):
+    the binlog file's number and the offset in it, in decimal of any width. As text,
+    ``...:9984`` sorts after ``...:10216``: what reads it must order it as a log position
+    (``log_order``), never as text."""
+    return f"mysql-bin-changelog.{lsn // BINLOG_FILE_BYTES:06d}:{lsn % BINLOG_FILE_BYTES}"
+
+
+def log_order(position: str) -> tuple[tuple[int, str], ...]:
+    """The reference's order of DMS log positions: the position cut at every character that is
+    no letter or digit, each part compared by its width without leading zeros, then as text.
+    Decimals of any width then compare as numbers, fixed-width hex (an LSN half) as its text.
+    ingestion's log_position_key pads instead; both must agree (tests/unit/test_decode_formats.py)."""
+    return tuple((len(part.lstrip("0")), part.lstrip("0")) for part in re.split(r"[^0-9A-Za-z]", position))
 
 
 def encode_key(key: int) -> bytes:
@@ -110,7 +124,8 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
         table = metadata["table-name"]
         op = OPS_BY_OPERATION[metadata["operation"]]
         commit_us = epoch_us(metadata["commit-timestamp"])
-        seq = (commit_us, _text(metadata["stream-position"]), strict_int(metadata["transaction-id"]),
+        position = _text(metadata["stream-position"])
+        seq = (commit_us, log_order(position), position, strict_int(metadata["transaction-id"]),
                strict_int(metadata["transaction-record-id"]))
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None

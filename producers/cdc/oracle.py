@@ -37,9 +37,10 @@ class NormalizedChange:
       of streamed changes is commit order, including two changes of the key inside one
       transaction; the commit timestamp is not usable at all (two transactions can commit in
       the same millisecond).
-    - AWS DMS: ``(commit timestamp in µs, stream position, transaction id, transaction record
-      id)``. The commit time orders transactions; the source's log position (DMS's
-      ``stream-position``, text, compared as text) breaks ties between transactions committed
+    - AWS DMS: ``(commit timestamp in µs, log order, stream position, transaction id,
+      transaction record id)``. The commit time orders transactions; the source's log position
+      (DMS's ``stream-position``, in its log order: producers.cdc.dms.log_order, never as text,
+      whose order differs once an offset grows a digit) breaks ties between changes committed
       in the same microsecond. Never the transaction id: a database assigns it when the
       transaction starts, so of two overlapping transactions the one with the lower id can
       commit second (the simulator does so too). The id and the record id only order changes

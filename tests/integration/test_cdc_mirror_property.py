@@ -74,7 +74,8 @@ OVERLAP = timedelta(minutes=yaml.safe_load((REPO / "dbt_project.yml").read_text(
 RETENTION_HOURS = 24
 # the mirror model per sequence shape: (model file, key column, sequence fields)
 MODELS = {"debezium": ("customers_mirror", "customer_id", ("phase", "commit_pos", "change_pos")),
-          "dms": ("accounts_mirror", "account_id", ("commit_us", "stream_position", "transaction_id", "record_id"))}
+          "dms": ("accounts_mirror", "account_id",
+                  ("commit_us", "log_position", "stream_position", "transaction_id", "record_id"))}
 ADDED_COLUMN = "tier"  # the column the source adds part-way
 # the numeric columns whose type the source widens part-way, before and after: Iceberg's
 # promotions, which bronze makes in place and the mirror must follow without a full refresh
@@ -108,9 +109,11 @@ def seq_of(position: int, shape: str, snapshot_read: bool = False) -> tuple[int,
         return (1, 1000 + 10 * (position // 2), 5000 - 10 * (position // 2) + position % 2)
     # DMS: three changes per commit instant, two per transaction: ties on commit_us, which the
     # log position breaks; transaction ids given at transaction start, not in commit order (1,
-    # 0, 3, 2, ...), so ordering by them would fail. The position is a number here (a string in
-    # bronze): the mirror compares `_seq` field by field whatever the fields' types.
-    return (position // 3, position, (position // 2) ^ 1, position % 2)
+    # 0, 3, 2, ...), so ordering by them would fail. The log position is a number here (a
+    # string in bronze, padded to sort as text: tests/unit/test_decode_formats.py): the mirror
+    # compares `_seq` field by field whatever the fields' types. The raw position after it falls
+    # as the log position rises, so a mirror ordering by it would fail too.
+    return (position // 3, position, -position, (position // 2) ^ 1, position % 2)
 
 
 # --- drawing a source history and its delivery --------------------------------------------------

@@ -7,6 +7,7 @@ producers' own codecs or reference semantics decides whether the producers are r
 """
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -60,11 +61,10 @@ def read_dms(table: str, key: bytes | None, value: bytes | None):
             raise Unreadable
         committed = datetime.fromisoformat(metadata["commit-timestamp"]).astimezone(UTC)
         commit_us = (committed - datetime(1970, 1, 1, tzinfo=UTC)) // datetime.resolution
-        # the log position, not the transaction id (given at transaction start), orders commits
-        position = metadata["stream-position"]
-        if not isinstance(position, str):
-            raise Unreadable
-        seq = (commit_us, position, int(metadata["transaction-record-id"]))
+        # the log position, not the transaction id (given at transaction start), orders commits:
+        # a MySQL binlog position, file and offset, the offset in decimal of any width
+        file, offset = re.fullmatch(r"mysql-bin-changelog\.(\d{6}):(\d+)", metadata["stream-position"]).groups()
+        seq = (commit_us, int(file), int(offset), int(metadata["transaction-record-id"]))
         op = DMS_OPS[metadata["operation"]]
         row_key = image[KEYS[table]]
         if key is not None and int(key.decode()) != row_key:

@@ -105,10 +105,14 @@ def test_changelog_rows_carry_the_sequence_of_their_message(spark, kafka, ingest
         if change is None:
             tombstones.add((message.partition(), message.offset()))
         else:
-            expected[(message.partition(), message.offset())] = (change.op, change.seq, change.key)
+            # DMS: bronze's log_position (the position padded to sort as text) is checked against
+            # the reference's own log order by tests/unit/test_decode_formats.py; here the rest
+            seq = change.seq if codec is debezium else change.seq[:1] + change.seq[2:]
+            expected[(message.partition(), message.offset())] = (change.op, seq, change.key)
     rows = spark.table(f"bronze.{name}").collect()
     key_column = get_stream(name).identity_columns[0]
-    actual = {(r._kafka_partition, r._kafka_offset): (r.op, tuple(r._seq), r[key_column])
+    actual = {(r._kafka_partition, r._kafka_offset):
+              (r.op, tuple(v for f, v in r._seq.asDict().items() if f != "log_position"), r[key_column])
               for r in rows if not r._is_tombstone}
     assert actual == expected
     assert {(r._kafka_partition, r._kafka_offset) for r in rows if r._is_tombstone} == tombstones

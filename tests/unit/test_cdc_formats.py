@@ -135,7 +135,8 @@ def test_dms_round_trip_gives_back_the_change(changes):
         before_key = change.before["account_id"] if change.op == "U" else None
         assert dms.decode(key, value) == NormalizedChange(
             "accounts", change.op, change.key, image,
-            (change.commit_ts_ms * 1000, dms.stream_position(change.lsn), change.tx_id, change.position),
+            (change.commit_ts_ms * 1000, dms.log_order(dms.stream_position(change.lsn)),
+             dms.stream_position(change.lsn), change.tx_id, change.position),
             change.commit_ts_ms, before_key)
     assert sum(1 for c in accounts if c.op == "U" and c.before["account_id"] != c.key) >= 3  # key changes
 
@@ -189,7 +190,7 @@ def _dms_with(**metadata) -> bytes:
 def test_dms_decode_of_a_hand_written_record():
     decoded = dms.decode(b"4", json.dumps(GOOD_DMS).encode())
     assert (decoded.table, decoded.op, decoded.key, decoded.image) == ("accounts", "I", 4, GOOD_DMS["data"])
-    assert decoded.seq == (1_793_491_200_000_000, "00000002/7C007178", 9, 0)
+    assert decoded.seq == (1_793_491_200_000_000, ((1, "2"), (8, "7C007178")), "00000002/7C007178", 9, 0)
 
 
 @pytest.mark.parametrize("value", [
@@ -228,10 +229,20 @@ def test_dms_update_of_the_primary_key_names_the_old_key_and_ends_it():
     assert not dms.decode(b"4", same.encode()).changes_key
 
 
-def test_dms_positions_sort_as_text_in_log_order():
-    lsns = [0, 0x16B3748, 0xFFFFFFFF, 0x1_00000000, 0x2_7C007178, 0x2_7C007328]
-    assert sorted(map(dms.stream_position, reversed(lsns))) == [dms.stream_position(lsn) for lsn in lsns]
-    assert dms.stream_position(0x2_7C007178) == "00000002/7C007178"  # as DMS writes a PostgreSQL LSN
+def test_dms_positions_sort_in_log_order_not_as_text():
+    """The simulator writes positions as DMS writes a MySQL source's: file and decimal offset, so
+    their text order is not log order (an offset grows a digit, 9984 then 10216); log_order's is."""
+    lsns = [0, 0x16B0000 + 9984, 0x16B0000 + 10216, 0x16B3748, 0x16BFFFF, 0x16C0004, 0xFFFFFFFF, 0x1_00000000]
+    positions = [dms.stream_position(lsn) for lsn in lsns]
+    assert sorted(reversed(positions), key=dms.log_order) == positions
+    assert sorted(positions) != positions  # as text they would not be
+    assert dms.stream_position(0x16C0004) == "mysql-bin-changelog.000364:4"
+    # PostgreSQL's form (fixed-width hex LSNs around a decimal record counter) orders too
+    assert sorted(["00000002/7C007178.10.00000002/7C007178", "00000002/7C007178.9.00000002/7C007178",
+                   "0000000A/00000000.1.0000000A/00000000", "00000009/FFFFFFFF.1.00000009/FFFFFFFF"],
+                  key=dms.log_order) == [
+        "00000002/7C007178.9.00000002/7C007178", "00000002/7C007178.10.00000002/7C007178",
+        "00000009/FFFFFFFF.1.00000009/FFFFFFFF", "0000000A/00000000.1.0000000A/00000000"]
 
 
 def test_dms_two_commits_in_one_microsecond_are_ordered_by_log_position_not_transaction_id():
