@@ -154,8 +154,12 @@ class JsonStreamDecoder(StreamDecoder):
                 return formats.decode_json(raw, function, contract, spec.event_time_column, now)
             self._decode = decode
         else:
-            normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
-            self._decode = lambda raw, now: normalize(raw, contract, spec.identity_columns, spec.source_table)
+            if spec.format == "debezium":
+                self._decode = lambda raw, now: formats.decode_debezium(
+                    raw, contract, spec.identity_columns, spec.source_table, spec.unavailable_placeholder)
+            else:
+                self._decode = lambda raw, now: formats.decode_dms(
+                    raw, contract, spec.identity_columns, spec.source_table)
         return changes
 
 

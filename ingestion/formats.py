@@ -10,6 +10,7 @@ as ``_rescued``, ``_schema_id`` or the CDC changelog columns), the Kafka columns
 
 from __future__ import annotations
 
+import base64
 import operator
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.contracts import wire
-from lakehouse.contracts.streams import JsonContract
+from lakehouse.contracts.streams import DEBEZIUM_UNAVAILABLE_PLACEHOLDER, JsonContract
 from lakehouse.core.sql import quote
 
 CORRUPT_COLUMN = "_corrupt_record"
@@ -578,24 +579,31 @@ def unknown_field_descriptions(raw: DataFrame, fmt: str, declared: StructType) -
 
 
 DEBEZIUM_CONNECTORS = ("postgresql", "mysql", "mariadb")
-# Debezium's stand-in for a value it does not have (`unavailable.value.placeholder`, default
-# below): a PostgreSQL column stored out of line (TOAST) that an UPDATE left unchanged is not in
-# the change pgoutput sends (REPLICA IDENTITY DEFAULT). Text-like columns (text, varchar, json,
-# jsonb, xml) carry the text; bytea the bytes of it: base64 in JSON (binary.handling.mode bytes,
-# base64 or base64-url-safe) or hex. Taken as a value it would overwrite the real one downstream.
-UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
-_UNAVAILABLE_SPELLINGS = (UNAVAILABLE_PLACEHOLDER, "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
-                          UNAVAILABLE_PLACEHOLDER.encode().hex())
+# Debezium's stand-in for a value it does not have (`unavailable.value.placeholder`: the stream's
+# `unavailable_placeholder`, Debezium's default unless set): a PostgreSQL column stored out of
+# line (TOAST) that an UPDATE left unchanged is not in the change pgoutput sends (REPLICA
+# IDENTITY DEFAULT). Text-like columns (text, varchar, json, jsonb, xml) carry the text; bytea the
+# bytes of it: base64 in JSON (binary.handling.mode bytes, base64 or base64-url-safe) or hex.
+# Taken as a value it would overwrite the real one downstream.
 
 
-def without_unavailable_values(image: Column, schema: StructType, identity: tuple[str, ...]) -> tuple[Column, Column]:
-    """(``image`` with every placeholder value (``_UNAVAILABLE_SPELLINGS``) made null, the names of
+def unavailable_spellings(placeholder: str) -> tuple[str, ...]:
+    """The placeholder as a text column carries it, and a bytea column's base64 and hex of it."""
+    raw = placeholder.encode()
+    return tuple(dict.fromkeys((placeholder, base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
+                                raw.hex())))
+
+
+def without_unavailable_values(image: Column, schema: StructType, identity: tuple[str, ...],
+                               placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER) -> tuple[Column, Column]:
+    """(``image`` with every placeholder value (``unavailable_spellings``) made null, the names of
     those columns: ``_unavailable``, null when none). Only text columns can hold one (the contract
     declares text, JSON and binary columns as strings); a key is never left out (replica identity)."""
     candidates = [f.name for f in schema.fields if isinstance(f.dataType, StringType) and f.name not in identity]
     if not candidates:
         return image, F.lit(None).cast("array<string>")
-    missing = {name: F.coalesce(image[name].isin(*_UNAVAILABLE_SPELLINGS), F.lit(False)) for name in candidates}
+    spellings = unavailable_spellings(placeholder)
+    missing = {name: F.coalesce(image[name].isin(*spellings), F.lit(False)) for name in candidates}
     names = F.filter(F.array(*[F.when(flag, F.lit(name)) for name, flag in missing.items()]), lambda n: n.isNotNull())
     cleaned = F.when(image.isNotNull(), F.struct(*[
         (F.when(~missing[f.name], image[f.name]) if f.name in missing else image[f.name]).alias(f.name)
@@ -641,11 +649,14 @@ def debezium_seq(source: Column, op: Column) -> Column:
     )
 
 
-def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
+def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str,
+                    unavailable_placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER) -> DataFrame:
     """Debezium change events (JSON, with or without schemas) -> changelog; a null value is a tombstone.
 
     ``_seq`` is ``debezium_seq``: the change's place in the source's commit order. Temporal and
-    decimal fields are read by their semantic type (debezium_semantic_types).
+    decimal fields are read by their semantic type (debezium_semantic_types). A text column
+    holding ``unavailable_placeholder`` (the connector's unavailable.value.placeholder) is null
+    and named in ``_unavailable``.
     """
     image_schema = row.schema
     image_parsed = strict_parse_schema(image_schema, row.semantic_fields)
@@ -674,7 +685,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
         debezium_semantic_types(row, F.col("_value_schema")))
-    image, unavailable = without_unavailable_values(image, image_schema, identity)
+    image, unavailable = without_unavailable_values(image, image_schema, identity, unavailable_placeholder)
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
     seq = debezium_seq(source, env["op"])

@@ -40,11 +40,16 @@ FORMATS = EVENT_FORMATS + CDC_FORMATS
 # Which schema file each format takes (by suffix): a wrong pairing is a config error.
 SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
 KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
-        "source_table", "partitions", "source_url_variable", "contract"}
+        "source_table", "partitions", "source_url_variable", "contract", "unavailable_placeholder"}
 # CDC streams: what becomes of a row field the contract lacks (ARCHITECTURE §6, "Fields the
 # contract lacks"). additive: a new column of bronze, typed from the change event (the source
 # added a column); fixed: kept in `_rescued`. Neither drops it.
 CONTRACT_MODES = ("additive", "fixed")
+# Debezium's stand-in for a value it does not have (its connector setting
+# `unavailable.value.placeholder`, this by default): an unchanged TOASTed PostgreSQL column. A
+# stream whose connector sets another one names it (`unavailable_placeholder`), or the stand-in
+# would be taken for the column's value (ingestion/formats.py without_unavailable_values).
+DEBEZIUM_UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class StreamSpec:
     source_url_variable: str | None = None
     partitions: int = 3
     contract: str = "fixed"  # CDC: "additive" by default (CONTRACT_MODES); event streams: fixed
+    unavailable_placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER  # Debezium streams
 
     @property
     def adds_fields(self) -> bool:
@@ -141,7 +147,19 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         source_url_variable=_source_url_variable(entry, fmt, where),
         partitions=partitions,
         contract=_contract_mode(entry, fmt, where),
+        unavailable_placeholder=_unavailable_placeholder(entry, fmt, where),
     )
+
+
+def _unavailable_placeholder(entry: dict, fmt: str, where: str) -> str:
+    value = entry.get("unavailable_placeholder", DEBEZIUM_UNAVAILABLE_PLACEHOLDER)
+    if "unavailable_placeholder" in entry and fmt != "debezium":
+        raise LakehouseError(f"{where}.unavailable_placeholder: only a debezium stream has one "
+                             "(Debezium's unavailable.value.placeholder)")
+    if not isinstance(value, str) or not value:
+        raise LakehouseError(f"{where}.unavailable_placeholder: expected the text of the connector's "
+                             f"unavailable.value.placeholder, got {value!r}")
+    return value
 
 
 def _contract_mode(entry: dict, fmt: str, where: str) -> str:

@@ -395,6 +395,31 @@ def test_debezium_unavailable_value_placeholder_is_null_and_named_never_a_value(
     ]
 
 
+def test_a_connectors_own_unavailable_value_placeholder_is_null_and_named_too(spark):
+    """A connector that sets unavailable.value.placeholder: the stream names it
+    (`unavailable_placeholder`) and its text, base64 and hex are unavailable, as the default's
+    are. Before, there was no such setting and the connector's placeholder was stored as the
+    column's value. A stream left at the default keeps such a text as a value: it must say."""
+    contract = JsonContract(StructType([StructField("customer_id", LongType()), StructField("name", StringType()),
+                                        StructField("photo", StringType())]), ("customer_id",))
+    source = {"connector": "postgresql", "snapshot": "false", "ts_ms": 1, "table": "customers",
+              "lsn": 26400000, "sequence": '["26399000","26400000"]'}
+    placeholder = "<toasted>"
+
+    def update(name, photo):
+        return (b'{"customer_id":3}', json.dumps({"before": None, "after": {"customer_id": 3, "name": name,
+                                                                            "photo": photo},
+                                                  "op": "u", "ts_ms": 1, "source": source}).encode())
+    messages = [update(placeholder, "PHRvYXN0ZWQ+"), update("Ana", placeholder.encode().hex())]
+    raw = kafka_rows(spark, messages)
+    named = formats.decode_debezium(raw, contract, ("customer_id",), "customers", unavailable_placeholder=placeholder) \
+        .orderBy("offset").collect()
+    assert [(r.name, r.photo, r._unavailable) for r in named] == [
+        (None, None, ["name", "photo"]), ("Ana", None, ["photo"])]
+    default = formats.decode_debezium(raw, contract, ("customer_id",), "customers").orderBy("offset").collect()
+    assert [(r.name, r._unavailable) for r in default] == [(placeholder, None), ("Ana", None)]
+
+
 def test_debezium_with_schemas_enabled_decodes_like_without(spark, changes):
     """Kafka's JsonConverter with schemas.enable=true wraps key and value in {"schema", "payload"};
     before, those events were dead letters (no op, no source at the top level)."""

@@ -112,6 +112,23 @@ def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(t
         spec(format="dms", contract="open")
 
 
+def test_a_debezium_stream_names_its_connectors_unavailable_value_placeholder(tmp_path):
+    (tmp_path / "t.schema.json").write_text(json.dumps({"properties": {"id": {"type": "integer"}}}))
+
+    def spec(**entry):
+        document = {"streams": {"t": {"schema": "t.schema.json", "event_time": "_source_ts", "identity": "id",
+                                      **entry}}}
+        (tmp_path / "p.yml").write_text(yaml.safe_dump(document))
+        return load_pipeline(tmp_path / "p.yml")["t"]
+
+    assert spec(format="debezium").unavailable_placeholder == "__debezium_unavailable_value"
+    assert spec(format="debezium", unavailable_placeholder="<toasted>").unavailable_placeholder == "<toasted>"
+    with pytest.raises(LakehouseError, match="t.unavailable_placeholder: only a debezium stream has one"):
+        spec(format="dms", unavailable_placeholder="<toasted>")
+    with pytest.raises(LakehouseError, match="t.unavailable_placeholder: expected the text of the connector's"):
+        spec(format="debezium", unavailable_placeholder="")
+
+
 def test_added_fields_join_the_contract_after_its_own_and_never_replace_them():
     spec = get_stream("customers")
     contract = json_contract(spec, {"tier": {"type": "integer"}, "level": {"type": "integer"},
