@@ -105,3 +105,10 @@ def from_collected(spark: SparkSession, rows_json: str, stream: str, batch_id: i
     batch = {"stream": F.lit(stream), "ingested_at": ingested_at, "batch_id": F.lit(batch_id)}
     return records.select(*[(F.col(f.name) if f.name in RECORD_COLUMNS else batch.get(f.name, F.lit(None)))
                             .cast(f.dataType).alias(f.name) for f in SCHEMA.fields])
+
+
+def reasons(spark: SparkSession, stream: str, batch_id: int) -> dict[str, int]:
+    """The dead letters a committed batch of a stream holds, by error code (for the metrics)."""
+    rows = (spark.table(TABLE).where((F.col("stream") == stream) & (F.col("batch_id") == batch_id))
+            .groupBy("error_code").count().collect())
+    return {row["error_code"]: row["count"] for row in rows}

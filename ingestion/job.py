@@ -32,6 +32,7 @@ from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
 from ingestion.formats import RESCUED_COLUMN, to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
+from lakehouse.core import metrics
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, topic_names
@@ -116,6 +117,9 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
                  f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}",
                  extra={"stream": spec.name, "batch": batch_id, "seconds": round(seconds, 3),
                         "counts": {"read": read, "bronze": read - dead, "dead_letters": dead, "rescued": rescued}})
+        if metrics.serving():  # the dead letters by reason from the table: a query, only when served
+            metrics.batch_committed(spec.name, read - dead, dead_letters.reasons(spark, spec.name, batch_id) if dead
+                                    else {}, time.time())
         # Spark commits the checkpoint once this function returns.
         _crash_if(fault_point, AFTER_ICEBERG_COMMITS, spec, batch_id)
 
@@ -496,6 +500,10 @@ def run(
     with single_writer.local_locks(settings, specs):
         for spec in specs:
             check_topic(settings, spec.topic)
+        if metrics.serve(settings):
+            for spec in specs:
+                if (commit := checkpoint.last_commit(checkpoint_location(settings, spec))) is not None:
+                    metrics.last_commit(spec.name, commit.committed_at.timestamp())
         decoders = {spec.name: decoder_for(spark, settings, spec) for spec in specs}
         # A table is created before its lease is taken (the lease is one of its properties),
         # and evolved after: a job refused must not have changed the running one's table.
@@ -548,6 +556,7 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             if available_now:
                 advance(_records_of_new_batches(queries, counted))
             lags.log_changes()
+            _observe(specs, queries)
             leases.renew_if_due()  # LeaseLost: another job took the stream over; stop below
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
@@ -561,6 +570,7 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
         stop.restore()
         for query in queries:
             query.stop()
+        _observe(specs, queries)  # the last batches' progress, and the queries' states
     for spec, query in zip(specs, queries, strict=True):
         if query.exception() is not None:
             if single_writer.LeaseLost.__name__ in str(query.exception()):
@@ -570,6 +580,13 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_first_line(query.exception())}")
+
+
+def _observe(specs: list[StreamSpec], queries) -> None:
+    """Hand the queries' progress to the metrics endpoint, when there is one."""
+    if metrics.serving():
+        for spec, query in zip(specs, queries, strict=True):
+            metrics.observe_query(spec.name, query, progress_lag)
 
 
 def _lease_lost_line(exc) -> str:
@@ -711,6 +728,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     trigger = normalize_trigger(args.trigger or (None if args.available_now else settings.trigger_interval))
     fault = read_fault_point()  # read here only: a job run inside a test process never kills it
     kafka_read_options(settings)
+    metrics.serve(settings)  # a port in use is refused before Spark starts
     for spec in specs:
         check_topic(settings, spec.topic)
         location = checkpoint_location(settings, spec)

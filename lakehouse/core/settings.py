@@ -113,6 +113,8 @@ SETTINGS: dict[str, Setting] = {
     "status_max_model_age_minutes": Setting(
         "STATUS_MAX_MODEL_AGE_MINUTES", "`lakehouse status --check`: minutes since a dbt model's last success "
         "after which it is stale", lambda home: "60"),
+    "metrics_port": Setting("METRICS_PORT", "port of the Prometheus metrics endpoint of `lakehouse ingest` and "
+                            "`lakehouse dbt loop` (unset: no endpoint)", lambda home: ""),
 }
 
 
@@ -197,6 +199,15 @@ def _positive_number(name: str, text: str) -> float:
     return value
 
 
+def _port_or_none(name: str, text: str) -> int | None:
+    """A TCP port (1-65535), or None when the setting is empty (the feature is off)."""
+    if not text.strip():
+        return None
+    if not text.strip().isdigit() or not 1 <= int(text) <= 65535:
+        raise LakehouseError(f"{PREFIX}{SETTINGS[name].env} must be a port number (1-65535), got {text!r}")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Settings:
     profile: str
@@ -231,6 +242,7 @@ class Settings:
     log_format: str = "text"
     status_max_lag: int = 100_000
     status_max_model_age_minutes: float = 60.0
+    metrics_port: int | None = None  # None: no metrics endpoint
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -303,6 +315,7 @@ class Settings:
             status_max_lag=int(max_lag),
             status_max_model_age_minutes=_positive_number("status_max_model_age_minutes",
                                                           raw["status_max_model_age_minutes"]),
+            metrics_port=_port_or_none("metrics_port", raw["metrics_port"]),
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

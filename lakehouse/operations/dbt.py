@@ -19,8 +19,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
+from lakehouse.core import metrics
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings
@@ -145,10 +147,12 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
     for a dbt subprocess) and from the project root. `stop` (set by SIGTERM/SIGINT when None):
     no new run starts once it is set.
     """
+    serving = metrics.serve(settings)  # a port in use is refused before dbt loads
     from dbt.cli.main import dbtRunner
 
-
     os.environ.update(dbt_env(settings, target_dir))
+    if serving:
+        _previous_successes()
     # dbt's own lines go through this process's logging (dated, text or JSON) instead of its
     # console logger (`HH:MM:SS` only); its file log (target/logs/dbt.log) is unchanged.
     project = ["--project-dir", str(PROJECT_ROOT), "--profiles-dir", str(PROJECT_ROOT),
@@ -168,6 +172,11 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
         started = time.time()
         with dbt_run_lock(settings):
             result = runner.invoke([*dbt_args, *project])
+        if serving:
+            try:
+                _record_metrics(settings, started, result)
+            except Exception as exc:  # noqa: BLE001 - the metrics must never stop the loop
+                log.warning("dbt loop: metrics not updated: %s: %s", type(exc).__name__, exc)
         summary = _run_summary(len(summaries) + 1, started, time.time(), result)
         summaries.append(summary)
         models = ", ".join(f"{name} {m['seconds']}s" for name, m in summary["models"].items())
@@ -212,6 +221,58 @@ def _run_summary(number: int, started: float, ended: float, result) -> dict:
     if result.exception is not None:
         summary["error"] = str(result.exception).strip().splitlines()[0][:300]
     return summary
+
+
+def _previous_successes() -> None:
+    """The models' last successes recorded before this loop (dbt's run_results.json), so that
+    their age is known before this loop's first run ends."""
+    from lakehouse.operations import status
+
+    previous = status.dbt_status() or {}
+    for name, model in (previous.get("models") or {}).items():
+        done = status.parse_time(model["completed_at"])
+        if model["status"] == "success" and done is not None:
+            metrics.dbt_model_succeeded_before(name, done.timestamp())
+
+
+def _record_metrics(settings: Settings, started: float, result) -> None:
+    """A run's models (duration, rows written, success) and the last quality run's verdict,
+    handed to the metrics endpoint.
+
+    dbt-spark reports no rows_affected, so a model's rows written are those the Iceberg
+    snapshots committed to its table since the run started added (their ``added-records``),
+    read through pyiceberg as `lakehouse status` reads tables; a view writes none.
+    """
+    from lakehouse.operations import status
+
+    catalog = status.existing_catalog(settings)
+    for node_result in getattr(result.result, "results", None) or []:
+        node = getattr(node_result, "node", None)
+        if node is None or getattr(node, "resource_type", None) != "model":
+            continue
+        success = str(node_result.status) == "success"
+        table = None if catalog is None or node.config.materialized in ("view", "ephemeral") else \
+            status._table(catalog, f"{node.schema}.{node.alias or node.name}")
+        ends = [_utc(step.completed_at) for step in node_result.timing if step.completed_at is not None]
+        metrics.dbt_model_ran(node.name, success, node_result.execution_time,
+                              rows_added_since(table, started) if table is not None else None,
+                              max(ends).timestamp() if ends else None)
+    metrics.dbt_run(bool(result.success))
+    quality = status.quality_status(catalog) if catalog is not None else None
+    if quality is not None:
+        run_at = status.parse_time(quality["run_at"])
+        metrics.quality_run(quality["critical_failed"], quality["warnings_failed"],
+                            run_at.timestamp() if run_at else None)
+
+
+def rows_added_since(table, since: float) -> int:
+    """Rows the snapshots of a (pyiceberg) table committed at or after ``since`` (Unix time) added."""
+    return sum(int(dict(snapshot.summary.additional_properties).get("added-records", 0))
+               for snapshot in table.metadata.snapshots if snapshot.timestamp_ms >= since * 1000)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # dbt's timings are naive UTC
 
 
 def _spark_application() -> str | None:
