@@ -95,7 +95,9 @@ LOOP_DESCRIPTION = (
     "session, with the JVM behind it, stays warm from one run to the next, and the project is "
     "parsed once. Each run holds the dbt-tables lock, so `lakehouse maintain` slips in between "
     "runs. A failed run is reported and the loop goes on (--fail-fast stops it). SIGTERM or "
-    "Ctrl-C lets the running dbt invocation finish, then stops; a second one stops at once.")
+    "Ctrl-C lets the running dbt invocation finish, then stops; a second one stops at once. With "
+    "LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port (/metrics: per model the last "
+    "duration, rows written, last success; runs by result; the last quality run's failed checks).")
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$")
 _SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60,
             "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
