@@ -17,11 +17,14 @@ GX objects and runs them.
     gold    grain unique, no negative amounts, no missing regions, and each table reconciled
             with the silver totals it is built from.
 
-Which checks are dbt tests and which are here: dbt keeps its unit tests (the models' logic on
-fixed inputs), the relationships between models and `dbt source freshness`, because they
-need dbt's graph and stop a broken build at the model that broke it. Every check on the values
-of one table (or a total compared with another) is here and nowhere else: it gets a severity,
-lands in the quality history and shows in the report. docs/quality.md has the table.
+Which checks are dbt tests and which are here: dbt's data tests (models/*/_*.yml) gate the
+build on every model's key or grain (unique, not null), the closed sets and the relationships,
+and dbt keeps its unit tests and `dbt source freshness`. The key, not-null and closed-set
+checks of silver and gold are here too, on purpose: the quality run measures the tables as
+they are when it runs (after ingestion and dbt have moved on, or on a lakehouse dbt did not
+build), with a severity, a history and a report. Only this module measures amounts, totals
+reconciled with silver, dead-letter rates, bronze and the mirrors against their source
+database. docs/quality.md has the table.
 
 Thresholds and clocks are GX suite parameters (``param("name")``), filled in at run time
 (:func:`expectations.runner.quality_parameters`), so the stored suites do not change from one

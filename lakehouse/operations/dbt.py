@@ -69,15 +69,24 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
     if result.returncode != 0:
         tail = ""
         if capture:
-            lines = [ln for ln in map(_dbt_line_text, (result.stdout or "").splitlines())
-                     if "ERROR" in ln or "Error" in ln]
-            tail = ": " + " | ".join(lines[-3:]) if lines else ""
+            output = [_dbt_line_text(ln) for ln in (result.stdout or "").splitlines()]
+            # every test or model that failed, by name (dbt's summary: "Failure in test <name>
+            # (<file>)"), then dbt's last error lines
+            failures = [ln.strip() for ln in output if "Failure in " in ln]
+            errors = [ln for ln in output if ("ERROR" in ln or "Error" in ln) and "Failure in " not in ln]
+            lines = failures + errors[-3:]
+            tail = ": " + " | ".join(lines) if lines else ""
         raise LakehouseError(f"`dbt {' '.join(args)}` failed (exit {result.returncode}){tail}")
     return result
 
 
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _dbt_line_text(line: str) -> str:
-    """A line of dbt's output as text: with JSON logs (DBT_LOG_FORMAT=json), its message."""
+    """A line of dbt's output as text: with JSON logs (DBT_LOG_FORMAT=json), its message; its
+    terminal colours (dbt colours a captured output too) left out."""
+    line = _COLOURS.sub("", line)
     if line.startswith("{"):
         try:
             info = json.loads(line)["info"]

@@ -74,7 +74,8 @@ def ingested(session, own, produced):
 
 @pytest.fixture(scope="module")
 def built(ingested, own, dbt_target):
-    run_dbt(own, ["run", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
+    # build: the models and their data tests (keys unique and not null, event types known)
+    run_dbt(own, ["build", *USER_EVENT_MODELS], target_dir=dbt_target, capture=True)
     return ingested
 
 
@@ -244,3 +245,22 @@ def quality_report(session, own, built):
 def test_quality_suite_passes_on_the_built_tables(quality_report):
     assert quality_report.passed and quality_report.critical_failures == 0
     assert quality_report.docs_index.exists()
+
+
+def test_dbt_build_fails_on_a_duplicated_key_and_names_the_test(session, own, built, dbt_target):
+    """A key that is not unique stops `dbt build` at its model's data test (models/silver/
+    _silver__models.yml), whose name the error carries; on the built tables the same build
+    passes (the `built` fixture ran it). The table is rolled back after."""
+    from lakehouse.core.errors import LakehouseError
+
+    built_snapshot = session.sql("select snapshot_id from silver.user_events.snapshots "
+                                 "order by committed_at desc limit 1").first()[0]
+    session.sql("insert into silver.user_events select * from silver.user_events limit 1")
+    try:
+        with pytest.raises(LakehouseError, match="Failure in test unique_user_events_event_id"):
+            run_dbt(own, ["build", "--select", "user_events"], target_dir=dbt_target, capture=True)
+        results = json.loads((dbt_target / "run_results.json").read_text())
+        failing = {r["unique_id"].split(".")[2] for r in results["results"] if r["status"] == "fail"}
+        assert failing == {"unique_user_events_event_id"}
+    finally:
+        session.sql(f"call lake.system.rollback_to_snapshot('silver.user_events', {built_snapshot})")
