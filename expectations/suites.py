@@ -13,7 +13,8 @@ GX objects and runs them.
     silver  keys unique and not null, accepted values, amounts not negative; the CDC mirrors,
             their live views (no tombstones; equal to the source database row for row, by
             per-key row digests, when the simulator's database is on this machine) and their
-            histories.
+            histories, for the streams `lakehouse cdc add` added too (composite keys unique
+            together).
     gold    grain unique, no negative amounts, no missing regions, and each table reconciled
             with the silver totals it is built from.
 
@@ -290,17 +291,25 @@ PAYMENT_METHODS = ("card", "cash", "voucher", "wallet")
 ROLES = ("architect", "developer", "manager")
 
 
-def cdc_suites(stream: str, key: str, live_checks: Sequence[ExpectationSpec]) -> list[SuiteSpec]:
-    """Mirror, live view and history of a CDC stream."""
+def cdc_suites(stream: str, key: str | Sequence[str], live_checks: Sequence[ExpectationSpec] = ()
+               ) -> list[SuiteSpec]:
+    """Mirror, live view and history of a CDC stream whose source table's key is `key` (a
+    column, or the columns of a composite key: `lakehouse cdc add` takes either)."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    # one key: unique; several: unique together (GX skips the rows whose key columns are all
+    # null, so the mirror's truncation marker is left out either way)
+    key_unique = unique(keys[0]) if len(keys) == 1 else unique_together(*keys)
+    # the one row without a key is the truncation marker (macros/cdc_mirror_changes.sql)
+    key_rows = {"row_condition": "op <> 'T'", "condition_parser": "spark"}
+    current = {"row_condition": "is_current", "condition_parser": "spark"}
     return [
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_mirror", expectations=(
-            # the one row without a key is the truncation marker (macros/cdc_mirror_changes.sql)
-            not_null(key, row_condition="op <> 'T'", condition_parser="spark"), unique(key),
+            *(not_null(k, **key_rows) for k in keys), key_unique,
             not_null("op"), in_set("op", CDC_OPERATIONS),
             not_null("_seq"), not_null("_is_deleted"),
         )),
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}", expectations=(
-            not_null(key), unique(key),
+            *(not_null(k) for k in keys), key_unique,
             # No tombstones in the live view: a deleted row holds op D.
             expect("column_values_to_not_be_in_set", column="op", value_set=["D"]),
             *live_checks,
@@ -314,10 +323,11 @@ def cdc_suites(stream: str, key: str, live_checks: Sequence[ExpectationSpec]) ->
                       expect("column_values_to_be_null", column="difference"),
                   )),
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_history", expectations=(
-            not_null(key), unique_together(key, "_seq"),
+            *(not_null(k) for k in keys), unique_together(*keys, "_seq"),
             not_null("valid_from"), not_null("is_current"), in_set("op", CDC_OPERATIONS),
             # SCD2: at most one current version per key.
-            unique(key, row_condition="is_current", condition_parser="spark"),
+            unique(keys[0], **current) if len(keys) == 1
+            else expect("compound_columns_to_be_unique", column_list=list(keys), **current),
         )),
     ]
 
@@ -537,10 +547,19 @@ def _ranges(days: list[date]) -> list[tuple[date, date]]:
     return [(first, last) for first, last in ranges]
 
 
+def added_cdc_suites(streams: Sequence[StreamSpec]) -> list[SuiteSpec]:
+    """The silver suites of the CDC streams SILVER_SUITES does not name (those `lakehouse cdc
+    add` wrote models for), keyed on their identity: a composite key is unique together."""
+    named = {suite.stream for suite in SILVER_SUITES}
+    return [suite for stream in streams if stream.is_cdc and stream.name not in named
+            for suite in cdc_suites(stream.name, stream.identity_columns)]
+
+
 def project_suites() -> tuple[SuiteSpec, ...]:
     """Every suite of the project: bronze from the pipeline file, then silver, then gold."""
-    bronze = [suite for stream in load_pipeline().values() for suite in bronze_suites(stream)]
-    return (*bronze, DEAD_LETTERS_SUITE, *SILVER_SUITES, *GOLD_SUITES)
+    streams = list(load_pipeline().values())
+    bronze = [suite for stream in streams for suite in bronze_suites(stream)]
+    return (*bronze, DEAD_LETTERS_SUITE, *SILVER_SUITES, *added_cdc_suites(streams), *GOLD_SUITES)
 
 
 def select_suites(layer: str | None = None, stream: str | None = None,

@@ -4,7 +4,8 @@ in one command.
 It reads the table's columns and primary key from the database (SQLAlchemy) and writes what a
 stream needs (docs/connect-a-database.md): the contract (a JSON Schema whose temporal and decimal
 columns name the Debezium semantic type they arrive in), the pipeline entry, the dbt source
-entry and the changelog, mirror, live-view and history models; it creates the topic and prints
+entry and the changelog, mirror, live-view and history models with their data tests (the key
+unique and not null, composite keys included); it creates the topic and prints
 the Debezium properties to set. It never overwrites: a stream or file that exists stops it
 before anything is written.
 """
@@ -69,12 +70,16 @@ def models(stream: str, source: SourceTable) -> dict[str, str]:
         "stream": stream, "table": source.name, "kind": source.kind, "buckets": BUCKETS,
         "columns": [quote(name) for name in source.columns], "first_key": quote(key[0]),
         "key_config": repr(key[0]) if len(key) == 1 else repr(key), "history_key": repr([*key, "_seq"]),
+        # the data tests' YAML: JSON strings are YAML strings, whatever the column's name
+        "key": [json.dumps(name) for name in key], "key_yaml": json.dumps(key),
+        "history_key_yaml": json.dumps([*key, "_seq"]), "key_text": ", ".join(key),
     }
     files = {"source.yml": f"models/bronze/_{stream}__source.yml",
              "changelog.sql": f"models/silver/{stream}_changelog.sql",
              "mirror.sql": f"models/silver/{stream}_mirror.sql",
              "live.sql": f"models/silver/{stream}.sql",
-             "history.sql": f"models/silver/{stream}_history.sql"}
+             "history.sql": f"models/silver/{stream}_history.sql",
+             "models.yml": f"models/silver/_{stream}__models.yml"}
     return {path: environment.get_template(template).render(values) for template, path in files.items()}
 
 

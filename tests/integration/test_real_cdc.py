@@ -29,6 +29,7 @@ from expectations.mirror import check_mirror
 from expectations.runner import run_quality
 from ingestion import job
 from lakehouse.commands.cli import _database_sources
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.spark import relation_exists
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.cdc_sources import (
@@ -764,8 +765,34 @@ def test_a_table_added_by_one_command_is_mirrored_with_its_composite_key(postgre
         wait_for_messages(bootstrap, "shop_orders", expected, engine)
     job.run(session, own, ["shop_orders"], available_now=True)
     assert session.table("bronze.dead_letters").count() == 0
-    run_dbt(own, ["run", "--project-dir", str(project), "--select", "shop_orders_changelog+", *NO_OVERLAP],
+    # build: the models and the data tests `cdc add` wrote for them (models/silver/_shop_orders__models.yml)
+    run_dbt(own, ["build", "--project-dir", str(project), "--select", "shop_orders_changelog+", *NO_OVERLAP],
             target_dir=target, capture=True)
+    tests = {r["unique_id"].split(".")[2]: r["status"]
+             for r in json.loads((target / "run_results.json").read_text())["results"]
+             if r["unique_id"].startswith("test.")}
+    composite = {"unique_key_columns_shop_orders_mirror_order_id__line_no",
+                 "unique_key_columns_shop_orders_order_id__line_no",
+                 "unique_key_columns_shop_orders_history_order_id__line_no___seq",
+                 "shop_orders_history_one_current_version_per_key"}
+    assert composite <= set(tests) and set(tests.values()) == {"pass"}, tests
+    # a key of the mirror twice: its composite-key test fails, by name; the table is rolled back after
+    built = session.sql("select snapshot_id from silver.shop_orders_mirror.snapshots "
+                        "order by committed_at desc limit 1").first()[0]
+    session.sql("insert into silver.shop_orders_mirror select * from silver.shop_orders_mirror "
+                "where order_id = 1 and line_no = 1")
+    try:
+        with pytest.raises(LakehouseError,
+                           match="Failure in test unique_key_columns_shop_orders_mirror_order_id__line_no"):
+            run_dbt(own, ["test", "--project-dir", str(project), "--select", "shop_orders_mirror"],
+                    target_dir=target, capture=True)
+        # the quality run checks the added stream's composite key too (unique together)
+        report = run_quality(session, own, layer="silver", stream="shop_orders", record=False)
+        compound = "expect_compound_columns_to_be_unique"
+        assert report.result("silver.shop_orders_mirror", compound, "order_id, line_no").unexpected_count == 2
+        assert report.result("silver.shop_orders_history", compound, "order_id, line_no, _seq").success
+    finally:
+        session.sql(f"call lake.system.rollback_to_snapshot('silver.shop_orders_mirror', {built})")
 
     live = session.table("silver.shop_orders").toArrow().to_pylist()
     mirrored = {(r["order_id"], r["line_no"]): (r["amount"], r["placed_at"].replace(tzinfo=None), r["shipped"],

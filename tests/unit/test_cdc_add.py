@@ -180,3 +180,57 @@ def test_the_key_ordered_walk_counts_every_kind_of_difference_and_names_the_firs
     assert check.first_differing == ((2, "values differ"), (3, "not in the source"), (4, "missing from the mirror"),
                                      (6, "not in the source"))
     assert _merge("t", iter(source), iter(source)).equal
+
+
+def test_the_models_yaml_tests_each_key_composite_keys_unique_together():
+    """`cdc add` writes data tests for the mirror, the live view and the history: the key unique
+    (together, for a composite key; macros/unique_key_columns.sql) and not null, the operations
+    in their closed set, one current version per key. A name that needs quoting stays one name."""
+    import yaml
+
+    source = source_tables.SourceTable("postgresql", "sales", "public", "orders",
+                                       {"order id": {"type": "integer"}, "line_no": {"type": "integer"},
+                                        "qty": {"type": "integer"}}, key=("order id", "line_no"))
+    written = cdc.models("shop_orders", source)
+    models = {m["name"]: m for m in yaml.safe_load(written["models/silver/_shop_orders__models.yml"])["models"]}
+    assert set(models) == {"shop_orders_mirror", "shop_orders", "shop_orders_history"}
+
+    def key_tests(model):
+        return [t["unique_key_columns"] for t in models[model]["data_tests"]]
+
+    assert key_tests("shop_orders_mirror") == [{"arguments": {"columns": ["order id", "line_no"]}}]
+    assert key_tests("shop_orders") == [{"arguments": {"columns": ["order id", "line_no"]}}]
+    assert key_tests("shop_orders_history") == [
+        {"arguments": {"columns": ["order id", "line_no", "_seq"]}},
+        {"name": "shop_orders_history_one_current_version_per_key",
+         "arguments": {"columns": ["order id", "line_no"]}, "config": {"where": "is_current"}}]
+    for model in models:
+        columns = {c["name"]: c for c in models[model]["columns"]}
+        for key in ("order id", "line_no"):
+            assert columns[key]["quote"] is True and "not_null" in str(columns[key]["data_tests"]), (model, key)
+    mirror_ops = {c["name"]: c for c in models["shop_orders_mirror"]["columns"]}["op"]["data_tests"]
+    assert {"accepted_values": {"arguments": {"values": ["I", "U", "D", "R", "T"]}}} in mirror_ops
+    # the mirror's truncation marker, the one row without a key, is not a null key
+    assert {c["name"]: c for c in models["shop_orders_mirror"]["columns"]}["line_no"]["data_tests"] == [
+        {"not_null": {"config": {"where": "op <> 'T'"}}}]
+
+
+def test_the_quality_run_checks_an_added_stream_s_composite_key_unique_together():
+    import dataclasses
+
+    from expectations.suites import added_cdc_suites
+    from lakehouse.contracts.streams import load_pipeline
+
+    customers = load_pipeline()["customers"]
+    added = dataclasses.replace(customers, name="shop_orders", identity_columns=("order_id", "line_no"))
+    suites = {s.name: s for s in added_cdc_suites([customers, added])}
+    assert set(suites) == {"silver.shop_orders_mirror", "silver.shop_orders", "silver.shop_orders.source",
+                           "silver.shop_orders_history"}  # customers has its suites already
+    compound = "expect_compound_columns_to_be_unique"
+    for name in ("silver.shop_orders_mirror", "silver.shop_orders"):
+        assert [e.kwargs["column_list"] for e in suites[name].expectations if e.type == compound] == [
+            ["order_id", "line_no"]], name
+    history = [dict(e.kwargs) for e in suites["silver.shop_orders_history"].expectations if e.type == compound]
+    assert history == [{"column_list": ["order_id", "line_no", "_seq"]},
+                       {"column_list": ["order_id", "line_no"], "row_condition": "is_current",
+                        "condition_parser": "spark"}]
