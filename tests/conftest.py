@@ -29,8 +29,13 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # with C1 only. These JVMs live seconds to minutes on small data, where C2's compilations cost
 # more CPU than their faster code saves: on the fault-point tests, a third less CPU for the same
 # or a shorter wall time (benchmarks/RESULTS.md, "The test run"), which the two pytest workers of
-# `make test` then share. Subprocesses inherit it; LAKEHOUSE_JVM_OPTIONS set outside wins.
-JVM_OPTIONS = os.environ.setdefault("LAKEHOUSE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+# `make test` then share. C1 alone gets a 48 MB code cache, which the Spark session a pytest
+# worker keeps for the whole run fills with Spark's generated classes: at ~16 min of the
+# fresh-clone run of 1e9c852 "CodeCache is full", then "VirtualMachineError: Out of space in
+# CodeCache for adapters" killed that JVM and every later test of its worker failed (Connection
+# refused). So the code cache is the size tiered compilation has by default (240 MB).
+# Subprocesses inherit it; LAKEHOUSE_JVM_OPTIONS set outside wins.
+JVM_OPTIONS = os.environ.setdefault("LAKEHOUSE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 
 def _jars_source() -> Path:
