@@ -94,7 +94,8 @@ def test_a_field_the_source_added_is_typed_from_its_connect_schema_else_its_json
         assert added_field(seen) is None, seen
 
 
-def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(tmp_path):
+def one_stream_pipeline(tmp_path):
+    """spec(**entry): the stream `t` of a pipeline file holding only it (one integer column, id)."""
     (tmp_path / "t.schema.json").write_text(json.dumps({"properties": {"id": {"type": "integer"}}}))
 
     def spec(**entry):
@@ -102,7 +103,11 @@ def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(t
                                       **entry}}}
         (tmp_path / "p.yml").write_text(yaml.safe_dump(document))
         return load_pipeline(tmp_path / "p.yml")["t"]
+    return spec
 
+
+def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(tmp_path):
+    spec = one_stream_pipeline(tmp_path)
     assert spec(format="debezium").adds_fields and spec(format="dms").adds_fields
     assert not spec(format="debezium", contract="fixed").adds_fields
     assert not spec(format="json", event_time="id").adds_fields
@@ -113,14 +118,7 @@ def test_the_contract_mode_is_additive_for_cdc_by_default_and_fixed_on_request(t
 
 
 def test_a_debezium_stream_names_its_connectors_unavailable_value_placeholder(tmp_path):
-    (tmp_path / "t.schema.json").write_text(json.dumps({"properties": {"id": {"type": "integer"}}}))
-
-    def spec(**entry):
-        document = {"streams": {"t": {"schema": "t.schema.json", "event_time": "_source_ts", "identity": "id",
-                                      **entry}}}
-        (tmp_path / "p.yml").write_text(yaml.safe_dump(document))
-        return load_pipeline(tmp_path / "p.yml")["t"]
-
+    spec = one_stream_pipeline(tmp_path)
     assert spec(format="debezium").unavailable_placeholder == "__debezium_unavailable_value"
     assert spec(format="debezium", unavailable_placeholder="<toasted>").unavailable_placeholder == "<toasted>"
     with pytest.raises(LakehouseError, match="t.unavailable_placeholder: only a debezium stream has one"):
