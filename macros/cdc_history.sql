@@ -296,7 +296,7 @@ select * from final
     {#- a dbt unit test renders refs as fixtures (CTEs named __dbt__cte__<model>); `dbt compile`
         or `docs generate` may run before the changelog exists: nothing to ask -#}
     {%- if not execute or relation is string or (relation | string).startswith('__dbt__cte__')
-           or load_relation(relation) is none -%}
+           or not relation_exists(relation) -%}
         {{ return(false) }}
     {%- endif -%}
     {%- set query = 'select count_if(' ~ truncate_when ~ ') from ' ~ relation

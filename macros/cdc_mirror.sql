@@ -274,7 +274,7 @@
     {%- set horizon_property = 'lakehouse.tombstones-purged-before' -%}
     {%- set retention_cutoff = 'current_timestamp() - interval ' ~ retention_hours ~ ' hours' -%}
     {%- set cutoff = run_query('select cast(' ~ retention_cutoff ~ ' as string)').rows[0][0] | string -%}
-    {%- if dead_letters is not none and stream and load_relation(dead_letters) is not none -%}
+    {%- if dead_letters is not none and stream and relation_exists(dead_letters) -%}
         {%- set held_back -%}
             select cast(least(min(ingested_at) - interval {{ var('overlap_minutes') }} minutes, {{ retention_cutoff }})
                         as string)

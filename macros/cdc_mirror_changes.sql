@@ -173,7 +173,7 @@ select * from final
     a unit test that needs them overrides this macro with its fixture's columns). -#}
 {% macro cdc_changelog_columns(relation) -%}
     {%- if not execute or relation is string or (relation | string).startswith('__dbt__cte__')
-           or load_relation(relation) is none -%}
+           or not relation_exists(relation) -%}
         {{ return([]) }}
     {%- endif -%}
     {{ return(adapter.get_columns_in_relation(relation) | map(attribute='name') | list) }}
