@@ -9,15 +9,13 @@ checkpoint is reset (then everything is, rightly, written again).
 
 Snapshot expiry would erase that evidence, so before `lakehouse maintain` expires snapshots
 it copies each query's last committed batch into a table property
-(``lakehouse.committed.<query id>``, `record_committed_batches`), with that batch's instant
-(``lakehouse.committed-instant.<query id>``: a crash between bronze's and the dead letters'
-commits needs it to finish the batch); the check reads both.
+(``lakehouse.committed.<query id>``, `record_committed_batches`); the check reads both.
+A batch is one append, its good and dead rows together (ARCHITECTURE §8): nothing else to keep.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,11 +26,10 @@ from lakehouse.core.sql import quote, quote_table, sql_string
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
-# The batch's instant (its rows' ingested-at), in microseconds since the epoch: a replay of the
-# batch decodes with it again (ARCHITECTURE §8).
-INSTANT_PROPERTY = "lakehouse.instant-micros"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
-COMMITTED_INSTANT_PROPERTY_PREFIX = "lakehouse.committed-instant."
+# The partition field that keeps a stream's dead rows in files of their own (ARCHITECTURE §6):
+# identity on the reason, null for good rows, so `_error_code is null` prunes every dead file.
+DEAD_PARTITION = "_error_code"
 
 # The fields an additive CDC stream took from its source, beyond its contract file (ARCHITECTURE
 # §6, "Fields the contract lacks"): a JSON object of JSON Schema properties by name. Kept with
@@ -78,11 +75,24 @@ def create_table_ddl(table: str, schema: StructType, partitioning: tuple[str, ..
 
 
 def ensure_table(spark: SparkSession, table: str, schema: StructType, partitioning: tuple[str, ...]) -> list[str]:
-    """Create the table, or evolve it to hold ``schema``; the changes made, for the log."""
+    """Create the table, or evolve it to hold ``schema`` (and, a bronze table made before dead rows
+    lived in it, to keep them apart: `DEAD_PARTITION`); the changes made, for the log."""
     if not spark.catalog.tableExists(table):
         spark.sql(create_table_ddl(table, schema, partitioning, STREAMING_TABLE_PROPERTIES))
         return [f"created {table}"]
-    return evolve_table(spark, table, schema)
+    changes = evolve_table(spark, table, schema)
+    partitioned = set(partition_fields(spark, table)) if DEAD_PARTITION in partitioning else set()
+    if DEAD_PARTITION in partitioning and not {DEAD_PARTITION, quote(DEAD_PARTITION)} & partitioned:
+        # New files only: rows written before have no dead rows (they were in bronze.dead_letters).
+        spark.sql(f"alter table {quote_table(table)} add partition field {quote(DEAD_PARTITION)}")
+        changes.append(f"{table}: add partition field {DEAD_PARTITION}")
+    return changes
+
+
+def partition_fields(spark: SparkSession, table: str) -> list[str]:
+    """The table's partition transforms as `describe table` names them (``days(ts)``, ``col``)."""
+    rows = spark.sql(f"describe table {quote_table(table)}").collect()
+    return [row.data_type for row in rows if row.col_name.startswith("Part ") and row.col_name[5:].isdigit()]
 
 
 # Iceberg's type promotions (spec: "Schema Evolution"): lossless, so old files stay readable.
@@ -162,20 +172,11 @@ def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
 
 def committed_batches_in_snapshots(spark: SparkSession, table: str) -> dict[str, int]:
     """Per writing query, the highest batch id among the table's (unexpired) snapshots."""
-    return {query_id: batch_id for query_id, (batch_id, _) in _newest_appends_in_snapshots(spark, table).items()}
-
-
-def _newest_appends_in_snapshots(spark: SparkSession, table: str) -> dict[str, tuple[int, str | None]]:
-    """Per writing query, (highest batch id, that batch's instant in micros or None) among the
-    table's (unexpired) snapshots."""
     rows = spark.sql(
-        f"select summary['{WRITER_PROPERTY}'] as query_id, "
-        f"max(struct(cast(summary['{BATCH_PROPERTY}'] as bigint) as batch_id, "
-        f"summary['{INSTANT_PROPERTY}'] as micros)) as newest "
+        f"select summary['{WRITER_PROPERTY}'] as query_id, max(cast(summary['{BATCH_PROPERTY}'] as bigint)) as batch "
         f"from {quote_table(table)}.snapshots where summary['{WRITER_PROPERTY}'] is not null group by 1"
     ).collect()
-    return {row.query_id: (int(row.newest.batch_id), row.newest.micros)
-            for row in rows if row.newest.batch_id is not None}
+    return {row.query_id: int(row.batch) for row in rows if row.batch is not None}
 
 
 def committed_batches_in_properties(spark: SparkSession, table: str,
@@ -212,39 +213,33 @@ def _markers(properties: dict[str, str], prefix: str) -> dict[str, str]:
 
 
 def record_committed_batches(spark: SparkSession, table: str, live_query_ids: set[str] | None = None) -> dict[str, int]:
-    """Copy each query's last committed batch, and its instant, from snapshot summaries into
-    table properties.
+    """Copy each query's last committed batch from snapshot summaries into table properties.
 
-    Called before snapshots expire, so the exactly-once check, and the completion of a batch
-    a crash left in bronze only, survive the expiry. Markers of queries that can no longer
-    write (their checkpoint is gone: not in ``live_query_ids``) are dropped; ``None`` keeps
-    them all. Returns the batch markers now in place.
+    Called before snapshots expire, so the exactly-once check survives the expiry. Markers of
+    queries that can no longer write (their checkpoint is gone: not in ``live_query_ids``) are
+    dropped; ``None`` keeps them all. Returns the batch markers now in place.
     """
     properties = _table_properties(spark, table)
     marked = committed_batches_in_properties(spark, table, properties)
-    marked_instants = _markers(properties, COMMITTED_INSTANT_PROPERTY_PREFIX)
-    wanted, instants = dict(marked), dict(marked_instants)
-    for query_id, (batch_id, micros) in _newest_appends_in_snapshots(spark, table).items():
-        if batch_id > marked.get(query_id, -1):
-            wanted[query_id] = batch_id
-            instants.pop(query_id, None)  # an older batch's instant
-        if batch_id == wanted[query_id] and micros is not None:
-            instants[query_id] = micros
+    wanted = dict(marked)
+    for query_id, batch_id in committed_batches_in_snapshots(spark, table).items():
+        wanted[query_id] = max(batch_id, marked.get(query_id, -1))
     if live_query_ids is not None:
         wanted = {q: b for q, b in wanted.items() if q in live_query_ids}
-    instants = {q: micros for q, micros in instants.items() if q in wanted}
     changed = {COMMITTED_PROPERTY_PREFIX + q: str(int(b)) for q, b in wanted.items() if marked.get(q) != b}
-    changed |= {COMMITTED_INSTANT_PROPERTY_PREFIX + q: micros for q, micros in instants.items()
-                if marked_instants.get(q) != micros}
     if changed:
         props = ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in sorted(changed.items()))
         spark.sql(f"alter table {quote_table(table)} set tblproperties ({props})")
+    # Also the instants an older version kept beside them (lakehouse.committed-instant.*): unused now.
     stale = sorted([COMMITTED_PROPERTY_PREFIX + q for q in set(marked) - set(wanted)]
-                   + [COMMITTED_INSTANT_PROPERTY_PREFIX + q for q in set(marked_instants) - set(instants)])
+                   + [key for key in properties if key.startswith(_OLD_INSTANT_PREFIX)])
     if stale:
         keys = ", ".join(sql_string(key) for key in stale)
         spark.sql(f"alter table {quote_table(table)} unset tblproperties if exists ({keys})")
     return wanted
+
+
+_OLD_INSTANT_PREFIX = "lakehouse.committed-instant."
 
 
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
@@ -273,30 +268,6 @@ def _last_batch_in_lineage(spark: SparkSession, table: str, query_id: str):
     return int(batch) if batch is not None else _UNKNOWN
 
 
-def batch_instant(spark: SparkSession, table: str, query_id: str, batch_id: int) -> datetime | None:
-    """The instant the query's newest append stored, if that append is of ``batch_id``, read
-    from its snapshot, or from the markers maintenance left when it expired the snapshot; None
-    when it is not of ``batch_id`` or when the append predates the property."""
-    summary = _newest_summary(spark, table, query_id)
-    if summary is _UNKNOWN:  # a long walk: ask the snapshots table instead
-        rows = spark.sql(
-            f"select summary['{INSTANT_PROPERTY}'] as micros from {quote_table(table)}.snapshots "
-            f"where summary['{WRITER_PROPERTY}'] = {sql_string(query_id)} "
-            f"and summary['{BATCH_PROPERTY}'] = '{int(batch_id)}' order by committed_at desc limit 1").collect()
-        summary = {BATCH_PROPERTY: str(batch_id), INSTANT_PROPERTY: rows[0].micros} if rows else None
-    if summary is None:  # its snapshots expired: maintenance copied the newest one's instant
-        properties = _table_properties(spark, table)
-        summary = {BATCH_PROPERTY: properties.get(COMMITTED_PROPERTY_PREFIX + query_id),
-                   INSTANT_PROPERTY: properties.get(COMMITTED_INSTANT_PROPERTY_PREFIX + query_id)}
-    if summary.get(BATCH_PROPERTY) != str(batch_id):
-        return None
-    micros = summary.get(INSTANT_PROPERTY)
-    return EPOCH + timedelta(microseconds=int(micros)) if micros is not None and micros.isdigit() else None
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def _newest_summary(spark: SparkSession, table: str, query_id: str):
     """The summary of the newest snapshot ``query_id`` wrote, walking back from the table's
     current snapshot through Iceberg's Java API (no Spark job); None if the table has none of
@@ -313,7 +284,7 @@ def _newest_summary(spark: SparkSession, table: str, query_id: str):
                 return None
             summary = snapshot.summary()
             if summary.get(WRITER_PROPERTY) == query_id:
-                return {key: summary.get(key) for key in (BATCH_PROPERTY, INSTANT_PROPERTY)}
+                return {BATCH_PROPERTY: summary.get(BATCH_PROPERTY)}
             parent = snapshot.parentId()
             snapshot = None if parent is None else iceberg.snapshot(parent)
     except Py4JError:
@@ -322,16 +293,11 @@ def _newest_summary(spark: SparkSession, table: str, query_id: str):
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
-           table_schema: StructType | None = None, instant: datetime | None = None) -> None:
-    """Append the rows in one snapshot that names the query and batch it comes from, and the
-    batch's instant when given.
+           table_schema: StructType | None = None) -> None:
+    """Append the rows in one snapshot that names the query and batch it comes from.
 
     ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
-    writer = (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
-              .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
-              .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id)))
-    if instant is not None:
-        micros = (instant - EPOCH) // timedelta(microseconds=1)
-        writer = writer.option(f"snapshot-property.{INSTANT_PROPERTY}", str(micros))
-    writer.append()
-
+    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
+     .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
+     .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
+     .append())

@@ -1,12 +1,16 @@
-"""The dead-letter table: every record that could not be read, with its bytes and a reason.
+"""Dead letters: the rows of a stream's bronze table whose record could not be read, and the
+view `bronze.dead_letters` that lists every stream's (ARCHITECTURE §7).
 
-Error codes are a closed set (ARCHITECTURE §7); each record is in bronze or here, never both.
+A dead row is a row of its stream's bronze table (ingestion/formats.py, `to_bronze`): its raw
+key, value and headers, its reason (``_error_code``, a code of the closed set) and detail,
+null decoded columns. Each offset of a topic is one row of its bronze table, good or dead.
+The view is plain SQL over the tables, so any engine that reads Iceberg reads dead letters the
+same way: ``where _error_code is not null`` on a stream's bronze table.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -19,96 +23,107 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.contracts import error_codes
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.sql import quote, quote_table, sql_string
 
-TABLE = "bronze.dead_letters"
+VIEW = "bronze.dead_letters"
+NAMESPACE = "bronze"
 
 ERROR_CODES = error_codes.ERROR_CODES  # the closed set lives in a pyspark-free module
 
+# A row of a bronze table is dead while its reason is set; a replay that reads it replaces it by
+# its decoded row, which keeps ``_replayed_at`` (ARCHITECTURE §7). Pruned by the partition field.
+DEAD = "_error_code is not null"
+GOOD = "_error_code is null"
+LISTED = f"({DEAD} or _replayed_at is not null)"
+
+# The view's columns (what `lakehouse dlq list/show` print), each from a bronze table's columns.
 SCHEMA = StructType([
     StructField("stream", StringType(), False),
-    StructField("topic", StringType(), False),
-    StructField("partition", IntegerType(), False),
-    StructField("offset", LongType(), False),
+    StructField("topic", StringType(), True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
     StructField("kafka_timestamp", TimestampType(), True),
     StructField("key", BinaryType(), True),
     StructField("value", BinaryType(), True),
-    StructField("error_code", StringType(), False),
+    StructField("error_code", StringType(), True),
     StructField("error_detail", StringType(), True),
     StructField("schema_id", IntegerType(), True),
-    StructField("ingested_at", TimestampType(), False),
-    StructField("batch_id", LongType(), False),
-    # Replay (`lakehouse dlq replay`, lakehouse/operations/dead_letters/replay.py): set on the dead letter, which stays
-    # as the record of what happened. replayed_at is set once its record is in bronze; a
-    # record that still fails keeps replayed_at null and gets the new error_code/detail.
+    StructField("ingested_at", TimestampType(), True),
+    StructField("batch_id", LongType(), True),
     StructField("replayed_at", TimestampType(), True),
     StructField("replay_attempts", IntegerType(), True),
     StructField("last_replay_at", TimestampType(), True),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())])), True),
 ])
-PARTITIONING = ("days(ingested_at)", "stream")
+
+_FROM_BRONZE = {
+    "topic": "_kafka_topic",
+    "partition": "_kafka_partition",
+    "offset": "_kafka_offset",
+    "kafka_timestamp": "_kafka_timestamp",
+    "key": "_raw_key",
+    "value": "_raw_value",
+    # a replayed row's reason is the one it had when it was dead
+    "error_code": "coalesce(_error_code, _replayed_error_code)",
+    "error_detail": "_error_detail",
+    "schema_id": "cast(_schema_id as int)",
+    "ingested_at": "_dead_at",  # when it was found dead
+    "batch_id": "_batch_id",
+    "replayed_at": "_replayed_at",
+    "replay_attempts": "_replay_attempts",
+    "last_replay_at": "_last_replay_at",
+    "headers": "_raw_headers",
+}
 
 
-def schema_id(decoded: DataFrame) -> Column:
-    """The schema id each decoded record's header names, for formats whose messages carry one
-    (Avro in the Confluent wire format: ``_schema_id``); null for the others, and for a record
-    too short or without the magic byte to have one."""
-    return (F.col("_schema_id") if "_schema_id" in decoded.columns else F.lit(None)).cast("int")
+def bronze_tables(spark: SparkSession) -> dict[str, str]:
+    """{stream: table} of every bronze table that holds dead rows (the `bronze` namespace's tables
+    with the dead-row columns: a stream gone from the pipeline file keeps its dead letters)."""
+    found = {}
+    for row in spark.sql(f"show tables in {NAMESPACE}").collect():
+        if row.isTemporary:
+            continue
+        table = f"{NAMESPACE}.{row.tableName}"
+        if {"_error_code", "_raw_value", "_replayed_at"} <= set(spark.table(quote_table(table)).columns):
+            found[row.tableName] = table
+    return dict(sorted(found.items()))
 
 
-def _columns(decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column) -> dict[str, Column]:
-    """A decoded batch's columns as dead letters, by name in SCHEMA's order, bytes untouched."""
-    return {
-        "stream": F.lit(stream),
-        "topic": F.col("topic"),
-        "partition": F.col("partition").cast("int"),
-        "offset": F.col("offset").cast("long"),
-        "kafka_timestamp": F.col("timestamp"),
-        "key": F.col("key"),
-        "value": F.col("value"),
-        "error_code": F.col("_error_code"),
-        "error_detail": F.col("_error_detail"),
-        "schema_id": schema_id(decoded),
-        "ingested_at": ingested_at,
-        "batch_id": F.lit(batch_id).cast("long"),
-        "replayed_at": F.lit(None).cast("timestamp"),
-        "replay_attempts": F.lit(None).cast("int"),
-        "last_replay_at": F.lit(None).cast("timestamp"),
-    }
+def view_columns(stream: str, has_schema_id: bool) -> list[str]:
+    """The view's columns as SQL expressions over one stream's bronze table."""
+    return [f"{sql_string(stream)} as stream"] + [
+        f"{'cast(null as int)' if name == 'schema_id' and not has_schema_id else source} as {quote(name)}"
+        for name, source in _FROM_BRONZE.items()]
 
 
-def to_dead_letters(decoded: DataFrame, stream: str, batch_id: int, ingested_at: Column) -> DataFrame:
-    """Dead-letter rows of a decoded batch (rows whose ``_error_code`` is set), bytes untouched."""
-    columns = _columns(decoded, stream, batch_id, ingested_at)
-    return decoded.where(F.col("_error_code").isNotNull()).select(*[c.alias(n) for n, c in columns.items()])
+def view_sql(tables: dict[str, str], has_schema_id: set[str]) -> str:
+    """The view's query: UNION ALL over ``tables`` ({stream: table}), dead and replayed rows."""
+    return "\nunion all\n".join(
+        f"select {', '.join(view_columns(stream, stream in has_schema_id))} from {quote_table(table)} where {LISTED}"
+        for stream, table in tables.items())
 
 
-# What a record's dead letter takes from the record; the other columns are the batch's.
-RECORD_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "key", "value", "error_code", "error_detail",
-                  "schema_id")
-_RECORD_SCHEMA = ArrayType(StructType([f for f in SCHEMA.fields if f.name in RECORD_COLUMNS]))
-# Microseconds, and the offset: a Kafka timestamp survives the trip through JSON unchanged.
-_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+def ensure_view(spark: SparkSession) -> list[str]:
+    """(Re)create `bronze.dead_letters` over the bronze tables there are now; the change, for the log."""
+    refuse_old_table(spark)
+    tables = bronze_tables(spark)
+    if not tables:
+        return []
+    has_schema_id = {stream for stream, table in tables.items() if "_schema_id" in spark.table(table).columns}
+    spark.sql(f"create or replace view {quote_table(VIEW)} as {view_sql(tables, has_schema_id)}")
+    return [f"{VIEW}: a view over {', '.join(tables.values())}"]
 
 
-def collected(decoded: DataFrame) -> Column:
-    """An aggregate for ``DataFrame.observe``: the failing records of a decoded batch, as a JSON
-    array (bytes in base64), so that the pass that writes bronze also brings the dead letters
-    home and the batch is decoded once (ARCHITECTURE §8). The caller bounds the batch's size."""
-    columns = _columns(decoded, "", 0, F.lit(None))
-    record = F.struct(*[columns[name].alias(name) for name in RECORD_COLUMNS])
-    return F.to_json(F.collect_list(F.when(F.col("_error_code").isNotNull(), record)), _JSON_OPTIONS)
+def old_table_exists(spark: SparkSession) -> bool:
+    """Whether `bronze.dead_letters` is still the table of a version before dead rows lived in
+    bronze (`tableExists` is False for a view of the Iceberg catalog)."""
+    return spark.catalog.tableExists(VIEW)
 
 
-def from_collected(spark: SparkSession, rows_json: str, stream: str, batch_id: int, ingested_at: Column) -> DataFrame:
-    """The dead letters `collected` brought home, as rows of the dead-letter table."""
-    records = (spark.createDataFrame([(rows_json,)], "rows string")
-               .select(F.explode(F.from_json("rows", _RECORD_SCHEMA, _JSON_OPTIONS)).alias("r")).select("r.*"))
-    batch = {"stream": F.lit(stream), "ingested_at": ingested_at, "batch_id": F.lit(batch_id)}
-    return records.select(*[(F.col(f.name) if f.name in RECORD_COLUMNS else batch.get(f.name, F.lit(None)))
-                            .cast(f.dataType).alias(f.name) for f in SCHEMA.fields])
-
-
-def reasons(spark: SparkSession, stream: str, batch_id: int) -> dict[str, int]:
-    """The dead letters a committed batch of a stream holds, by error code (for the metrics)."""
-    rows = (spark.table(TABLE).where((F.col("stream") == stream) & (F.col("batch_id") == batch_id))
-            .groupBy("error_code").count().collect())
-    return {row["error_code"]: row["count"] for row in rows}
+def refuse_old_table(spark: SparkSession) -> None:
+    if old_table_exists(spark):
+        raise LakehouseError(
+            f"{VIEW} is a table of an older version (dead letters apart from bronze): run `lakehouse migrate` "
+            "to move its rows into the streams' bronze tables (docs/operations.md)")

@@ -38,6 +38,14 @@ from lakehouse.core.sql import quote
 
 CORRUPT_COLUMN = "_corrupt_record"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+# The record's Kafka headers (the source's ``includeHeaders``): carried through the decoding
+# when the source gives them, so a dead row keeps them with its bytes (ARCHITECTURE §7).
+HEADERS_COLUMN = "headers"
+
+
+def kafka_columns(frame: DataFrame) -> tuple[str, ...]:
+    """The Kafka columns a decoder passes on: the headers too when ``frame`` has them."""
+    return (*KAFKA_COLUMNS, HEADERS_COLUMN) if HEADERS_COLUMN in frame.columns else KAFKA_COLUMNS
 ERROR_COLUMNS = ("_error_code", "_error_detail")
 EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
 MAX_CLOCK_SKEW = "INTERVAL 1 DAY"
@@ -83,7 +91,7 @@ def _event_time_check(event_time: Column, name: str, now: datetime | None) -> tu
 
 def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Column, str, Column]]) -> DataFrame:
     code, detail = _first_error(checks)
-    return frame.select(*columns, *KAFKA_COLUMNS, code.alias("_error_code"), detail.alias("_error_detail"))
+    return frame.select(*columns, *kafka_columns(frame), code.alias("_error_code"), detail.alias("_error_detail"))
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -202,7 +210,7 @@ def decode_json(raw: DataFrame, function: str, contract: JsonContract, event_tim
     """JSON objects through the registered function ``function`` (ingestion/json_udf.py), which
     reads each record once into its declared fields with the strict checks above. Only a record
     with an undeclared key is parsed again, into a map, for ``_rescued``."""
-    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(function, F.col("value")).alias("_decoded"))
+    parsed = raw.select(*kafka_columns(raw), F.call_function(function, F.col("value")).alias("_decoded"))
     decoded = F.col("_decoded")
     payload = decoded["payload"]
     declared = [field.name for field in contract.schema.fields]
@@ -371,7 +379,7 @@ def decode_avro(
     # record once per field). PERMISSIVE: a body that does not decode gives null (or an
     # all-null struct), caught below.
     by_writer = {writer_id: f"_writer_{writer_id}" for writer_id in writer_schemas}
-    framed = raw.select(*KAFKA_COLUMNS, schema_id.alias("_schema_id"), *[
+    framed = raw.select(*kafka_columns(raw), schema_id.alias("_schema_id"), *[
         F.when(schema_id == writer_id, from_avro(body, writer_schema, {"mode": "PERMISSIVE"}))
         .alias(by_writer[writer_id])
         for writer_id, writer_schema in writer_schemas.items()])
@@ -384,7 +392,7 @@ def decode_avro(
             for field in columns.fields
         ])
         payload = F.when(F.col("_schema_id") == writer_id, unified).otherwise(payload)
-    parsed = framed.select(*KAFKA_COLUMNS, "_schema_id", payload.alias("_payload"))
+    parsed = framed.select(*kafka_columns(framed), "_schema_id", payload.alias("_payload"))
     payload_col, id_col = F.col("_payload"), F.col("_schema_id")
     all_null = reduce(operator.and_, [payload_col[f.name].isNull() for f in columns.fields], F.lit(True))
     known_ids = list(writer_schemas) or [-1]
@@ -407,7 +415,7 @@ def decode_protobuf(raw: DataFrame, function: str, columns: StructType, required
                     event_time_column: str, now: datetime | None = None) -> DataFrame:
     """Protobuf records through the registered function ``function`` (see
     ingestion/protobuf_udf.py), which returns (payload, error_code, error_detail)."""
-    parsed = raw.select(*KAFKA_COLUMNS, F.call_function(function, F.col("value")).alias("_decoded"))
+    parsed = raw.select(*kafka_columns(raw), F.call_function(function, F.col("value")).alias("_decoded"))
     decoded = F.col("_decoded")
     payload = decoded["payload"]
     return _with_errors(parsed, [payload[f.name].alias(f.name) for f in columns.fields], [
@@ -673,12 +681,12 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     # stream's contract declares the columns, the schema says how temporal and decimal values
     # are written (debezium_semantic_types)
     loose, typed = _json_envelope(StructType([*envelope.fields, *_schema_wrapper(envelope).fields]))
-    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_typed"),
+    parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_typed"),
                         _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
     typed = F.col("_typed")
     event = _unwrapped(typed, StructType([*envelope.fields, StructField(CORRUPT_COLUMN, StringType())]),
                        wrapper_fields=[f.name for f in envelope.fields])
-    parsed = parsed.select(*KAFKA_COLUMNS, "_loose", "_key", event.alias("_env"),
+    parsed = parsed.select(*kafka_columns(parsed), "_loose", "_key", event.alias("_env"),
                            F.when(typed["payload"].isNotNull(), typed["schema"]).alias("_value_schema"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
@@ -771,7 +779,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
                          "stream-position", "transaction-id", "transaction-record-id", "commit-timestamp")])),
     ])
     loose, typed = _json_envelope(envelope)
-    parsed = raw.select(*KAFKA_COLUMNS, loose.alias("_loose"), typed.alias("_env"),
+    parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_env"),
                         _image_key(F.col("key").cast("string"), identity, image_schema, False).alias("_key"))
     env, metadata = F.col("_env"), F.col("_env.metadata")
     op = _lookup(DMS_OPS, metadata["operation"])
@@ -821,14 +829,20 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
 
 def bronze_columns(decoded: DataFrame) -> list[str]:
     """The payload and format columns of a decoded frame: what bronze keeps besides metadata."""
-    internal = {*KAFKA_COLUMNS, *ERROR_COLUMNS}
+    internal = {*KAFKA_COLUMNS, HEADERS_COLUMN, *ERROR_COLUMNS}
     return [name for name in decoded.columns if name not in internal]
 
 
 def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
-    """Bronze rows of a decoded batch: good records with their Kafka metadata (ARCHITECTURE §6)."""
-    return decoded.where(F.col("_error_code").isNull()).select(
-        *[F.col(quote(name)) for name in bronze_columns(decoded)],  # quoted: a field name may hold `.`
+    """Bronze rows of a decoded batch, every record once (ARCHITECTURE §6): a good record's decoded
+    columns; a failing record's raw key, value and headers, its reason, and null decoded columns
+    (``_schema_id`` kept: it tells which writer schema failed); both with their Kafka metadata."""
+    dead = F.col("_error_code").isNotNull()
+    headers = F.col(HEADERS_COLUMN) if HEADERS_COLUMN in decoded.columns else F.lit(None).cast(HEADERS_TYPE)
+    return decoded.select(
+        # quoted: a field name may hold `.`
+        *[(F.col(quote(name)) if name in KEPT_ON_DEAD_ROWS else F.when(~dead, F.col(quote(name)))).alias(name)
+          for name in bronze_columns(decoded)],
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").cast("int").alias("_kafka_partition"),
         F.col("offset").cast("long").alias("_kafka_offset"),
@@ -836,4 +850,22 @@ def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFra
         F.col("key").cast("string").alias("_kafka_key"),
         ingested_at.alias("_ingested_at"),
         F.lit(batch_id).cast("long").alias("_batch_id"),
+        F.col("_error_code").cast("string").alias("_error_code"),
+        F.col("_error_detail").cast("string").alias("_error_detail"),
+        F.when(dead, F.col("key")).alias("_raw_key"),
+        F.when(dead, F.col("value")).alias("_raw_value"),
+        F.when(dead, headers.cast(HEADERS_TYPE)).alias("_raw_headers"),
+        F.when(dead, ingested_at).alias("_dead_at"),
+        *[F.lit(None).cast(data_type).alias(name) for name, data_type in REPLAY_COLUMNS],
     )
+
+
+# A dead row's columns beside the decoded ones (ARCHITECTURE §6, §7); null on a good row that was
+# never dead. ``_error_code`` is also a partition field: a reader of good rows prunes dead rows.
+HEADERS_TYPE = "array<struct<key: string, value: binary>>"
+DEAD_COLUMNS = ("_error_code", "_error_detail", "_raw_key", "_raw_value", "_raw_headers", "_dead_at")
+# Replay bookkeeping (`lakehouse dlq replay`): attempts and the last one on a row still dead; on a
+# row a replay fixed, also when (``_replayed_at``) and the reason it had (``_replayed_error_code``).
+REPLAY_COLUMNS = (("_replay_attempts", "int"), ("_last_replay_at", "timestamp"), ("_replayed_at", "timestamp"),
+                  ("_replayed_error_code", "string"))
+KEPT_ON_DEAD_ROWS = frozenset({"_schema_id"})

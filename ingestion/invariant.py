@@ -1,17 +1,16 @@
-"""The exactly-once invariant read back from the tables (ARCHITECTURE §7, §8): each offset of a
-topic is in bronze or pending in dead letters, never both, never neither.
+"""The exactly-once invariant read back from the stream's bronze table (ARCHITECTURE §7, §8):
+each offset of a topic is one row of it, good or dead, never two, never none.
 
-A count (bronze rows + dead letters = records produced) cannot see it: a record lost and another
-landed twice cancel out. So this compares coordinates: within the offset ranges a caller names
-(per partition, first offset to end offset, end excluded), every (partition, offset) must be
-there exactly once, in bronze or among the stream's pending dead letters (a replayed dead
-letter's record is in bronze now, `lakehouse dlq replay`). The demo checks the ranges it
-produced; the chaos tests whole topics.
+A count (bronze rows = records produced) cannot see it: a record lost and another landed twice
+cancel out. So this compares coordinates: within the offset ranges a caller names (per
+partition, first offset to end offset, end excluded), every (partition, offset) must be there
+exactly once, as a good row or a dead one (a dead row a replay fixed is a good row now,
+`lakehouse dlq replay`). The demo checks the ranges it produced; the chaos tests whole topics.
 
 Not every offset holds a record: a transactional producer's commit and abort markers take an
 offset each, and an aborted transaction's records are never read (the job reads
-``read_committed``, ARCHITECTURE §7). Given the settings to reach Kafka, offsets found neither
-in bronze nor in dead letters are looked up in the topic as ``read_committed`` reads it, and
+``read_committed``, ARCHITECTURE §7). Given the settings to reach Kafka, offsets not in bronze
+are looked up in the topic as ``read_committed`` reads it, and
 those that hold no committed record are counted apart (``no_record``), not as missing.
 
 The counting runs in Spark (a group-by over the coordinates); only the totals and a few
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ingestion.dead_letters import TABLE as DEAD_LETTERS_TABLE
 from lakehouse.contracts.streams import StreamSpec
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import relation_exists
@@ -43,10 +41,10 @@ class OffsetCheck:
 
     stream: str
     expected: int  # offsets in the ranges that hold a record
-    bronze: int  # bronze rows at those offsets
-    dead_letters: int  # pending dead letters at those offsets
-    missing: int  # offsets neither in bronze nor pending in dead letters
-    duplicated: int  # offsets there more than once (twice in a table, or in both)
+    bronze: int  # good bronze rows at those offsets
+    dead_letters: int  # dead bronze rows at those offsets
+    missing: int  # offsets without a row
+    duplicated: int  # offsets with more than one row (good or dead)
     missing_examples: tuple[Coordinate, ...] = ()  # the first few, in offset order
     duplicated_examples: tuple[tuple[int, int, int, int], ...] = ()  # (partition, offset, bronze, dead)
     no_record: int = 0  # offsets of transaction markers and aborted records: nothing to land
@@ -74,9 +72,9 @@ def offset_ranges(start: Mapping[int, int], end: Mapping[int, int]) -> dict[int,
 
 def check_every_offset_once(spark, spec: StreamSpec, ranges: Mapping[int, tuple[int, int]],
                             examples: int = EXAMPLES, settings: Settings | None = None) -> OffsetCheck:
-    """Counts each (partition, offset) of `ranges` in spec's bronze table and its pending dead letters.
+    """Counts each (partition, offset) of `ranges` in spec's bronze table, good rows and dead.
 
-    With ``settings``, an offset in neither is looked up in the topic: one that holds no
+    With ``settings``, an offset without a row is looked up in the topic: one that holds no
     committed record (a transaction marker, an aborted record) is ``no_record``, not missing.
     Without them (no broker at hand) every offset counts as a record.
     """
@@ -128,22 +126,16 @@ def _committed_records(spark, settings: Settings, topic: str, ranges: Mapping[in
 
 
 def _coordinates(spark, spec: StreamSpec) -> DataFrame:
-    """(partition, offset, in_bronze, in_dead) of every bronze row and pending dead letter of the stream."""
-    parts = []
-    if relation_exists(spark, spec.bronze_table):
-        parts.append(spark.table(spec.bronze_table).where(F.col("_kafka_topic") == spec.topic).select(
-            F.col("_kafka_partition").cast("int").alias("partition"),
-            F.col("_kafka_offset").cast("long").alias("offset"),
-            F.lit(1).alias("in_bronze"), F.lit(0).alias("in_dead")))
-    if relation_exists(spark, DEAD_LETTERS_TABLE):
-        dead = spark.table(DEAD_LETTERS_TABLE).where(F.col("stream") == spec.name)
-        if "replayed_at" in dead.columns:  # tables from before replay existed: all pending
-            dead = dead.where(F.col("replayed_at").isNull())
-        parts.append(dead.select(F.col("partition").cast("int"), F.col("offset").cast("long"),
-                                 F.lit(0).alias("in_bronze"), F.lit(1).alias("in_dead")))
-    if not parts:
+    """(partition, offset, in_bronze, in_dead) of every row of the stream's bronze table: a good
+    row counts in bronze, a dead one in dead letters."""
+    if not relation_exists(spark, spec.bronze_table):
         return spark.createDataFrame([], "partition int, offset long, in_bronze int, in_dead int")
-    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    table = spark.table(spec.bronze_table)
+    dead = F.col("_error_code").isNotNull() if "_error_code" in table.columns else F.lit(False)
+    return table.where(F.col("_kafka_topic") == spec.topic).select(
+        F.col("_kafka_partition").cast("int").alias("partition"),
+        F.col("_kafka_offset").cast("long").alias("offset"),
+        F.when(dead, 0).otherwise(1).alias("in_bronze"), F.when(dead, 1).otherwise(0).alias("in_dead"))
 
 
 def _within(ranges: Mapping[int, tuple[int, int]]):

@@ -1,9 +1,9 @@
 """The bronze ingestion job: one Structured Streaming query per stream, Kafka -> Iceberg.
 
 One generic runner for every stream of the pipeline configuration (lakehouse/contracts/pipeline.yml):
-each micro-batch is decoded once by the stream's decoder and split: the readable records append
-to the stream's bronze table, then the unreadable ones to bronze.dead_letters (ARCHITECTURE §6-8),
-each table at most once per batch, with no cache of the batch.
+each micro-batch is decoded once by the stream's decoder and appended to the stream's bronze
+table in one commit, at most once: the readable records decoded, the unreadable ones as dead
+rows beside them (ARCHITECTURE §6-8), with no cache of the batch.
 ``build_query`` returns the unstarted writer; ``main`` is the command line (`lakehouse ingest`).
 """
 
@@ -18,7 +18,7 @@ import re
 import signal
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.errors import AnalysisException, StreamingQueryException
@@ -26,7 +26,6 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader, DataStreamWriter
 from pyspark.sql.types import StructType
-from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
@@ -51,10 +50,12 @@ def checkpoint_location(settings: Settings, spec: StreamSpec) -> str:
 
 
 def ensure_tables(spark: SparkSession, spec: StreamSpec, decoder: StreamDecoder) -> list[str]:
-    """Create (or evolve) the stream's bronze table and the dead-letter table; changes made."""
+    """Create (or evolve) the stream's bronze table, and the dead-letter view over every stream's
+    bronze table when this one is new; the changes made."""
     decoder.refresh()
     changes = bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
-    changes += bronze.ensure_table(spark, dead_letters.TABLE, dead_letters.SCHEMA, dead_letters.PARTITIONING)
+    if changes[:1] == [f"created {spec.bronze_table}"]:
+        changes += dead_letters.ensure_view(spark)
     return changes
 
 
@@ -67,13 +68,10 @@ def _current_query_id(spark: SparkSession, name: str) -> str:
 
 def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, decoder: StreamDecoder | None = None,
                  fault_point: str | None = None, leases: single_writer.CatalogLeases | None = None):
-    """The foreachBatch function of a stream: bronze, then dead letters, each at most once.
+    """The foreachBatch function of a stream: each batch one append to bronze, at most once.
 
-    Nothing of the batch is cached, and a batch is decoded once: the pass that appends the good
-    rows to bronze also counts the batch and brings its failing rows (about 1%) home, with
-    ``DataFrame.observe``; they are then appended to the dead letters. A batch bigger than
-    COLLECT_RECORDS finds its failing rows by a second pass instead, with the same literal
-    timestamp, so both passes classify every record alike.
+    Nothing of the batch is cached or brought to the driver: the one pass that appends the batch,
+    good and dead rows together, also counts it with ``DataFrame.observe``.
 
     ``spark`` is the session that starts the query: the batch's own session is a clone whose
     query manager does not list the running query, and its id is needed for exactly-once.
@@ -82,7 +80,6 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
-    location = checkpoint_location(settings, spec)
     tables = _BatchAppender(spark)
     query_id: str | None = None
 
@@ -101,13 +98,13 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, fault_point, location)
+        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables)
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id,
                      extra={"stream": spec.name, "batch": batch_id})
             return
-        read, dead, rescued, rescued_fields = counts
+        read, dead, reasons, rescued, rescued_fields = counts
         if rescued:
             log.warning("%s batch %d: %s record(s) with field(s) the contract lacks, kept in bronze's %s: %s",
                         spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields,
@@ -117,11 +114,10 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
                  f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}",
                  extra={"stream": spec.name, "batch": batch_id, "seconds": round(seconds, 3),
                         "counts": {"read": read, "bronze": read - dead, "dead_letters": dead, "rescued": rescued}})
-        if metrics.serving():  # the dead letters by reason from the table: a query, only when served
-            metrics.batch_committed(spec.name, read - dead, dead_letters.reasons(spark, spec.name, batch_id) if dead
-                                    else {}, time.time())
+        if metrics.serving():
+            metrics.batch_committed(spec.name, read - dead, reasons, time.time())
         # Spark commits the checkpoint once this function returns.
-        _crash_if(fault_point, AFTER_ICEBERG_COMMITS, spec, batch_id)
+        _crash_if(fault_point, AFTER_ICEBERG_COMMIT, spec, batch_id)
 
     return write
 
@@ -169,170 +165,48 @@ class _BatchAppender:
     def forget_schema(self, table: str) -> None:
         self.schemas.pop(table, None)
 
-    def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int, instant: datetime) -> None:
+    def append(self, table: str, rows: DataFrame, query_id: str, batch_id: int) -> None:
         known = table in self.schemas
         schema = self.schemas.get(table) or self.spark.table(table).schema
         try:
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema, instant)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
         except AnalysisException:
             if not known:
                 raise
             # Refused before anything was written: evolved by someone else meanwhile.
             schema = self.spark.table(table).schema
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema, instant)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
         self.schemas[table] = schema
         self.last[(table, query_id)] = batch_id
 
 
-# Up to this many records (from the checkpoint's offsets), a batch brings its failing rows home
-# from the bronze pass and is decoded once. A bigger one finds them by a second pass: a batch
-# that fails whole then never holds more than this many records in the driver's memory.
-COLLECT_RECORDS = 1_000_000
-
-
 def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
-                tables: _BatchAppender, fault_point: str | None = None,
-                location: str | None = None) -> tuple[int, int, int, str] | None:
-    """Bronze, then dead letters, each holding every offset of the batch at most once, and
-    together exactly once (ARCHITECTURE §8); (records read, dead letters, records in bronze with
-    fields the contract lacks in ``_rescued``, those fields' names), or None when an earlier
-    attempt left nothing to add.
-
-    ``location``: the query's checkpoint, whose offsets give the batch's size: up to
-    COLLECT_RECORDS, the bronze pass brings the failing rows home; else (or when the size is
-    unknown) a second pass finds them. A batch either table holds already is completed by
-    `_complete`.
-    """
-    in_bronze = tables.includes(spec.bronze_table, query_id, batch_id)
-    in_dead_letters = tables.includes(dead_letters.TABLE, query_id, batch_id)
-    if in_bronze or in_dead_letters:
-        return _complete(spark, spec, decoder, batch, batch_id, query_id, tables, in_bronze, in_dead_letters,
-                         fault_point)
-    records = checkpoint.records_of_batch(location, batch_id, spec.topic) if location else None
-    collect = records is not None and records <= COLLECT_RECORDS
-    if not collect:
-        log.info("%s batch %d: %s, more than %s: dead letters by a second pass", spec.name, batch_id,
-                 "size unknown" if records is None else f"{records:,} records", f"{COLLECT_RECORDS:,}")
-    now = datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
-    ingested_at = F.lit(now).cast("timestamp")
-    counted, observation = _observed(decoder.decode(batch, now), collect)
-    tables.append(spec.bronze_table, to_bronze(counted, batch_id, ingested_at), query_id, batch_id, now)
-    _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
-    metrics = observation.get
-    read, dead = metrics["read"], metrics["dead"]
-    rescued = (metrics["rescued"], metrics["rescued_fields"]) if "rescued" in metrics else (0, "")
-    if dead:  # an empty append, a snapshot per batch, is skipped
-        if collect:
-            failing = dead_letters.from_collected(spark, metrics["dead_rows"], spec.name, batch_id, ingested_at)
-        else:
-            again, _ = _observed(decoder.decode(batch, now))
-            failing = dead_letters.to_dead_letters(again, spec.name, batch_id, ingested_at)
-        tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
-    return read, dead, *rescued
-
-
-def _complete(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id, tables: _BatchAppender,
-              in_bronze: bool, in_dead_letters: bool, fault_point: str | None) -> tuple[int, int, int, str] | None:
-    """Finish a batch that an earlier attempt committed to bronze, to the dead letters, or to
-    both, before a crash; (records placed now, of which dead letters), or None if none.
-
-    Bronze commits first and its dead letters after it, so a batch in both is complete. A batch
-    only in bronze may have failing rows the crash kept out of the dead letters (or had none).
-    A batch only in the dead letters was left by a version that committed them first. Two
-    tables cannot commit atomically; whatever changed since (a schema, the required fields),
-    the replay decides per offset: an offset either table holds for this batch stays where it
-    is; every other offset goes to bronze if it reads under the current contract, else to the
-    dead letters. It decodes with the instant the first attempt stored with its commit, so the
-    batch keeps one ``_ingested_at`` and its event times are checked against the same "now".
-    """
-    if in_bronze and in_dead_letters:
+                tables: _BatchAppender) -> tuple[int, int, dict[str, int], int, str] | None:
+    """The batch in one append to bronze, good and dead rows together (ARCHITECTURE §8): (records
+    read, of which dead, dead by reason, records in bronze with fields the contract lacks in
+    ``_rescued``, those fields' names), or None when an earlier attempt committed it already."""
+    if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
-    committed = None
-    if in_bronze:
-        now = bronze.batch_instant(spark, spec.bronze_table, query_id, batch_id)
-        if now is None:
-            # Appended by a version that committed the dead letters first (so the batch had none),
-            # or its snapshot expired under a version whose maintenance kept no instant: nothing
-            # to tell what is missing, if anything.
-            log.warning("%s batch %d: in bronze without its instant: taken as complete", spec.name, batch_id)
-            return None
-        done = (spark.table(spec.bronze_table)
-                .where((F.col("_batch_id") == batch_id) & (F.col("_ingested_at") == F.lit(now).cast("timestamp")))
-                .select(F.col("_kafka_partition").alias("partition"), F.col("_kafka_offset").alias("offset")))
-    else:
-        committed, now = _committed_dead_letters(spark, spec, batch_id)
-        done = committed.select("partition", "offset")
-    ingested_at = F.lit(now).cast("timestamp")
-    decoded = decoder.decode(batch, now)
-    # Cached: the two appends filter it, and a filter must not reach into the decoding (see
-    # `_observed`). Small after a crash of this version (the failing records of a batch in
-    # bronze, about 1%); most of the batch after one of a version that wrote dead letters first.
-    rest = decoded.join(done, ["partition", "offset"], "left_anti").persist()
-    try:
-        read, dead, *rescued = rest.agg(F.count(F.lit(1)), F.count("_error_code"), *_rescued_metrics(rest)).first()
-        if read > dead:
-            tables.append(spec.bronze_table, to_bronze(rest, batch_id, ingested_at), query_id, batch_id, now)
-            _crash_if(fault_point, AFTER_BRONZE, spec, batch_id)
-        if dead:
-            failing = dead_letters.to_dead_letters(rest, spec.name, batch_id, ingested_at)
-            tables.append(dead_letters.TABLE, failing, query_id, batch_id, now)
-        return (read, dead, *(rescued or (0, ""))) if read else None
-    finally:
-        rest.unpersist()
-        if committed is not None:
-            committed.unpersist()
+    now = datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
+    counted, observation = _observed(decoder.decode(batch, now))
+    tables.append(spec.bronze_table, to_bronze(counted, batch_id, F.lit(now).cast("timestamp")), query_id, batch_id)
+    metrics = observation.get
+    reasons = {code: metrics[f"dead {code}"] for code in dead_letters.ERROR_CODES if metrics[f"dead {code}"]}
+    rescued = (metrics["rescued"], metrics["rescued_fields"]) if "rescued" in metrics else (0, "")
+    return metrics["read"], metrics["dead"], reasons, *rescued
 
 
-def _committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int) -> tuple[DataFrame, datetime]:
-    """The dead letters an earlier attempt at this batch committed, as (partition, offset),
-    read once (kept in memory: this attempt may append more), and the batch's instant, which
-    that attempt fixed: their ``ingested_at``. The newest one: a reset checkpoint restarts the
-    batch ids, and an older query's dead letters of the same batch id are older.
+def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
+    """The decoded batch, counted (records, dead rows and their reasons) as the append goes over it.
 
-    Read again when a file the read planned is gone: `lakehouse maintain` may compact the dead
-    letters and expire the snapshot the read planned from while it runs (a short snapshot
-    retention), which deletes that snapshot's files. The rows are the same in the compacted
-    files, which a new read plans from the newest snapshot."""
-    retry = Retrying(stop=stop_after_attempt(DEAD_LETTER_READ_ATTEMPTS), reraise=True,
-                     retry=retry_if_exception(lambda exc: any(sign in str(exc) for sign in FILE_GONE)),
-                     before_sleep=lambda state: log.info("%s batch %d: a dead-letter file was removed by maintenance "
-                                                         "while it was read; reading again (%d)",
-                                                         spec.name, batch_id, state.attempt_number))
-    return retry(_read_committed_dead_letters, spark, spec, batch_id)
-
-
-DEAD_LETTER_READ_ATTEMPTS = 5
-# Iceberg's reader reports a deleted file by its Java exception, Spark's by its error class
-FILE_GONE = ("FileNotFoundException", "FILE_NOT_EXIST")
-
-
-def _read_committed_dead_letters(spark: SparkSession, spec: StreamSpec, batch_id: int) -> tuple[DataFrame, datetime]:
-    rows = (spark.table(dead_letters.TABLE)
-            .where((F.col("stream") == spec.name) & (F.col("batch_id") == batch_id))
-            .select("partition", "offset", F.unix_micros("ingested_at").alias("micros"))
-            .persist())
-    try:
-        newest = rows.agg(F.max("micros")).first()[0]
-    except Exception:
-        rows.unpersist()
-        raise
-    if newest is None:  # the batch committed no dead letters (maintenance cannot delete them)
-        return rows, datetime.now(UTC)
-    return rows, bronze.EPOCH + timedelta(microseconds=newest)
-
-
-def _observed(decoded: DataFrame, collect: bool = False) -> tuple[DataFrame, Observation]:
-    """The decoded batch, counted (records, dead letters) as a pass goes over it, and with
-    ``collect`` its failing rows brought home (``dead_rows``, `dead_letters.collected`).
-
-    The observation is also what keeps each pass fast: without it the optimizer pushes the
-    pass's filter on ``_error_code`` down into the decoding, where every check that reads the
-    payload repeats the decode (a dead-letter pass 20 times slower, generated code past 64 KB).
+    The counts come with the one pass that writes the batch: nothing of it is cached, read twice,
+    or brought to the driver. The observation also keeps the decoding whole under the projection
+    that `to_bronze` puts on it (the checks are computed once per record, not once per column).
     """
     observation = Observation()
-    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead"), *_rescued_metrics(decoded)]
-    if collect:
-        metrics.append(dead_letters.collected(decoded).alias("dead_rows"))
+    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead"),
+               *[F.count_if(F.col("_error_code") == code).alias(f"dead {code}") for code in dead_letters.ERROR_CODES],
+               *_rescued_metrics(decoded)]
     return decoded.observe(observation, *metrics), observation
 
 
@@ -347,11 +221,12 @@ def _rescued_metrics(decoded: DataFrame) -> list:
 
 
 # Fault points (ARCHITECTURE §8), for tests only: the job kills itself with SIGKILL there, as a
-# crash would, so a test can restart it on the exact state a crash between two commits leaves.
+# crash would, so a test can restart it on the exact state a crash there leaves.
 FAULT_POINT_VARIABLE = "LAKEHOUSE_FAULT_POINT"
-AFTER_BRONZE = "after-bronze"  # bronze committed, the dead letters not
-AFTER_ICEBERG_COMMITS = "after-iceberg-commits"  # both tables committed, the checkpoint not
-FAULT_POINTS = (AFTER_BRONZE, AFTER_ICEBERG_COMMITS)
+AFTER_ICEBERG_COMMIT = "after-iceberg-commit"  # the batch committed to bronze, the checkpoint not
+# `lakehouse dlq replay`: its first stream table's MERGE committed, the other streams' not
+AFTER_REPLAY_COMMIT = "after-replay-commit"
+FAULT_POINTS = (AFTER_ICEBERG_COMMIT, AFTER_REPLAY_COMMIT)
 
 
 def read_fault_point(environ=os.environ) -> str | None:
@@ -365,9 +240,14 @@ def read_fault_point(environ=os.environ) -> str | None:
 
 
 def _crash_if(fault: str | None, point: str, spec: StreamSpec, batch_id: int) -> None:
+    crash_if(fault, point, f"{spec.name} batch {batch_id}")
+
+
+def crash_if(fault: str | None, point: str, where: str) -> None:
+    """Kill this process with SIGKILL, as a crash would, when ``fault`` is ``point``."""
     if fault == point:
-        log.warning("%s batch %d: fault point %s: killing the job (%s is set, tests only)",
-                    spec.name, batch_id, point, FAULT_POINT_VARIABLE)
+        log.warning("%s: fault point %s: killing the process (%s is set, tests only)", where, point,
+                    FAULT_POINT_VARIABLE)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -403,9 +283,8 @@ def _offsets(value) -> dict[str, dict[int, int]] | None:
 READ_TASKS_PER_CORE = 2
 # Records per micro-batch and stream unless --max-offsets-per-trigger says otherwise: a backlog
 # (an availableNow run, a restart after downtime) is read in batches of this size. A batch
-# costs about 2-3 CPU-seconds besides its records (a pass planned, three commits), some 10% of
-# a million records; a batch beyond COLLECT_RECORDS would cost a second decoding pass, 35-40%.
-BATCH_RECORDS = COLLECT_RECORDS
+# costs a pass planned and a commit besides its records.
+BATCH_RECORDS = 1_000_000
 
 
 ISOLATION_LEVEL, READ_COMMITTED = "isolation.level", "read_committed"
@@ -445,6 +324,8 @@ def kafka_source(
         # A topic has fewer partitions than the cluster has cores more often than not: split the
         # partitions' offset ranges so every core gets read (and decode, and write) tasks.
         .option("minPartitions", str(read_tasks(spark)))
+        # A dead row keeps the record's headers with its bytes (ARCHITECTURE §7).
+        .option("includeHeaders", "true")
     )
     for key, value in kafka_read_options(settings).items():
         reader = reader.option(f"kafka.{key}", value)
@@ -504,6 +385,7 @@ def run(
             for spec in specs:
                 if (commit := checkpoint.last_commit(checkpoint_location(settings, spec))) is not None:
                     metrics.last_commit(spec.name, commit.committed_at.timestamp())
+        dead_letters.refuse_old_table(spark)  # before anything is written in the old shape
         decoders = {spec.name: decoder_for(spark, settings, spec) for spec in specs}
         # A table is created before its lease is taken (the lease is one of its properties),
         # and evolved after: a job refused must not have changed the running one's table.

@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import time
 
+from pyspark.sql import functions as F
+
 from expectations.mirror import check_mirror
 from expectations.runner import QualityReport, format_summary, run_quality
 from ingestion import job
+from ingestion.dead_letters import DEAD
 from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
@@ -53,24 +56,25 @@ def _count(spark, table: str) -> int:
     return spark.table(table).count() if relation_exists(spark, table) else 0
 
 
-def dead_letters_by_reason(spark, stream: str) -> dict[str, int]:
-    if not spark.catalog.tableExists("bronze.dead_letters"):
+def dead_letters_by_reason(spark, spec: StreamSpec) -> dict[str, int]:
+    """The stream's dead rows in its bronze table (ARCHITECTURE §7), by reason."""
+    if not relation_exists(spark, spec.bronze_table):
         return {}
-    rows = spark.sql(
-        "select error_code, count(*) as n from bronze.dead_letters "
-        f"where stream = '{stream}' group by error_code order by error_code"
-    ).collect()
-    return {row.error_code: row.n for row in rows}
+    rows = (spark.table(spec.bronze_table).where(DEAD).groupBy(F.col("_error_code").alias("code")).count()
+            .orderBy("code").collect())
+    return {row.code: row["count"] for row in rows}
 
 
-def dead_letters_at(spark, stream: str, coordinates: dict) -> dict:
-    """Error codes of the dead letters at the given (partition, offset) coordinates."""
+def dead_letters_at(spark, spec: StreamSpec, coordinates: dict) -> dict:
+    """Error codes of the stream's dead rows at the given (partition, offset) coordinates."""
     if not coordinates:
         return {}
     wanted = spark.createDataFrame(list(coordinates), "partition int, offset long")
-    rows = (spark.table("bronze.dead_letters").where(f"stream = '{stream}'")
-            .join(wanted, ["partition", "offset"]).select("partition", "offset", "error_code").collect())
-    return {(row.partition, row.offset): row.error_code for row in rows}
+    rows = (spark.table(spec.bronze_table).where(DEAD)
+            .select(F.col("_kafka_partition").alias("partition"), F.col("_kafka_offset").alias("offset"),
+                    "_error_code")
+            .join(wanted, ["partition", "offset"]).collect())
+    return {(row.partition, row.offset): row._error_code for row in rows}
 
 
 def main(settings: Settings, events: int = 20_000) -> int:
@@ -161,7 +165,7 @@ def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], pr
     print("=" * 64)
     mismatched = _print_stream_counts(spark, streams, produced, ranges, settings)
     for name in streams:
-        reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, name).items())
+        reasons = ", ".join(f"{code} {n:,}" for code, n in dead_letters_by_reason(spark, streams[name]).items())
         print(f"  dead letters of {name}: {reasons or 'none'}")
     for table in MODEL_TABLES:
         print(f"  {table:<32} {_count(spark, table):>12,} rows")
@@ -175,8 +179,8 @@ def _print_summary(spark, settings: Settings, streams: dict[str, StreamSpec], pr
 
 def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[str, dict],
                          ranges: dict[str, dict[int, tuple[int, int]]], settings: Settings | None = None) -> list[str]:
-    """Per stream: each offset the demo produced is in bronze or pending in dead letters exactly
-    once (coordinates, not counts: a loss and a duplicate would cancel out in a count), the
+    """Per stream: each offset the demo produced is in bronze exactly once, a good row or a dead
+    one (coordinates, not counts: a loss and a duplicate would cancel out in a count), the
     dead letters are at the manifest's coordinates with its reasons; the streams where not. With
     ``settings`` the offsets that hold no committed record (transaction markers, aborted
     records) are told apart from missing ones (ingestion/invariant.py)."""
@@ -189,11 +193,11 @@ def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[s
         problems = [check.describe()] if not check.holds else []
         if check.expected != manifest["produced"]:  # another producer wrote to the topic meanwhile
             problems.append(f"the topic holds {check.expected:,} new offsets, {manifest['produced']:,} delivered")
-        if check.dead_letters != len(expected) or dead_letters_at(spark, name, expected) != expected:
+        if check.dead_letters != len(expected) or dead_letters_at(spark, spec, expected) != expected:
             problems.append(f"dead letters differ from the {len(expected):,} the faults call for")
         mismatched += [name] if problems else []
         verdict = "MISMATCH: " + "; ".join(problems) if problems else \
-            "every offset once in bronze or dead letters, reasons match"
+            "every offset once in bronze (good or dead), reasons match"
         print(f"  {name:<12} {manifest['produced']:>10,} {check.bronze:>10,} {check.dead_letters:>7,}  {verdict}")
     return mismatched
 

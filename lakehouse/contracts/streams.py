@@ -84,8 +84,11 @@ class StreamSpec:
     @property
     def partitioning(self) -> tuple[str, ...]:
         # CDC: by ingestion day, so a MERGE's increment reads few partitions (ARCHITECTURE §6).
-        # DDL: the column quoted, as it comes from the pipeline file.
-        return ("days(_ingested_at)",) if self.is_cdc else (f"days({quote(self.event_time_column)})",)
+        # DDL: the column quoted, as it comes from the pipeline file. Then the reason a row is
+        # dead, null for good rows: dead rows in files of their own, pruned by a reader of good
+        # rows (ARCHITECTURE §6; ingestion/bronze.py DEAD_PARTITION).
+        by_day = "days(_ingested_at)" if self.is_cdc else f"days({quote(self.event_time_column)})"
+        return (by_day, "_error_code")
 
 
 def pipeline_file() -> Path:

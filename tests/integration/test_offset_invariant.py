@@ -1,6 +1,6 @@
 """The demo's end-to-end check compares coordinates, not counts (ingestion/invariant.py).
 
-Bronze and dead letters written by hand in a catalog of the module's own (no broker needed:
+Bronze tables, good and dead rows, written by hand in a catalog of the module's own (no broker needed:
 the demo's check takes the offset ranges it produced), so every failure is placed exactly.
 Then a real transactional producer on the session's broker: offsets that hold no record
 (transaction markers, an aborted transaction's records) are neither ingested nor missing.
@@ -16,8 +16,6 @@ import pytest
 from confluent_kafka import Producer
 
 from ingestion import job
-from ingestion.dead_letters import SCHEMA as DEAD_LETTERS_SCHEMA
-from ingestion.dead_letters import TABLE as DEAD_LETTERS
 from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.commands import demo
 from lakehouse.contracts.streams import get_stream
@@ -46,20 +44,21 @@ def lake(spark, settings, tmp_path_factory):
 
 
 def write(session, bronze: list[tuple[int, int]], dead: list[tuple[int, int, bool]]) -> None:
-    """Bronze rows at (partition, offset); dead letters at (partition, offset, replayed)."""
-    session.createDataFrame([(SPEC.topic, p, o) for p, o in bronze],
-                            "_kafka_topic string, _kafka_partition int, _kafka_offset long") \
+    """Good rows at (partition, offset); dead rows at (partition, offset, replayed): a replayed
+    one is a good row now, which keeps when it was replayed."""
+    rows = ([(SPEC.topic, p, o, None, None) for p, o in bronze]
+            + [(SPEC.topic, p, o, None if replayed else "CORRUPT_PAYLOAD", AT if replayed else None)
+               for p, o, replayed in dead])
+    session.createDataFrame(rows, "_kafka_topic string, _kafka_partition int, _kafka_offset long, "
+                                  "_error_code string, _replayed_at timestamp") \
         .writeTo(SPEC.bronze_table).using("iceberg").createOrReplace()
-    rows = [(SPEC.name, SPEC.topic, p, o, AT, None, b"\xff", "CORRUPT_PAYLOAD", "garbled", None, AT, 0,
-             AT if replayed else None, 1 if replayed else None, AT if replayed else None) for p, o, replayed in dead]
-    session.createDataFrame(rows, DEAD_LETTERS_SCHEMA).writeTo(DEAD_LETTERS).using("iceberg").createOrReplace()
 
 
 def test_a_loss_and_a_duplicate_that_cancel_out_in_the_counts_fail_the_demo_check(lake, capsys):
     # 0:3 lost, 1:2 landed twice, 1:4 dead-lettered as the manifest says
     write(lake, [(0, 0), (0, 1), (0, 2), (0, 4), (1, 0), (1, 1), (1, 2), (1, 2), (1, 3)], [(1, 4, False)])
-    # what the old check summed: bronze + dead letters = produced, so it passed
-    assert lake.table(SPEC.bronze_table).count() + lake.table(DEAD_LETTERS).count() == MANIFEST["produced"]
+    # what the old check summed: rows = produced, so it passed
+    assert lake.table(SPEC.bronze_table).count() == MANIFEST["produced"]
 
     check = check_every_offset_once(lake, SPEC, RANGES)
     assert (check.expected, check.bronze, check.dead_letters) == (10, 9, 1)
@@ -73,15 +72,15 @@ def test_a_loss_and_a_duplicate_that_cancel_out_in_the_counts_fail_the_demo_chec
     assert "MISMATCH: 1 missing (e.g. 0:3); 1 duplicated (e.g. 1:2 2x bronze 0x dead)" in line
 
 
-def test_an_offset_both_in_bronze_and_pending_in_dead_letters_is_a_duplicate(lake):
+def test_an_offset_with_a_good_row_and_a_dead_row_is_a_duplicate(lake):
     write(lake, [(0, o) for o in range(5)] + [(1, o) for o in range(5)], [(1, 4, False)])
     check = check_every_offset_once(lake, SPEC, RANGES)
     assert (check.missing, check.duplicated, check.duplicated_examples) == (0, 1, ((1, 4, 1, 1),))
 
 
 def test_every_offset_once_passes_with_replays_and_earlier_offsets_outside_the_range(lake, capsys):
-    # 0:1 was dead-lettered, then replayed into bronze; 0:0 and 1:0 are an earlier run's
-    bronze = [(0, 0), (1, 0)] + [(p, o) for p in (0, 1) for o in range(1, 6) if (p, o) != (1, 5)]
+    # 0:1 was dead, then replayed: a good row now; 0:0 and 1:0 are an earlier run's (0:0 twice)
+    bronze = [(0, 0), (1, 0)] + [(p, o) for p in (0, 1) for o in range(1, 6) if (p, o) not in ((1, 5), (0, 1))]
     write(lake, bronze, [(0, 1, True), (1, 5, False), (0, 0, False)])
     ranges = offset_ranges({0: 1, 1: 1}, {0: 6, 1: 6})
     assert ranges == {0: (1, 6), 1: (1, 6)}
@@ -90,7 +89,7 @@ def test_every_offset_once_passes_with_replays_and_earlier_offsets_outside_the_r
     check = check_every_offset_once(lake, SPEC, ranges)
     assert check.holds and (check.expected, check.bronze, check.dead_letters) == (10, 9, 1), check
     assert demo._print_stream_counts(lake, {SPEC.name: SPEC}, {SPEC.name: manifest}, {SPEC.name: ranges}) == []
-    assert "every offset once in bronze or dead letters, reasons match" in capsys.readouterr().out
+    assert "every offset once in bronze (good or dead), reasons match" in capsys.readouterr().out
 
 
 def test_an_aborted_transaction_never_lands_and_its_offsets_are_not_missing(spark, settings, kafka):

@@ -87,20 +87,25 @@ def test_late_events_are_valid(spark):
     assert row._error_code is None
 
 
-def test_every_record_goes_to_exactly_one_side(spark):
+def test_every_record_is_one_bronze_row_good_or_dead(spark):
     decoded = decode(spark, GOOD, b"{broken", {**GOOD, "event_id": "e-2"}, {**GOOD, "customer_id": "x"})
     ingested_at = F.lit(datetime(2026, 11, 21, tzinfo=UTC)).cast("timestamp")
     payload = [f.name for f in CONTRACT.schema.fields]
-    bronze = to_bronze(decoded, 5, ingested_at).collect()
-    dead = dead_letters.to_dead_letters(decoded, "user_events", 5, ingested_at).collect()
-    assert sorted(r._kafka_offset for r in bronze) == [0, 2]
-    assert sorted(r.offset for r in dead) == [1, 3]
-    assert {r.error_code for r in dead} == {"CORRUPT_PAYLOAD", "SCHEMA_MISMATCH"}
-    assert dead[0].value in (b"{broken", json.dumps({**GOOD, "customer_id": "x"}).encode())
-    assert all(r._batch_id == 5 for r in bronze) and all(r.batch_id == 5 for r in dead)
-    assert set(bronze[0].asDict()) == {*payload, "_rescued", "_kafka_topic", "_kafka_partition", "_kafka_offset",
-                                       "_kafka_timestamp", "_kafka_key", "_ingested_at", "_batch_id"}
-    assert [f.name for f in dead_letters.SCHEMA.fields] == list(dead[0].asDict())
+    rows = to_bronze(decoded, 5, ingested_at).collect()
+    good = [r for r in rows if r._error_code is None]
+    dead = [r for r in rows if r._error_code is not None]
+    assert sorted(r._kafka_offset for r in good) == [0, 2]
+    assert sorted(r._kafka_offset for r in dead) == [1, 3]
+    assert {r._error_code for r in dead} == {"CORRUPT_PAYLOAD", "SCHEMA_MISMATCH"}
+    assert {bytes(r._raw_value) for r in dead} == {b"{broken", json.dumps({**GOOD, "customer_id": "x"}).encode()}
+    assert all(r._batch_id == 5 for r in rows)
+    # a dead row: its bytes and when it was found dead, decoded columns null; a good row: no bytes
+    assert all(all(r[name] is None for name in payload) and r._dead_at == r._ingested_at for r in dead)
+    assert all(r._raw_value is None and r._raw_key is None and r._dead_at is None for r in good)
+    assert set(rows[0].asDict()) == {*payload, "_rescued", "_kafka_topic", "_kafka_partition", "_kafka_offset",
+                                     "_kafka_timestamp", "_kafka_key", "_ingested_at", "_batch_id", "_error_code",
+                                     "_error_detail", "_raw_key", "_raw_value", "_raw_headers", "_dead_at",
+                                     "_replay_attempts", "_last_replay_at", "_replayed_at", "_replayed_error_code"}
 
 
 def test_error_codes_are_a_closed_documented_set(spark):

@@ -9,8 +9,9 @@ from lakehouse.core.errors import LakehouseError
 
 def test_the_fault_point_is_off_unless_set_and_an_unknown_one_is_refused():
     assert read_fault_point({}) is None and read_fault_point({"LAKEHOUSE_FAULT_POINT": " "}) is None
-    assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-bronze"}) == "after-bronze"
-    assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-iceberg-commits"}) == "after-iceberg-commits"
-    with pytest.raises(LakehouseError, match="known: after-bronze, after-iceberg-commits"):
-        read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-dead-letters"})
+    assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-iceberg-commit"}) == "after-iceberg-commit"
+    # the points of the two-commit protocol are gone with it
+    assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-replay-commit"}) == "after-replay-commit"
+    with pytest.raises(LakehouseError, match="known: after-iceberg-commit, after-replay-commit$"):
+        read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-bronze"})
 

@@ -69,7 +69,7 @@ def hostile_stream(tmp_path, monkeypatch):
         "format": "json", "schema": "hostile.schema.json", "event_time": EVENT_TIME, "identity": ["id"],
         "bronze_table": "bronze.hostile_names"}}}))
     monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
-    assert load_pipeline()["hostile"].partitioning == ("days(`event ``time```)",)
+    assert load_pipeline()["hostile"].partitioning == ("days(`event ``time```)", "_error_code")
     return get_stream("hostile")
 
 

@@ -62,8 +62,8 @@ def test_the_shipped_pipeline_declares_every_demo_stream():
         "employees": "protobuf", "purchases": "avro", "user_events": "json", "customers": "debezium",
         "accounts": "dms"}
     assert all(spec.schema_path.is_file() for spec in streams.values())
-    assert streams["customers"].partitioning == ("days(_ingested_at)",)
-    assert streams["purchases"].partitioning == ("days(`transaction_time`)",)
+    assert streams["customers"].partitioning == ("days(_ingested_at)", "_error_code")
+    assert streams["purchases"].partitioning == ("days(`transaction_time`)", "_error_code")
 
 
 @pytest.mark.parametrize("text, expected", [("30s", "30 seconds"), ("500ms", "500 milliseconds"),
