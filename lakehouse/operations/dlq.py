@@ -1,10 +1,11 @@
-"""`lakehouse dlq`: inspect bronze.dead_letters and replay fixed records into bronze (ARCHITECTURE §7).
+"""`lakehouse dlq`: inspect the view bronze.dead_letters and replay fixed records (ARCHITECTURE §7).
 
     stats    dead letters counted by stream and reason, pending and replayed, oldest/newest
     list     one line per dead letter: where it came from, why it failed, its replay state
     show     one dead letter in full, its key and value as a hex dump and as escaped text
     replay   decode the original bytes again with the stream's current decoder (schemas as
-             they are now) and append what now reads to the stream's bronze table
+             they are now); what now reads replaces its dead row in the stream's bronze
+             table, one commit per stream table
 
 Every command takes the same filters (--stream, --reason, --since, --until); by default only
 pending dead letters (never successfully replayed) count. The work is done in
@@ -91,12 +92,13 @@ def _add_replay(sub) -> None:
         "replay", help="decode pending dead letters again with the current schemas; readable ones go to bronze",
         description="Re-process the original bytes of the selected pending dead letters with each stream's "
                     "current decoder (e.g. after registering the missing schema or fixing the schema file). "
-                    "Records that now read are appended to the stream's bronze table with their original "
-                    "Kafka coordinates and the replay time as _ingested_at, so the next `dbt run` picks "
-                    "them up; their dead letters are marked replayed (they stay in the table, as the "
-                    "record of what happened). Records that still fail stay pending, with the new reason. "
-                    "Idempotent: a record already in bronze is never appended again. Exit status 0 when the "
-                    "replay ran, even if some records still fail (they are reported).")
+                    "A record that now reads replaces its dead row in the stream's bronze table, with its "
+                    "original Kafka coordinates and the replay time as _ingested_at, so the next `dbt run` "
+                    "picks it up; the row keeps its bytes and replay state (`dlq list --include-replayed`). "
+                    "Records that still fail stay dead, with the new reason. One commit per stream table: "
+                    "a replay cut off half way leaves every record once, and the next one takes up the "
+                    "rest. Exit status 0 when the replay ran, even if some records still fail (they are "
+                    "reported).")
     _add_filters(parser, replayed_option=False)
     parser.add_argument("--dry-run", action="store_true", help="decode and report what would happen, write nothing")
     parser.add_argument("--json", action="store_true", help="the report as JSON")
@@ -194,7 +196,8 @@ def _show(spark, filters: Filters, record: tuple[str, int, int] | None, limit: i
 
 
 def _replay(spark, settings: Settings, filters: Filters, dry_run: bool, as_json: bool) -> None:
+    from ingestion.job import read_fault_point
     from lakehouse.operations.dead_letters.replay import replay
 
-    report = replay(spark, settings, filters, dry_run=dry_run)
+    report = replay(spark, settings, filters, dry_run=dry_run, fault_point=read_fault_point())
     print(json.dumps(report.to_dict(), indent=2) if as_json else format_replay(report))

@@ -4,12 +4,13 @@ The real purchases stream (Avro, Confluent wire format) in a lakehouse of its ow
 folder, catalog, registry, broker): good v1 and v2 purchases, purchases of a "v3" (v2 plus an
 optional field) framed with a schema id the `purchases-value` subject does not list yet
 (UNKNOWN_SCHEMA_ID), one payload that is not Avro at all (CORRUPT_PAYLOAD), one v2 purchase of
-1990 (EVENT_TIME_OUT_OF_RANGE). Each dead letter records the schema id its header names, known
+1990 (EVENT_TIME_OUT_OF_RANGE). Each dead row records the schema id its header names, known
 or not. A replay before the fix changes only the attempt counters (and fills a schema id a dead
-letter lacks); after v3 is registered under the subject, the
-replay (the real command line) evolves bronze, puts the v3 purchases there at their original
-Kafka coordinates, marks their dead letters, and the next incremental dbt run carries them
-into silver. A second replay changes nothing.
+row lacks); after v3 is registered under the subject, the replay (the real command line)
+evolves bronze, replaces the v3 purchases' dead rows by their decoded rows at the same Kafka
+coordinates, in one commit, and the next incremental dbt run carries them into silver. A
+second replay changes nothing. Then a replay killed half way, between its two stream tables'
+commits, leaves every offset once, and the next one finishes it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import IsNull, NotNull, Or
 
 from ingestion import job
 from lakehouse.commands.cli import build_parser
@@ -113,8 +114,13 @@ def ingested(lake):
 
 
 def dead_letters(session) -> dict[bytes, dict]:
+    """The purchases stream's dead letters, pending and replayed, through the view."""
     rows = session.table("bronze.dead_letters").where("stream = 'purchases'").collect()
     return {bytes(row.key): row.asDict() for row in rows}
+
+
+def good_rows(session, table: str = "bronze.purchases"):
+    return session.table(table).where("_error_code is null")
 
 
 def snapshots(session, table: str) -> list[int]:
@@ -127,8 +133,9 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     good_ids, pending_ids, v3_id, v2_id = ingested
     keys = {tid.encode() for tid in pending_ids}
 
-    # --- ingested: the good ones in bronze, the v3 ones dead letters with UNKNOWN_SCHEMA_ID
-    assert session.table("bronze.purchases").count() == GOOD
+    # --- ingested: the good ones in bronze, the v3 ones dead rows with UNKNOWN_SCHEMA_ID
+    assert good_rows(session).count() == GOOD
+    assert session.table("bronze.purchases").count() == GOOD + PENDING + 2
     dead = dead_letters(session)
     assert set(dead) == keys | {CORRUPT_KEY, STALE_KEY}
     assert {dead[k]["error_code"] for k in keys} == {"UNKNOWN_SCHEMA_ID"}
@@ -139,20 +146,22 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     assert {k: dead[k]["schema_id"] for k in dead} == {**{k: v3_id for k in keys}, CORRUPT_KEY: None,
                                                        STALE_KEY: v2_id}
     first = dead
-    # dead letters written before the ingestion recorded schema ids have none: a replay fills them
-    session.sql("update bronze.dead_letters set schema_id = null where stream = 'purchases'")
+    # dead rows written before the ingestion recorded schema ids have none: a replay fills them
+    session.sql("update bronze.purchases set _schema_id = null where _error_code is not null")
     # silver before the replay (the replayed rows are what the next incremental run must see),
     # built meanwhile: until the fix, the replays below write nothing it reads
     pool = ThreadPoolExecutor(1)
     silver_built = pool.submit(run_dbt, own, ["run", "--select", "purchases", *NO_OVERLAP], target_dir=target,
                                capture=True)
 
-    # --- a replay before the fix: nothing reaches bronze, the attempt is recorded
+    # --- a replay before the fix: no good row more, the attempt is recorded (one commit)
     bronze_before = snapshots(session, "bronze.purchases")
     report = replay(session, own, parse_filters(["purchases"]))
     assert (report.selected, report.replayed) == (PENDING + 2, 0)
     assert report.streams[0].still_failing == {"UNKNOWN_SCHEMA_ID": PENDING, **FAILING}
-    assert snapshots(session, "bronze.purchases") == bronze_before
+    assert snapshots(session, "bronze.purchases")[:-1] == bronze_before
+    assert good_rows(session).count() == GOOD
+    bronze_before = snapshots(session, "bronze.purchases")
     dead = dead_letters(session)
     for key, row in dead.items():
         assert row["replayed_at"] is None and row["replay_attempts"] == 1 and row["last_replay_at"] is not None
@@ -163,11 +172,9 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     # --- the fix: v3 registered under the stream's subject (the same schema keeps its id)
     assert "coupon_code" not in session.table("bronze.purchases").columns
     assert registry_for(own).register(purchases.SUBJECT, v3_schema()) == v3_id
-    dead_before = snapshots(session, "bronze.dead_letters")
     dry = replay(session, own, parse_filters(["purchases"]), dry_run=True)
     assert (dry.selected, dry.replayed, dry.streams[0].still_failing) == (PENDING + 2, PENDING, FAILING)
     assert snapshots(session, "bronze.purchases") == bronze_before  # a dry run writes nothing
-    assert snapshots(session, "bronze.dead_letters") == dead_before
     silver_built.result()
     pool.shutdown()
     assert session.table("silver.purchases").count() == GOOD
@@ -178,8 +185,11 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     assert (f"purchases: {PENDING + 2} selected, {PENDING} replayed into bronze.purchases, "
             "2 still failing: CORRUPT_PAYLOAD 1, EVENT_TIME_OUT_OF_RANGE 1") in result.stdout, result.stdout
 
-    # bronze: evolved with v3's column, the v3 purchases at their original coordinates
-    bronze = session.table("bronze.purchases")
+    # bronze: evolved with v3's column, the v3 purchases at their original coordinates, in place
+    # of their dead rows, in one commit
+    assert len(snapshots(session, "bronze.purchases")) == len(bronze_before) + 1
+    assert session.table("bronze.purchases").count() == GOOD + PENDING + 2
+    bronze = good_rows(session)
     assert bronze.count() == GOOD + PENDING
     assert bronze.where(f"coupon_code = '{COUPON}'").count() == PENDING
     replayed = {r.transaction_id: r for r in bronze.where(bronze.transaction_id.isin(*pending_ids)).collect()}
@@ -192,11 +202,12 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
         assert row._batch_id == letter["batch_id"]
         assert row._kafka_timestamp == letter["kafka_timestamp"]
         assert row._ingested_at > letter["ingested_at"]  # the replay time: new to incremental models
-    assert bronze.groupBy("_kafka_topic", "_kafka_partition", "_kafka_offset").count().where("count > 1").count() == 0
+    every = session.table("bronze.purchases")
+    assert every.groupBy("_kafka_topic", "_kafka_partition", "_kafka_offset").count().where("count > 1").count() == 0
     marked = session.sql("select summary from bronze.purchases.snapshots order by committed_at desc limit 1").first()
     assert REPLAY_ID_PROPERTY in marked.summary and "lakehouse.query-id" not in marked.summary
 
-    # dead letters: kept, the replayed ones marked, the two still failing pending
+    # dead letters: the replayed ones listed as replayed (bytes kept), the two still failing pending
     dead = dead_letters(session)
     assert set(dead) == keys | {CORRUPT_KEY, STALE_KEY}
     for key in keys:
@@ -207,14 +218,15 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
         assert dead[key]["replayed_at"] is None and dead[key]["replay_attempts"] == 2
         assert dead[key]["error_code"] == code and dead[key]["schema_id"] == first[key]["schema_id"]
 
-    # the same through pyiceberg, as another reader of the catalog sees it
+    # the same through pyiceberg, as another engine reads dead letters: a filter on the bronze table
     catalog = pyiceberg_catalog(own)
-    letters = catalog.load_table("bronze.dead_letters").scan(
-        row_filter=EqualTo("stream", "purchases"),
-        selected_fields=("key", "replayed_at", "replay_attempts")).to_arrow().to_pylist()
-    assert {bytes(r["key"]) for r in letters if r["replayed_at"] is not None} == keys
-    assert {r["replay_attempts"] for r in letters} == {2}
+    letters = catalog.load_table("bronze.purchases").scan(
+        row_filter=Or(NotNull("_error_code"), NotNull("_replayed_at")),
+        selected_fields=("_raw_key", "_replayed_at", "_replay_attempts")).to_arrow().to_pylist()
+    assert {bytes(r["_raw_key"]) for r in letters if r["_replayed_at"] is not None} == keys
+    assert {r["_replay_attempts"] for r in letters} == {2}
     rows = catalog.load_table("bronze.purchases").scan(
+        row_filter=IsNull("_error_code"),
         selected_fields=("transaction_id", "_kafka_partition", "_kafka_offset", "_schema_id")).to_arrow().to_pylist()
     assert len(rows) == GOOD + PENDING
     assert {(r["transaction_id"], r["_kafka_partition"], r["_kafka_offset"], r["_schema_id"])
@@ -239,13 +251,12 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     assert '  escaped: "bad\\x1bkey"' in out
 
     # --- a second replay: nothing it selects is pending any more, nothing is committed
-    counts = {t: session.table(t).count() for t in ("bronze.purchases", "bronze.dead_letters")}
-    before = {t: snapshots(session, t) for t in counts}
+    before = snapshots(session, "bronze.purchases")
     again = replay(session, own, parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
     assert (again.selected, again.replayed, again.streams) == (0, 0, [])
     assert "nothing to replay" in format_replay(again)
-    assert {t: snapshots(session, t) for t in counts} == before
-    assert {t: session.table(t).count() for t in counts} == counts
+    assert snapshots(session, "bronze.purchases") == before
+    count = good_rows(session).count()
     stats = queries.stats(session, parse_filters(["purchases"], include_replayed=True))
     reasons = stats["streams"]["purchases"]["reasons"]
     assert {code: (r["pending"], r["replayed"]) for code, r in reasons.items()} == {
@@ -255,22 +266,10 @@ def test_replay_after_the_schema_is_registered_lands_the_records_in_bronze_and_s
     everything = replay(session, own, parse_filters(["purchases"]))
     assert (everything.selected, everything.replayed) == (2, 0)
     assert everything.streams[0].still_failing == FAILING
-    assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
-    assert session.table("bronze.purchases").count() == counts["bronze.purchases"]
+    assert good_rows(session).count() == count and session.table("bronze.purchases").count() == GOOD + PENDING + 2
     assert dead_letters(session)[CORRUPT_KEY]["replay_attempts"] == 3
     assert {k: r["replayed_at"] for k, r in dead_letters(session).items()} == {
         k: r["replayed_at"] for k, r in dead.items()}
-
-    # a crash after the bronze append, before the dead letters were marked, leaves a record in
-    # bronze whose dead letter is still pending: the next replay only marks it
-    crashed = sorted(keys)[0]
-    session.sql(f"update bronze.dead_letters set replayed_at = null where key = X'{crashed.hex()}'")
-    recovered = replay(session, own, parse_filters(["purchases"], ["UNKNOWN_SCHEMA_ID"]))
-    assert (recovered.selected, recovered.replayed) == (1, 1)
-    assert (recovered.streams[0].already_in_bronze, recovered.streams[0].appended) == (1, 0)
-    assert snapshots(session, "bronze.purchases") == before["bronze.purchases"]
-    assert session.table("bronze.purchases").where(f"transaction_id = '{crashed.decode()}'").count() == 1
-    assert dead_letters(session)[crashed]["replayed_at"] is not None
 
 
 def test_list_stats_and_show_on_a_session(lake, ingested, capsys):

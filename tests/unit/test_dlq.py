@@ -75,8 +75,6 @@ def test_filters_become_one_sql_predicate():
 def test_the_default_is_every_pending_dead_letter():
     assert parse_filters(known_streams=STREAMS).where_sql() == "replayed_at is null"
     assert parse_filters(include_replayed=True, known_streams=STREAMS).where_sql() == "true"
-    # a table created before replay existed has no replayed_at: all its dead letters are pending
-    assert Filters().where_sql(has_replay_columns=False) == "true"
 
 
 def test_sql_literals_are_quoted():
@@ -292,15 +290,15 @@ def test_show_of_an_empty_value_and_json_form():
 
 def test_replay_report_per_stream():
     report = ReplayReport("r-1", False, NOW, Filters(streams=("purchases",)), streams=[
-        StreamReplay("purchases", "bronze.purchases", selected=12, replayed=10, appended=8, already_in_bronze=2,
+        StreamReplay("purchases", "bronze.purchases", selected=12, replayed=10,
                      still_failing={"UNKNOWN_SCHEMA_ID": 2}, schema_changes=["bronze.purchases: add column x"]),
     ], marked=12)
     assert format_replay(report).splitlines() == [
         "replay r-1",
-        "purchases: 12 selected, 10 replayed into bronze.purchases (2 already there: only marked), "
-        "2 still failing: UNKNOWN_SCHEMA_ID 2",
+        "purchases: 12 selected, 10 replayed into bronze.purchases, 2 still failing: UNKNOWN_SCHEMA_ID 2",
         "  schema: bronze.purchases: add column x",
-        "12 dead letters marked in bronze.dead_letters (still-failing ones stay pending, with their new reason)",
+        "12 dead rows replaced or marked, one commit per stream table (still-failing ones stay dead, with their "
+        "new reason)",
     ]
     data = report.to_dict()
     assert (data["selected"], data["replayed"], data["still_failing"]) == (12, 10, 2)
@@ -310,7 +308,7 @@ def test_replay_report_per_stream():
 
 def test_replay_report_of_a_dry_run_and_of_nothing():
     dry = ReplayReport("r-2", True, NOW, streams=[
-        StreamReplay("purchases", "bronze.purchases", selected=3, replayed=3, appended=3),
+        StreamReplay("purchases", "bronze.purchases", selected=3, replayed=3),
         StreamReplay("user_events", "bronze.user_events", selected=1, still_failing={"SCHEMA_MISMATCH": 1}),
     ])
     assert format_replay(dry).splitlines() == [

@@ -1,4 +1,5 @@
-"""The dead-letter replay's MERGE is retried only when a concurrent commit made Iceberg refuse it.
+"""The dead-letter replay's MERGE (one per stream table) is retried only when a concurrent commit
+made Iceberg refuse it.
 
 Spark is replaced by a recorder here on purpose: what is under test is the retry policy around
 ``spark.sql`` (which errors are retried, how often, and that the temporary view is always
@@ -8,6 +9,7 @@ dropped); the MERGE itself runs against real tables in tests/integration/test_dl
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +17,8 @@ from lakehouse.operations.dead_letters import replay
 
 
 class Outcome:
+    columns = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_error_code", "_error_detail", "_schema_id"]
+
     def createOrReplaceTempView(self, name):  # noqa: N802 (Spark's name)
         self.view = name
 
@@ -23,8 +27,14 @@ class Session:
     """Fails ``spark.sql`` with the given errors, in order, then succeeds."""
 
     def __init__(self, errors):
-        self.errors, self.statements, self.dropped = list(errors), [], []
-        self.catalog = self
+        self.errors, self.statements, self.dropped, self.settings = list(errors), [], [], {}
+        self.catalog = self.conf = self
+
+    def set(self, key, value):
+        self.settings[key] = value
+
+    def unset(self, key):
+        self.settings.pop(key)
 
     def sql(self, statement):
         self.statements.append(statement)
@@ -33,6 +43,9 @@ class Session:
 
     def dropTempView(self, name):  # noqa: N802 (Spark's name)
         self.dropped.append(name)
+
+
+SPEC = SimpleNamespace(name="user_events", bronze_table="bronze.user_events")
 
 
 def _report():
@@ -44,9 +57,10 @@ def _report():
 def test_a_conflicting_commit_is_retried(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     spark = Session([RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: base changed")])
-    assert replay._mark(spark, _report(), [Outcome()], 0, 10) == 2
+    replay._merge(spark, SPEC, _report(), Outcome())
     assert len(spark.statements) == 2 and spark.statements[0] == spark.statements[1]
-    assert len(spark.dropped) == 1
+    assert "merge into `bronze`.`user_events`" in spark.statements[0]
+    assert len(spark.dropped) == 1 and spark.settings == {}
 
 
 def test_conflicts_beyond_the_attempts_are_raised(monkeypatch):
@@ -54,7 +68,7 @@ def test_conflicts_beyond_the_attempts_are_raised(monkeypatch):
     conflicts = [RuntimeError(f"ValidationException: conflicting files ({n})") for n in range(replay.MERGE_ATTEMPTS)]
     spark = Session(conflicts)
     with pytest.raises(RuntimeError, match=rf"conflicting files \({replay.MERGE_ATTEMPTS - 1}\)"):
-        replay._mark(spark, _report(), [Outcome()], 0, 10)
+        replay._merge(spark, SPEC, _report(), Outcome())
     assert len(spark.statements) == replay.MERGE_ATTEMPTS
     assert len(spark.dropped) == 1
 
@@ -63,6 +77,6 @@ def test_any_other_error_is_raised_at_once(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     spark = Session([RuntimeError("AnalysisException: column not found")])
     with pytest.raises(RuntimeError, match="column not found"):
-        replay._mark(spark, _report(), [Outcome()], 0, 10)
+        replay._merge(spark, SPEC, _report(), Outcome())
     assert len(spark.statements) == 1
     assert len(spark.dropped) == 1

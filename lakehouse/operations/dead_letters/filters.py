@@ -52,9 +52,8 @@ class Filters:
     until: datetime | None = None  # ingested_at < until
     include_replayed: bool = False
 
-    def where_sql(self, has_replay_columns: bool = True) -> str:
-        """The SQL predicate over bronze.dead_letters (a table without the replay columns,
-        created before replay existed, holds only pending dead letters)."""
+    def where_sql(self) -> str:
+        """The SQL predicate over the view bronze.dead_letters."""
         parts = []
         if self.streams:
             parts.append(f"stream in ({', '.join(map(sql_string, self.streams))})")
@@ -64,7 +63,7 @@ class Filters:
             parts.append(f"ingested_at >= {timestamp_sql(self.since)}")
         if self.until is not None:
             parts.append(f"ingested_at < {timestamp_sql(self.until)}")
-        if not self.include_replayed and has_replay_columns:
+        if not self.include_replayed:
             parts.append("replayed_at is null")
         return " and ".join(parts) or "true"
 

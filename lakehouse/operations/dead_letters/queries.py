@@ -1,5 +1,6 @@
-"""Reads of bronze.dead_letters for `lakehouse dlq stats`, `list` and `show`, and the records
-they return (the records and the summary are plain values, for tests without Spark)."""
+"""Reads of the view bronze.dead_letters (every stream's dead rows, ingestion/dead_letters.py) for
+`lakehouse dlq stats`, `list` and `show`, and the records they return (the records and the
+summary are plain values, for tests without Spark)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import bronze
-from ingestion.dead_letters import SCHEMA as DEAD_LETTER_SCHEMA
+from ingestion import dead_letters
 from lakehouse.core.spark import relation_exists
-from lakehouse.operations.dead_letters import REPLAY_COLUMNS, TABLE
+from lakehouse.operations.dead_letters import TABLE
 from lakehouse.operations.dead_letters.filters import Filters
 from lakehouse.operations.dead_letters.text import escape_bytes, format_time, iso
 
@@ -112,20 +112,13 @@ class DeadLetter:
 
 # --- Spark reads ---------------------------------------------------------------------------------
 
-def _table(spark: SparkSession) -> tuple[DataFrame | None, bool]:
-    """bronze.dead_letters with every column of the current schema (replay columns null on a
-    table created before replay existed), and whether the table has those columns; None if
-    there is no table yet."""
-    if not relation_exists(spark, TABLE):
-        return None, False
-    table = spark.table(TABLE)
-    has_replay = set(REPLAY_COLUMNS) <= set(table.columns)
-    return bronze.conform_to_schema(table, DEAD_LETTER_SCHEMA), has_replay
-
-
 def _selected(spark: SparkSession, filters: Filters) -> DataFrame | None:
-    frame, has_replay = _table(spark)
-    return None if frame is None else frame.where(filters.where_sql(has_replay))
+    """The view's rows the filters select, with the columns a `DeadLetter` has; None when no
+    stream table exists yet (so neither does the view)."""
+    if not relation_exists(spark, TABLE):
+        dead_letters.refuse_old_table(spark)
+        return None
+    return spark.table(TABLE).where(filters.where_sql()).select(*DeadLetter.__dataclass_fields__)
 
 
 def _timestamps_as_micros(frame: DataFrame) -> DataFrame:

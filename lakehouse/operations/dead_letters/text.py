@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lakehouse.contracts.error_codes import ERROR_CODES
-from lakehouse.operations.dead_letters import TABLE
 
 if TYPE_CHECKING:  # the types only: queries and replay import pyspark
     from lakehouse.operations.dead_letters.queries import DeadLetter
@@ -186,8 +185,6 @@ def format_replay(report: ReplayReport) -> str:
         return "\n".join(lines)
     for s in report.streams:
         text = f"{s.stream}: {s.selected:,} selected, {s.replayed:,} {would}replayed into {s.bronze_table}"
-        if s.already_in_bronze:
-            text += f" ({s.already_in_bronze:,} already there: only marked)"
         failing = sum(s.still_failing.values())
         reasons = ", ".join(f"{code} {n:,}" for code, n in sorted(s.still_failing.items()))
         text += f", {failing:,} still failing" + (f": {reasons}" if failing else "")
@@ -198,6 +195,7 @@ def format_replay(report: ReplayReport) -> str:
         lines.append(f"total: {report.selected:,} selected, {report.replayed:,} {would}replayed, "
                      f"{report.still_failing:,} still failing")
     if not report.dry_run:
-        lines.append(f"{report.marked:,} dead letter{'s' if report.marked != 1 else ''} marked in {TABLE}"
-                     + (" (still-failing ones stay pending, with their new reason)" if report.still_failing else ""))
+        lines.append(f"{report.marked:,} dead row{'s' if report.marked != 1 else ''} replaced or marked, one "
+                     "commit per stream table"
+                     + (" (still-failing ones stay dead, with their new reason)" if report.still_failing else ""))
     return "\n".join(lines)
