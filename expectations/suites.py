@@ -71,7 +71,8 @@ SEVERITIES: tuple[Severity, ...] = (CRITICAL, WARNING)
 SEVERITY_META_KEY = "severity"
 PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
 
-DEAD_LETTERS_TABLE = "bronze.dead_letters"
+DEAD_LETTERS_TABLE = "bronze.dead_letters"  # the view over every bronze table's dead rows (ARCHITECTURE §7)
+GOOD_ROWS = "_error_code is null"  # a bronze table's decoded rows; its dead rows have a reason
 REASON_CODES = tuple(ERROR_CODES)  # the closed set of ARCHITECTURE §7
 CDC_OPERATIONS = ("I", "U", "D", "R", "T")  # T: a TRUNCATE of the table (Debezium, PostgreSQL)
 KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
@@ -218,12 +219,15 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
     time_column = stream.event_time_column
     # Kafka tombstone rows of a CDC stream carry only the key, by design (ARCHITECTURE §6), and a
     # truncation (op T) no row at all.
+    # A dead row (ARCHITECTURE §7) has its decoded columns null: the column checks read good rows.
     spark_rows = {"condition_parser": "spark"}
-    data_rows = {"row_condition": "not _is_tombstone and op <> 'T'", **spark_rows} if stream.is_cdc else {}
-    key_rows = {"row_condition": "coalesce(op, '') <> 'T'", **spark_rows} if stream.is_cdc else {}
+    data_rows = {"row_condition": f"{GOOD_ROWS} and not _is_tombstone and op <> 'T'", **spark_rows} \
+        if stream.is_cdc else {"row_condition": GOOD_ROWS, **spark_rows}
+    key_rows = {"row_condition": f"{GOOD_ROWS} and coalesce(op, '') <> 'T'", **spark_rows} if stream.is_cdc \
+        else {"row_condition": GOOD_ROWS, **spark_rows}
     checks = [
-        # Exactly once: a Kafka record lands at most once. Re-sent duplicates have offsets of
-        # their own and are kept; silver removes them.
+        # Exactly once: a Kafka record lands at most once, good or dead. Re-sent duplicates have
+        # offsets of their own and are kept; silver removes them.
         unique_together(*KAFKA_COORDINATES),
         *(not_null(column, **(data_rows if column not in stream.identity_columns else key_rows))
           for column in dict.fromkeys((*stream.identity_columns, *stream.required_columns))),
@@ -239,27 +243,19 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
     table_suite = SuiteSpec(layer="bronze", stream=stream.name, table=stream.bronze_table,
                             expectations=tuple(checks))
     rate_suite = SuiteSpec(
-        layer="bronze", stream=stream.name, table=DEAD_LETTERS_TABLE,
+        layer="bronze", stream=stream.name, table=stream.bronze_table,
         name=f"{stream.bronze_table}.dead_letter_rate",
-        reads=(stream.bronze_table, DEAD_LETTERS_TABLE),
-        # The share of the records that arrived in the window which could not be read. Only
-        # pending dead letters count: a replayed one (`lakehouse dlq replay`) is in bronze now,
-        # counted there (with the replay's _ingested_at).
+        reads=(stream.bronze_table,),
+        # The share of the records that arrived in the window which could not be read: the
+        # stream's dead rows. A replayed one (`lakehouse dlq replay`) is a good row now, counted
+        # as such (with the replay's _ingested_at).
         query=f"""
-            with landed as (
-                select count(*) as records from {quote_table(stream.bronze_table)}
-                where _ingested_at >= {{dead_letter_window_start}}
-            ),
-            dead as (
-                select count(*) as records from {DEAD_LETTERS_TABLE}
-                where stream = {sql_string(stream.name)} and ingested_at >= {{dead_letter_window_start}}
-                    and replayed_at is null
-            )
             select
-                dead.records as dead_letters,
-                landed.records + dead.records as records,
-                coalesce(dead.records / nullif(landed.records + dead.records, 0), 0.0) as dead_letter_rate
-            from landed cross join dead
+                count_if(_error_code is not null) as dead_letters,
+                count(*) as records,
+                coalesce(count_if(_error_code is not null) / nullif(count(*), 0), 0.0) as dead_letter_rate
+            from {quote_table(stream.bronze_table)}
+            where _ingested_at >= {{dead_letter_window_start}}
         """,
         expectations=(
             expect("column_max_to_be_between", WARNING, column="dead_letter_rate",

@@ -116,6 +116,18 @@ def ensure_view(spark: SparkSession) -> list[str]:
     return [f"{VIEW}: a view over {', '.join(tables.values())}"]
 
 
+def read_view(spark: SparkSession):
+    """The view as a DataFrame; recreated first when it no longer resolves (a stream table it
+    names was dropped, say by hand, and none was created since)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.table(VIEW)
+    except AnalysisException:
+        ensure_view(spark)
+        return spark.table(VIEW)
+
+
 def old_table_exists(spark: SparkSession) -> bool:
     """Whether `bronze.dead_letters` is still the table of a version before dead rows lived in
     bronze (`tableExists` is False for a view of the Iceberg catalog)."""

@@ -28,10 +28,11 @@ REGISTRY = CollectorRegistry()
 # --- per stream (the ingestion job) ----------------------------------------------------------
 RECORDS_READ = Counter("lakehouse_stream_records_read", "Records the stream's query read from Kafka "
                        "(Spark's numInputRows)", ["stream"], registry=REGISTRY)
-BRONZE_ROWS = Counter("lakehouse_stream_bronze_rows", "Rows the job committed to the stream's bronze table",
-                      ["stream"], registry=REGISTRY)
-DEAD_LETTERS = Counter("lakehouse_stream_dead_letters", "Records the job committed to bronze.dead_letters, "
-                       "by reason code (lakehouse/contracts/error_codes.py)", ["stream", "reason"], registry=REGISTRY)
+BRONZE_ROWS = Counter("lakehouse_stream_bronze_rows", "Good (decoded) rows the job committed to the stream's "
+                      "bronze table", ["stream"], registry=REGISTRY)
+DEAD_LETTERS = Counter("lakehouse_stream_dead_letters", "Dead rows the job committed to the stream's bronze "
+                       "table, by reason code (lakehouse/contracts/error_codes.py)", ["stream", "reason"],
+                       registry=REGISTRY)
 BATCH_DURATION = Histogram("lakehouse_stream_batch_duration_seconds", "Duration of a micro-batch that read "
                            "records (Spark's durationMs.triggerExecution)", ["stream"], registry=REGISTRY,
                            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
@@ -114,7 +115,7 @@ def stop_serving() -> None:
 # --------------------------------------------------------------------------------------------
 
 def batch_committed(stream: str, bronze_rows: int, dead_letters: Mapping[str, int], committed_at: float) -> None:
-    """A micro-batch committed its rows to bronze and its dead letters (count by reason code)."""
+    """A micro-batch committed its good rows and its dead rows (count by reason code) to bronze, in one commit."""
     BRONZE_ROWS.labels(stream).inc(bronze_rows)
     for reason, count in dead_letters.items():
         DEAD_LETTERS.labels(stream, reason).inc(count)

@@ -42,7 +42,6 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
 
-DEAD_LETTER_TABLE = "bronze.dead_letters"  # ingestion.dead_letters.TABLE, without importing pyspark
 QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.RESULTS_TABLE
 MAINTENANCE_LOG = Path("maintenance") / "log.jsonl"  # under the state folder, appended by `lakehouse maintain`
 DBT_FAILED_STATUSES = ("error", "fail", "runtime error")
@@ -552,7 +551,7 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
     if catalog is None:
         catalog = existing_catalog(settings)
     catalog = catalog or None
-    pending, replayed = _dead_letters_by_stream(catalog)
+    pending, replayed = _dead_letters_by_stream(catalog, specs)
     # One broker for all streams: ask whether it is there once, not once per stream.
     kafka_down: str | None = None if broker_accepts_connections(settings.kafka_bootstrap_servers) else (
         f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: is it running? (`lakehouse kafka start`)")
@@ -640,17 +639,27 @@ def _fill_fields(table, status: StreamStatus) -> None:
     status.rescued_fields = rescued_field_names(rescued.column(RESCUED_COLUMN).to_pylist())
 
 
-def _dead_letters_by_stream(catalog) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    table = _table(catalog, DEAD_LETTER_TABLE) if catalog is not None else None
-    if table is None or table.current_snapshot() is None:
-        return {}, {}
-    # Tables created before replay existed have no replayed_at: all their dead letters are pending.
-    has_replay = "replayed_at" in {f.name for f in table.schema().fields}
-    columns = ("stream", "error_code", "replayed_at") if has_replay else ("stream", "error_code")
-    rows = table.scan(selected_fields=columns).to_arrow()
-    replayed = (rows.column("replayed_at").is_valid().to_pylist() if has_replay
-                else [False] * rows.num_rows)
-    return dead_letter_counts(rows.column("stream").to_pylist(), rows.column("error_code").to_pylist(), replayed)
+def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Each stream's dead rows, pending by reason, and replayed, from its bronze table
+    (ARCHITECTURE §7): a filter the partition on ``_error_code`` and the files' null counts of
+    ``_replayed_at`` answer without reading the good rows."""
+    from pyiceberg.expressions import NotNull, Or
+
+    streams, codes, replayed = [], [], []
+    for spec in specs if catalog is not None else ():
+        table = _table(catalog, spec.bronze_table)
+        if table is None or table.current_snapshot() is None:
+            continue
+        if not {"_error_code", "_replayed_at"} <= {f.name for f in table.schema().fields}:
+            continue  # a table of a version before dead rows lived in bronze (`lakehouse migrate`)
+        rows = table.scan(row_filter=Or(NotNull("_error_code"), NotNull("_replayed_at")),
+                          selected_fields=("_error_code", "_replayed_at", "_replayed_error_code")).to_arrow()
+        streams += [spec.name] * rows.num_rows
+        was_replayed = rows.column("_replayed_at").is_valid().to_pylist()
+        codes += [code if code is not None else before for code, before in zip(
+            rows.column("_error_code").to_pylist(), rows.column("_replayed_error_code").to_pylist(), strict=True)]
+        replayed += [bool(r) for r in was_replayed]
+    return dead_letter_counts(streams, codes, replayed)
 
 
 def read_maintenance_log(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -23,8 +23,8 @@ bronze_accounts as (
         coalesce(op = 'U' and _before_key.account_id <> account_id, false) as _changes_key
     from {{ source('bronze', 'accounts') }}
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
-    -- is the change
-    where not _is_tombstone
+    -- is the change. Good rows only: a dead row (its reason set) is a dead letter
+    where not _is_tombstone and _error_code is null
 
 ),
 

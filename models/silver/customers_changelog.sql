@@ -11,8 +11,8 @@ bronze_customers as (
 
     select * from {{ source('bronze', 'customers') }}
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
-    -- is the change
-    where not _is_tombstone
+    -- is the change. Good rows only: a dead row (its reason set) is a dead letter
+    where not _is_tombstone and _error_code is null
 
 ),
 

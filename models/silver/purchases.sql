@@ -22,8 +22,10 @@ with
 bronze_purchases as (
 
     select * from {{ source('bronze', 'purchases') }}
+    -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
+    where _error_code is null
     {% if is_incremental() %}
-    where {{ increment }}
+    and {{ increment }}
     {% endif %}
 
 ),

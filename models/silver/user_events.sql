@@ -30,8 +30,10 @@ with
 bronze_user_events as (
 
     select * from {{ source('bronze', 'user_events') }}
+    -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
+    where _error_code is null
     {% if is_incremental() %}
-    where {{ increment }}
+    and {{ increment }}
     {% endif %}
 
 ),

@@ -155,17 +155,17 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180, pro
 
 
 def assert_every_offset_once(lake: Lake, stream: str) -> dict:
-    """Bronze + pending dead letters hold each offset of each partition exactly once, nothing
-    outside the topic's offsets, and the dead letters are the injected faults; counts."""
+    """The stream's bronze table holds each offset of each partition exactly once, good or dead,
+    nothing outside the topic's offsets, and the dead rows are the injected faults; counts."""
     spec = get_stream(stream)
     session, report = lake.session, lake.ledger[stream]
     assert report.failed == 0, f"{stream}: the producers could not deliver {report.failed}: {report.errors}"
     check = check_every_offset_once(session, spec, offset_ranges({}, end_offsets(lake.settings, spec.topic)),
                                    settings=lake.settings)
     assert check.holds, f"{stream}: {check.describe()}"
-    bronze_rows = session.table(spec.bronze_table).count()
-    dead = {(r.partition, r.offset): r.error_code for r in session.table("bronze.dead_letters")
-            .where(f"stream = '{stream}'").select("partition", "offset", "error_code").collect()}
+    bronze_rows = session.table(spec.bronze_table).where("_error_code is null").count()
+    dead = {(r._kafka_partition, r._kafka_offset): r._error_code for r in session.table(spec.bronze_table)
+            .where("_error_code is not null").select("_kafka_partition", "_kafka_offset", "_error_code").collect()}
     assert (bronze_rows, len(dead)) == (check.bronze, check.dead_letters), \
         f"{stream}: {bronze_rows - check.bronze} bronze rows and {len(dead) - check.dead_letters} dead letters " \
         "outside the topic's offsets (or replayed)"

@@ -78,10 +78,9 @@ def kill_and_restart(settings, tmp_path, stream: str, messages: int, kills: int,
 
 def assert_exactly_once(spark, settings, stream: str, report):
     ends = end_offsets(settings, stream)
-    bronze = [(r._kafka_partition, r._kafka_offset)
-              for r in spark.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset").collect()]
-    dead = [(r.partition, r.offset) for r in spark.table("bronze.dead_letters").where(f"stream = '{stream}'")
-            .select("partition", "offset").collect()]
+    rows = spark.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset", "_error_code").collect()
+    bronze = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is None]
+    dead = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is not None]
     assert len(bronze) == len(set(bronze)), "a record landed twice in bronze"
     assert len(dead) == len(set(dead)), "a record landed twice in dead letters"
     assert not set(bronze) & set(dead), "a record landed on both sides"

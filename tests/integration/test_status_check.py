@@ -84,7 +84,7 @@ def watched(lake, tmp_path_factory) -> dict:
     assert more.failed == 0
     stopped = check(LAKEHOUSE_STATUS_MAX_LAG="50")  # no stream named: one ingested before must run
     return {"log": log.read_text(), "produced": produced, "running": running, "stopped": stopped,
-            "bronze": session.table(f"bronze.{STREAM}").count()}
+            "bronze": session.table(f"bronze.{STREAM}").where("_error_code is null").count()}
 
 
 def test_every_line_of_a_real_job_is_a_dated_json_object(watched):

@@ -18,7 +18,6 @@ def write(tmp_path, document) -> m.Policies:
 
 def test_the_shipped_policy_file_loads_and_overrides_by_name_and_namespace():
     policies = m.load_policies(m.DEFAULT_POLICY_FILE)
-    assert policies.for_table("bronze.dead_letters").target_file_size_mb == 32
     assert policies.for_table("silver.customers_mirror").target_file_size_mb == 64
     assert policies.for_table("bronze.purchases") == policies.defaults
     assert policies.defaults.orphan_min_age_hours >= m.MIN_ORPHAN_AGE_HOURS

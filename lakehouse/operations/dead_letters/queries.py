@@ -118,7 +118,7 @@ def _selected(spark: SparkSession, filters: Filters) -> DataFrame | None:
     if not relation_exists(spark, TABLE):
         dead_letters.refuse_old_table(spark)
         return None
-    return spark.table(TABLE).where(filters.where_sql()).select(*DeadLetter.__dataclass_fields__)
+    return dead_letters.read_view(spark).where(filters.where_sql()).select(*DeadLetter.__dataclass_fields__)
 
 
 def _timestamps_as_micros(frame: DataFrame) -> DataFrame:
