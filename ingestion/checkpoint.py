@@ -104,6 +104,12 @@ def last_commit(checkpoint: str | Path) -> BatchCommit | None:
     return BatchCommit(batch_id, committed_at, batch_offsets(checkpoint, batch_id))
 
 
+def last_planned_batch(checkpoint: str | Path) -> int | None:
+    """The last batch a checkpoint planned (its offsets written before the batch ran), or None."""
+    batches = _batch_files(Path(checkpoint) / "offsets")
+    return batches[-1] if batches else None
+
+
 def lag(end_offsets: dict[int, int], read_up_to: dict[int, int]) -> int:
     """Messages in Kafka not yet read: per partition, the end minus the read position."""
     return sum(max(0, end - read_up_to.get(partition, 0)) for partition, end in end_offsets.items())

@@ -19,7 +19,7 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
-from lakehouse.operations import dlq, maintenance, status
+from lakehouse.operations import dlq, maintenance, migrate, status
 from lakehouse.operations.dbt import loop_main, run_dbt
 
 # The producers, the quality suites, the demo and the cluster commands are imported by their
@@ -232,10 +232,22 @@ def _add_maintain(sub) -> None:
     parser.set_defaults(func=maintenance.main)
 
 
+def _add_migrate(sub) -> None:
+    parser = sub.add_parser(
+        "migrate", help="move an older lakehouse's bronze.dead_letters table into the streams' bronze tables",
+        description="For a lakehouse of a version whose dead letters were the table bronze.dead_letters: "
+                    "moves each stream's dead letters into its bronze table as dead rows, in one commit per "
+                    "table, drops the old table and creates the view bronze.dead_letters over the bronze "
+                    "tables (docs/operations.md). Safe to run again if cut off. Stop the ingestion first.")
+    migrate.add_arguments(parser)
+    parser.set_defaults(func=migrate.main)
+
+
 def _add_dlq(sub) -> None:
     parser = sub.add_parser(
         "dlq", help="dead letters: stats, list, show, replay",
-        description="Inspect bronze.dead_letters and replay fixed records into bronze.")
+        description="Inspect the view bronze.dead_letters (every stream's dead rows) and replay fixed records "
+                    "in place of their dead rows.")
     dlq.add_arguments(parser)
     parser.set_defaults(func=dlq.main)
 
@@ -516,7 +528,7 @@ def _demo(args, settings: Settings) -> int:
 
 # In the order `lakehouse --help` lists them.
 SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_quality, _add_maintain, _add_dlq,
-               _add_dbt, _add_cdc, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
+               _add_migrate, _add_dbt, _add_cdc, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
