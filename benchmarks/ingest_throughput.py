@@ -2,7 +2,7 @@
 
 For each stream: N messages (1% unreadable by default) are loaded into a fresh topic first
 (not measured), then the real ingestion job (``ingestion.job.run``, in this process, one
-stream at a time) reads the whole topic with ``availableNow`` into bronze and dead letters.
+stream at a time) reads the whole topic with ``availableNow`` into bronze (good and dead rows).
 Prints a table, where the time goes, and a final ``RESULT {json}`` line.
 
     .venv/bin/python benchmarks/ingest_throughput.py [--messages 1000000] [--streams employees purchases ...]
@@ -29,23 +29,23 @@ Latin square over a seeded shuffle, ``run_orders``), printed with the runs.
 a schema id no registry knows; the other formats: corrupt bytes) and runs the real job once on
 each, in batches of the job's own default size (one batch up to a million records) at the
 driver memory of the settings (2g unless LAKEHOUSE_SPARK_DRIVER_MEMORY says otherwise): whether
-it completes, its time, the driver's peak memory, and every offset once in bronze or the dead
-letters. ``--steady-state`` instead produces at fixed rates while the job runs with a
+it completes, its time, the driver's peak memory, and every offset once in bronze (as dead
+rows). ``--steady-state`` instead produces at fixed rates while the job runs with a
 processing-time trigger, and finds the highest rate at which the lag stays bounded.
 
 What is timed: for the job, ``ingestion.job._run_queries`` (wrapped at run time), from the
 start of its query to its end; the topic check, the state-folder lock, the creation or
-evolution of the bronze and dead-letter tables and the writer lease's taking and release
+evolution of the bronze table (and the dead-letter view) and the writer lease's taking and release
 (``ingestion.job.run`` around it) are outside the timer, and reported apart as
 ``startup_seconds``. For the ceiling and each step, from the query's start to its end; the
 table is dropped and created before the timer. msgs/s and MB/s are messages in the topic
-(bronze + dead letters) and the bytes of their values, divided by that time. Everything runs
+(bronze rows, good and dead) and the bytes of their values, divided by that time. Everything runs
 under a temporary state folder (jars linked from .lakehouse/jars, i.e. after ``make setup``)
 with its own Kafka broker on a free port, on the same machine.
 
 Where the time goes comes from three sources: Spark's own per-trigger ``durationMs`` (a
 StreamingQueryListener); timers this script wraps around the job's functions at run time
-(decoder refresh, exactly-once commit checks, dead-letter and bronze appends, lag; no project
+(decoder refresh, exactly-once commit checks, the bronze append, lag; no project
 file is changed); and, with ``--probe`` (default), the same topic read in batch mode alone
 and read plus decoded, both into Spark's ``noop`` sink.
 """
@@ -89,9 +89,8 @@ CDC_STREAMS = ("customers", "accounts")
 TARGET = {"employees": 100_000}  # msg/s asked for by the issue
 SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 # Timed from inside addBatch (the foreachBatch function of ingestion/job.py). The bronze append
-# reads and decodes the whole batch, writes it, and brings the failing rows home; the dead-letter
-# append writes them (a batch beyond job.COLLECT_RECORDS reads and decodes again there).
-BATCH_PHASES = ("decoder_refresh", "commit_checks", "bronze_pass_and_append", "dead_letter_append", "rest")
+# reads and decodes the whole batch and writes it, good and dead rows, in one commit.
+BATCH_PHASES = ("decoder_refresh", "commit_checks", "bronze_pass_and_append", "rest")
 
 log = logging.getLogger("bench")
 
@@ -188,14 +187,11 @@ class BatchTimers:
 def instrument(timers: BatchTimers) -> list[str]:
     """Wrap timers around the job's functions, by name; the names not found (the job's code
     moves on) are returned, and their time falls into ``rest``."""
-    from ingestion import bronze, dead_letters, decoders, job
-
-    def table_phase(spark, table, *rest, **kwargs):
-        return "dead_letter_append" if table == dead_letters.TABLE else "bronze_pass_and_append"
+    from ingestion import bronze, decoders, job
 
     targets = [  # (module or class, attribute, phase)
         (bronze, "last_committed_batch", "commit_checks"),
-        (bronze, "append", table_phase),
+        (bronze, "append", "bronze_pass_and_append"),
         (decoders.StreamDecoder, "refresh", "decoder_refresh"),
     ]
     missing = []
@@ -495,10 +491,9 @@ def probe(spark, settings: Settings, stream: str, source_options: dict[str, str]
             "decode_only_s": round(decode_s - read_s, 2), "kafka_messages": stats.n, "kafka_value_bytes": stats.b}
 
 
-def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
-                      expected_dead: dict[tuple[int, int], str] | str) -> dict:
-    """Bronze and dead letters against the topic, offset for offset: each (partition, offset) of
-    the topic in exactly one of them, once, and the dead letters exactly the injected faults'
+def every_offset_once(spark, settings: Settings, spec, expected_dead: dict[tuple[int, int], str] | str) -> dict:
+    """The bronze table against the topic, offset for offset: each (partition, offset) of the
+    topic once, a good row or a dead one, and the dead rows exactly the injected faults'
     coordinates with their reason codes. Counts alone would let a loss and a duplicate cancel out.
     ``expected_dead`` a reason code alone: every record of the topic fails, for that reason.
 
@@ -510,10 +505,11 @@ def every_offset_once(spark, settings: Settings, spec, dead_letter_table: str,
     from lakehouse.core.kafka_admin import end_offsets
 
     ends = end_offsets(settings, spec.topic)
-    bronze = spark.table(spec.bronze_table).select(F.col("_kafka_partition").alias("partition"),
-                                                   F.col("_kafka_offset").alias("offset"))
-    dead_letters = (spark.table(dead_letter_table).where(F.col("stream") == spec.name)
-                    .select(F.col("partition").cast("int"), F.col("offset").cast("long"), "error_code"))
+    rows = spark.table(spec.bronze_table).select(F.col("_kafka_partition").cast("int").alias("partition"),
+                                                 F.col("_kafka_offset").cast("long").alias("offset"),
+                                                 F.col("_error_code").alias("error_code"))
+    bronze = rows.where(F.col("error_code").isNull()).select("partition", "offset")
+    dead_letters = rows.where(F.col("error_code").isNotNull())
     per_partition = {r.partition: r for r in (
         bronze.union(dead_letters.select("partition", "offset"))
         .groupBy("partition")
@@ -595,7 +591,7 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
     dropped first: reset_stream), timed over its streaming part only (``streaming_part``), at
     ``max_offsets`` records per batch (None: the job's own default); ``after_run()``, if given,
     is called as soon as the job returns, before the check, and its dict joins the result."""
-    from ingestion import dead_letters, job
+    from ingestion import job
     from lakehouse.contracts.streams import get_stream
     from lakehouse.core.kafka_admin import end_offsets
 
@@ -645,7 +641,7 @@ def ingest(spark, settings: Settings, stream: str, loaded: dict, args, recorder,
     phases_ms["outside_triggers"] = max(round(seconds * 1000) - trigger_ms, 0)
     in_batch_ms = {key: round(inside.get(key, 0.0) * 1000) for key in BATCH_PHASES}
 
-    check = every_offset_once(spark, settings, spec, dead_letters.TABLE, loaded["expected_dead_coordinates"])
+    check = every_offset_once(spark, settings, spec, loaded["expected_dead_coordinates"])
     bronze_rows, dead, correct = check.pop("bronze_rows"), check.pop("dead_letters"), check.pop("correct")
     if not correct:
         log.error("%s: bronze + dead letters differ from the topic: %s", stream, check)
@@ -897,14 +893,14 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
 
 
 def reset_stream(spark, settings: Settings, stream: str) -> None:
-    """Drop what a run of the job left (its bronze table, the dead letters, its checkpoint),
-    so that the next run reads the whole topic again."""
-    from ingestion import dead_letters, job
+    """Drop what a run of the job left (its bronze table, good and dead rows, its checkpoint),
+    so that the next run reads the whole topic again (the job creates the table again, and the
+    dead-letter view over it)."""
+    from ingestion import job
     from lakehouse.contracts.streams import get_stream
 
     spec = get_stream(stream)
-    for table in (spec.bronze_table, dead_letters.TABLE):
-        spark.sql(f"drop table if exists {table} purge")
+    spark.sql(f"drop table if exists {spec.bronze_table} purge")
     shutil.rmtree(job.checkpoint_location(settings, spec), ignore_errors=True)
 
 
@@ -996,19 +992,8 @@ def whole_bad_batch(spark, settings: Settings, stream: str, loaded: dict, args, 
     of the job's own default size unless ``--max-offsets-per-trigger`` says otherwise: whether it
     completes, its time, the driver's peak memory over the run (the peaks reset first: the Spark
     JVM's and this Python process's resident size, the JVM's heap pools), and every offset once
-    in bronze or the dead letters. What the job brings through the driver is recorded as it
-    happens: the length of each JSON string of failing rows that ``dead_letters.from_collected``
-    receives (the job's collect path, ``ingestion.job.COLLECT_RECORDS``), if the job has one."""
-    from ingestion import dead_letters, job
-
-    collected: list[int] = []
-    original = getattr(dead_letters, "from_collected", None)
-    if original is not None:
-        def from_collected(session, rows_json, *rest, **kwargs):
-            collected.append(len(rows_json or ""))
-            return original(session, rows_json, *rest, **kwargs)
-
-        dead_letters.from_collected = from_collected
+    in bronze, as dead rows. Nothing of a batch passes through the driver (ARCHITECTURE §8): the
+    driver's peak is the evidence."""
     jvm = jvm_pid()
     pids = [os.getpid(), *([jvm] if jvm else [])]
     before = {"python_rss_mb": _status_kb(os.getpid(), "VmRSS") // 1024,
@@ -1040,14 +1025,9 @@ def whole_bad_batch(spark, settings: Settings, stream: str, loaded: dict, args, 
                   "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "traceback": traceback.format_exc()[-4000:],
                   "seconds_until_failure": round(time.perf_counter() - started, 2),
                   "driver_peak": returned.get("peaks") or peaks()}
-    finally:
-        if original is not None:
-            dead_letters.from_collected = original
     result.update({
         "driver_memory": settings.spark_driver_memory, "rss_before_mb": before, "peaks_reset": peaks_reset,
         "faults": {k: v for k, v in whole_bad_rates(stream).as_dict().items() if v},
-        "collect_records_limit": getattr(job, "COLLECT_RECORDS", None),
-        "collected_json_chars": collected,
     })
     return result
 
@@ -1071,18 +1051,13 @@ def print_whole_bad(results: list[dict]) -> None:
               f" MB{'' if r['peaks_reset'] else '; peaks not reset'}); JVM heap at most "
               f"{_figure(peak.get('heap_peak_mb_at_most'))} MB of {_figure(peak.get('heap_max_mb'))} "
               f"(sum of the pools' peaks), GC {_figure(peak.get('gc_seconds'))} s")
-        chars = r["collected_json_chars"]
-        print("  failing rows brought through the driver as JSON (dead_letters.from_collected): "
-              + (f"{len(chars)} string(s), the largest {max(chars):,} characters" if chars else "none")
-              + f"; the job collects batches up to {_figure(r['collect_records_limit'])} records")
 
 
 SUMMARY_KEYS = ("msgs_per_s", "runs_msgs_per_s", "runs_batches", "max_offsets_per_trigger", "cpu_us_per_msg",
                 "ceiling_msgs_per_s", "ratio_to_ceiling", "ratio_to_checked_append", "target_ratio",
                 "steps_ratio_to_ceiling", "orders", "correct")
 WHOLE_BAD_KEYS = ("completed", "correct", "seconds", "seconds_until_failure", "messages", "batches",
-                  "rows_per_batch", "bronze_rows", "dead_letters", "driver_memory", "driver_peak",
-                  "collected_json_chars", "error")
+                  "rows_per_batch", "bronze_rows", "dead_letters", "driver_memory", "driver_peak", "error")
 # Share of the raw ceiling each format should reach (the issue "Ingestion at the machine's limit").
 TARGET_RATIO = {"protobuf": 0.8, "avro": 0.65, "json": 0.5}
 
