@@ -1,1 +1,2 @@
-"""Streaming ingestion: Kafka topics into bronze Iceberg tables, unreadable records to dead letters."""
+"""Streaming ingestion: Kafka topics into bronze Iceberg tables, one commit per batch; an
+unreadable record is a dead row of the same table (a dead letter)."""

@@ -154,16 +154,24 @@ class _FailureRows(HTMLParser):
 
 
 def plant_dead_letters(lake, stream: str, rate: float) -> int:
-    """Add dead letters until `stream`'s dead-letter rate is at least `rate`; returns how many."""
+    """Add dead rows to `stream`'s bronze table until its dead-letter rate is at least `rate`
+    (the rate counts the rows ingested within the window: now is in it); returns how many."""
     from datetime import UTC, datetime
 
-    landed = lake.table(f"bronze.{stream}").count()
-    dead = lake.table("bronze.dead_letters").where(f"stream = '{stream}'").count()
-    planted = math.ceil((rate * (landed + dead) - dead) / (1 - rate))
+    from pyspark.sql import functions as F
+
+    table = lake.table(f"bronze.{stream}")
+    landed = table.count()
+    dead = table.where("_error_code is not null").count()
+    planted = math.ceil((rate * landed - dead) / (1 - rate))
     now = datetime.now(UTC)
-    rows = [(stream, stream, 99, offset, now, None, b"planted \x00 bytes", "CORRUPT_PAYLOAD", "planted by the test",
-             None, now, -1, None, None, None) for offset in range(planted)]  # pending: never replayed
-    lake.createDataFrame(rows, lake.table("bronze.dead_letters").schema).writeTo("bronze.dead_letters").append()
+    rows = lake.createDataFrame(
+        [(stream, 99, offset, now, b"planted \x00 bytes", "CORRUPT_PAYLOAD", "planted by the test", now, -1)
+         for offset in range(planted)],
+        "_kafka_topic string, _kafka_partition int, _kafka_offset long, _ingested_at timestamp, _raw_value binary, "
+        "_error_code string, _error_detail string, _dead_at timestamp, _batch_id long")
+    rows.select(*[F.col(f.name) if f.name in rows.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                  for f in table.schema.fields]).writeTo(f"bronze.{stream}").append()
     return planted
 
 

@@ -100,7 +100,7 @@ def test_every_record_lands_in_bronze_or_dead_letters_exactly_once(session, inge
 
 def test_duplicates_late_and_evolved_records_are_kept_in_bronze(session, ingested):
     faults = ingested.manifest()["faults"]
-    bronze = session.table("bronze.user_events")
+    bronze = session.table("bronze.user_events").where("_error_code is null")  # good rows
     assert bronze.count() - bronze.select("event_id").distinct().count() == faults["duplicate"]
     rescued = bronze.where("_rescued is not null").collect()
     assert len(rescued) >= faults["evolved"]  # re-sends of evolved records carry it too
@@ -127,7 +127,7 @@ def test_replayed_batch_is_not_written_twice(session, own, ingested):
 
 
 def test_dbt_builds_silver_and_gold_from_bronze(session, built):
-    bronze_ids = session.table("bronze.user_events").select("event_id").distinct().count()
+    bronze_ids = session.table("bronze.user_events").where("_error_code is null").select("event_id").distinct().count()
     silver = session.table("silver.user_events")
     assert silver.count() == bronze_ids
     assert silver.select("event_id").distinct().count() == bronze_ids

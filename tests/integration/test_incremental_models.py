@@ -488,7 +488,7 @@ class Landing:
         """(transaction id, customer, purchased at, amount), one unit each, in EUR."""
         from pyspark.sql import functions as F
 
-        template = self.session.table("bronze.purchases").limit(1)
+        template = self.session.table("bronze.purchases").where("_error_code is null").limit(1)  # a good row
         rows = None
         for transaction, customer, at, amount in purchases:
             row = template.withColumn("transaction_id", F.lit(transaction)) \

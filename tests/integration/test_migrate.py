@@ -74,6 +74,8 @@ def test_an_old_lakehouse_is_refused_then_migrated_every_offset_once(lake):
         job.run(session, own, [SPEC.name], available_now=True)
     assert "\n" not in str(refused.value)
     assert session.table(SPEC.bronze_table).count() == 5  # refused before writing anything
+    with pytest.raises(LakehouseError, match=r"run `lakehouse migrate`"):  # and so is `lakehouse dlq`
+        queries.list_dead_letters(session, Filters(), 0)
 
     moved = migrate.migrate(session, own)
     assert [(m.stream, m.dead_letters) for m in moved] == [(SPEC.name, 4)]  # 6 once

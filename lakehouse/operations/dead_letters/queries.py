@@ -115,8 +115,8 @@ class DeadLetter:
 def _selected(spark: SparkSession, filters: Filters) -> DataFrame | None:
     """The view's rows the filters select, with the columns a `DeadLetter` has; None when no
     stream table exists yet (so neither does the view)."""
+    dead_letters.refuse_old_table(spark)
     if not relation_exists(spark, TABLE):
-        dead_letters.refuse_old_table(spark)
         return None
     return dead_letters.read_view(spark).where(filters.where_sql()).select(*DeadLetter.__dataclass_fields__)
 
