@@ -105,15 +105,31 @@ def view_sql(tables: dict[str, str], has_schema_id: set[str]) -> str:
         for stream, table in tables.items())
 
 
+# Jobs of other streams may create their tables, and so replace the view, at the same time.
+VIEW_ATTEMPTS = 5
+
+
 def ensure_view(spark: SparkSession) -> list[str]:
-    """(Re)create `bronze.dead_letters` over the bronze tables there are now; the change, for the log."""
+    """(Re)create `bronze.dead_letters` over the bronze tables there are now; the change, for the log.
+
+    Checked after its commit: a job that created its table meanwhile may have replaced the view
+    from a listing without this one's table (or been replaced by one without its own), so the
+    view is made again until the tables listed before and after its commit agree."""
     refuse_old_table(spark)
-    tables = bronze_tables(spark)
-    if not tables:
-        return []
-    has_schema_id = {stream for stream, table in tables.items() if "_schema_id" in spark.table(table).columns}
-    spark.sql(f"create or replace view {quote_table(VIEW)} as {view_sql(tables, has_schema_id)}")
-    return [f"{VIEW}: a view over {', '.join(tables.values())}"]
+    for attempt in range(1, VIEW_ATTEMPTS + 1):
+        tables = bronze_tables(spark)
+        if not tables:
+            return []
+        has_schema_id = {stream for stream, table in tables.items() if "_schema_id" in spark.table(table).columns}
+        try:
+            spark.sql(f"create or replace view {quote_table(VIEW)} as {view_sql(tables, has_schema_id)}")
+        except Exception:  # a concurrent replace won the commit: list and replace again
+            if attempt == VIEW_ATTEMPTS:
+                raise
+            continue
+        if bronze_tables(spark) == tables:
+            return [f"{VIEW}: a view over {', '.join(tables.values())}"]
+    raise LakehouseError(f"{VIEW}: the bronze tables kept changing while the view was made; start the job again")
 
 
 def read_view(spark: SparkSession):
