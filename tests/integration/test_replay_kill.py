@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ingestion import job
 from ingestion.invariant import check_every_offset_once
@@ -74,3 +75,53 @@ def test_a_replay_killed_half_way_leaves_every_offset_once(spark, settings, kafk
     assert finished.still_failing == 0
     after = check_every_offset_once(spark, spec, ranges)
     assert after.holds and (after.bronze, after.dead_letters) == (RECORDS, 0), after
+
+
+def write_two_stream_pipeline(path: Path, streams: list[str], required: list[str] | None = None) -> None:
+    """The pipeline file of test_fault_points.write_pipeline, with several streams."""
+    one = path.with_suffix(".one.yml")
+    entries = {}
+    for stream in streams:
+        write_pipeline(one, stream, required)
+        entries.update(yaml.safe_load(one.read_text())["streams"])
+    document = yaml.safe_load(one.read_text())
+    path.write_text(yaml.safe_dump({**document, "streams": entries}))
+
+
+def test_a_replay_killed_between_two_stream_tables_leaves_each_table_whole(spark, settings, kafka, tmp_path,
+                                                                            monkeypatch):
+    """The fault point after-replay-commit kills `lakehouse dlq replay` after its first stream
+    table's commit: that stream's dead rows are all replaced, the other's all still dead, every
+    offset of both once; the next replay replaces the rest."""
+    streams = ["replay_cut_a", "replay_cut_b"]  # replayed in this order
+    pipeline = tmp_path / "pipeline.yml"
+    write_two_stream_pipeline(pipeline, streams, required=["event_id", "event_timestamp", "device"])
+    for n, stream in enumerate(streams):
+        produce(settings, stream, {3: "no_device", 7: "no_device"}, seed=92 + n)
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    specs = [get_stream(stream) for stream in streams]
+    job.run(spark, settings, streams, available_now=True)
+    ranges = {spec.name: {p: (0, end) for p, end in end_offsets(settings, spec.topic).items()} for spec in specs}
+
+    write_two_stream_pipeline(pipeline, streams)  # `device` no longer required
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
+           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_PIPELINE_FILE": str(pipeline),
+           "LAKEHOUSE_FAULT_POINT": job.AFTER_REPLAY_COMMIT}
+    result = subprocess.run([str(Path(sys.executable).with_name("lakehouse")), "dlq", "replay",
+                             *[f"--stream={stream}" for stream in streams]], env=env,
+                            capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert result.returncode == KILLED, result.stdout[-2000:] + result.stderr[-3000:]
+    assert f"replay_cut_a: fault point {job.AFTER_REPLAY_COMMIT}" in result.stdout + result.stderr
+
+    checks = {}
+    for spec in specs:
+        spark.catalog.refreshTable(spec.bronze_table)
+        checks[spec.name] = check_every_offset_once(spark, spec, ranges[spec.name])
+        assert checks[spec.name].holds, f"{spec.name} after the kill: {checks[spec.name].describe()}"
+    assert (checks["replay_cut_a"].dead_letters, checks["replay_cut_b"].dead_letters) == (0, RECORDS // 5)
+
+    finished = replay(spark, settings, parse_filters(streams))
+    assert (finished.selected, finished.replayed) == (RECORDS // 5, RECORDS // 5)  # only b's were left
+    for spec in specs:
+        after = check_every_offset_once(spark, spec, ranges[spec.name])
+        assert after.holds and (after.bronze, after.dead_letters) == (RECORDS, 0), after
