@@ -27,6 +27,13 @@
     maximum), so the history's rows are read for the touched keys only, and the changelog for
     the increment only.
 
+    `open_versions_only` (the model passes `not cdc_history_reads_all(...)`): the increment's
+    changes all come after their key's last stored version (its open one, valid_to null) and
+    hold no truncation, so that version is the predecessor of every new one and nothing after it
+    is stored: the run reads it alone (the filter `valid_to is null` prunes to the null
+    partition of years(valid_to), the models' partitioning) and its MERGE matches only open
+    versions (`cdc_history_merge_predicates`). The rows written are the same as by the full read.
+
     The history has the changelog's columns, then valid_from, valid_to, is_current,
     `_loaded_at` and `_first_loaded_at` (its first run creates it so). `_loaded_at` is the time
     of the dbt run that last wrote the row, new version or re-written stored one (one value per
@@ -59,7 +66,8 @@
     versions re-fills the later versions that carried its column, and they are re-written.
 -#}
 {% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none,
-                              truncate_when=none, truncations=false, columns_of=none, columns=[]) -%}
+                              truncate_when=none, truncations=false, columns_of=none, columns=[],
+                              open_versions_only=false) -%}
 {%- set keys = [key] if key is string else key -%}
 {%- set key_list = keys | join(', ') -%}
 {%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
@@ -133,6 +141,26 @@ truncated_versions as (
 
 ),
 
+{% if open_versions_only %}
+stored_versions as (
+
+    -- each touched key's open version (valid_to null: its last), the predecessor of every new
+    -- change: the run was planned so (cdc_history_reads_all found no change before it), and the
+    -- filter prunes the scan to the partition of open versions. A change before it that landed
+    -- in bronze since (after the plan, before this query) would need the closed versions: the
+    -- run fails, records no snapshot, and the next one reads them
+    select stored.*
+    from {{ existing }} as stored
+    inner join touched_keys
+        on {% for k in keys %}touched_keys.{{ k }} = stored.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+    where stored.valid_to is null
+        and coalesce(case when touched_keys._earliest_seq < stored.{{ sequence_by }}
+                          then raise_error('error: {{ existing }}: a change older than the open version of its key '
+                                           || 'landed while the run was planned; the next run applies it') end,
+                     true)
+
+)
+{% else %}
 touched_versions as (
 
     -- the increment is small: Spark broadcasts it and streams the history once
@@ -155,6 +183,7 @@ stored_versions as (
     where {{ sequence_by }} >= _earliest_seq or {{ sequence_by }} = _predecessor_seq
 
 )
+{% endif %}
 {% endif %}
 
 , links as (
@@ -338,4 +367,62 @@ select * from final
             {{ ', ' if not loop.last }}
         {%- endfor -%}
     {%- endif -%}
+{%- endmacro %}
+
+
+{#- Whether a history's incremental run reads its closed versions, or only the open version
+    (valid_to null, the last) of each key its increment touches: the open versions suffice
+    unless the increment holds a change at or before which a closed version lies (by sequence,
+    per key: a late or out-of-order change, or a closed version's change read again by the
+    increment's overlap) or a truncation (`truncations`, `changelog_has_truncations`). It asks
+    the history's open versions only, the partition `valid_to is null` prunes to, and the
+    increment of `changelog` (`where`, the model's filter). The answer is kept in the Spark
+    session for the run's MERGE (`cdc_history_merge_predicates`), which then reads only the
+    target's open versions too. True (read all, as a full build would) where nothing can be
+    asked: parsing, a dbt unit test's fixtures, a first build or full refresh (nothing stored). -#}
+{% macro cdc_history_reads_all(existing, changelog, key, where=none, truncations=false, sequence_by='_seq') -%}
+    {%- if not execute or not is_incremental() or existing is string or (existing | string).startswith('__dbt__cte__')
+           or changelog is string or (changelog | string).startswith('__dbt__cte__') -%}
+        {{ return(true) }}
+    {%- endif -%}
+    {%- set keys = [key] if key is string else key -%}
+    {%- set key_list = keys | join(', ') -%}
+    {%- set reads_all = truncations -%}
+    {%- if not reads_all -%}
+        {%- set query -%}
+            select count(*)
+            from (
+                select {{ key_list }}, min({{ sequence_by }}) as _earliest_seq
+                from {{ changelog }}
+                where {{ keys[0] }} is not null {% if where %}and ({{ where }}){% endif %}
+                group by {{ key_list }}
+            ) as touched
+            inner join (select {{ key_list }}, {{ sequence_by }} from {{ existing }} where valid_to is null) as open
+                on {% for k in keys %}touched.{{ k }} = open.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+            where touched._earliest_seq < open.{{ sequence_by }}
+        {%- endset -%}
+        {%- set reads_all = run_query(query).columns[0].values()[0] > 0 -%}
+    {%- endif -%}
+    {%- do run_query('set ' ~ cdc_history_merge_key(existing) ~ ' = ' ~ ('all' if reads_all else 'open')) -%}
+    {{ return(reads_all) }}
+{%- endmacro %}
+
+
+{#- the Spark session key holding a history run's read (`open` or `all`) until its MERGE -#}
+{% macro cdc_history_merge_key(existing) -%}
+    lakehouse.history_reads.{{ existing.schema }}.{{ existing.identifier }}
+{%- endmacro %}
+
+
+{#- The MERGE's conditions on its target `target` beyond the key and sequence: when the run
+    read only open versions (`cdc_history_reads_all`), its changes match open versions only,
+    and `valid_to is null` on the target lets Iceberg skip every file of closed versions (the
+    partitions of years(valid_to) but the null one). Nothing for every other table. -#}
+{% macro cdc_history_merge_predicates(target) -%}
+    {%- set key = cdc_history_merge_key(target) -%}
+    {%- set value = run_query('set ' ~ key).rows[0][1] -%}
+    {%- if value in ('open', 'all') -%}
+        {%- do run_query('reset ' ~ key) -%}
+    {%- endif -%}
+    {{ return(['DBT_INTERNAL_DEST.valid_to is null'] if value == 'open' else []) }}
 {%- endmacro %}

@@ -3,20 +3,23 @@
         materialized='incremental',
         incremental_strategy='merge',
         unique_key=['customer_id', '_seq'],
-        partition_by=['bucket(16, customer_id)'],
+        partition_by=['bucket(16, customer_id)', 'years(valid_to)'],
         tblproperties=merge_on_read_properties(),
-        pre_hook="{{ ensure_merge_on_read(this) }}",
+        pre_hook=["{{ ensure_merge_on_read(this) }}", "{{ ensure_partition_fields(this) }}"],
     )
 }}
 
 {#-
     Every version of every customer (SCD type 2): macros/cdc_history.sql. A run reads the
-    changelog for its increment only, and the history for the touched keys' recent versions:
-    it writes the new versions and re-writes the stored versions they close (merge-on-read).
-    A late or out-of-order change slots in between its neighbours.
+    changelog for its increment only, and the history for the touched keys' open versions (the
+    partition of valid_to null): it writes the new versions and re-writes the stored versions
+    they close (merge-on-read). A late or out-of-order change, or a truncation, slots in between
+    its neighbours: that run reads the touched keys' closed versions too (cdc_history_reads_all).
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'customers')) -%}
+{%- set truncations = changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment) -%}
+{%- set reads_all = cdc_history_reads_all(this, ref('customers_changelog'), 'customer_id', increment, truncations) -%}
 
 with
 
@@ -32,4 +35,4 @@ changelog as (
 {{ cdc_history_versions('changelog', 'customer_id', existing=this if is_incremental() else none,
                         truncate_when="op = 'T'", columns_of=ref('customers_changelog'),
                         columns=cdc_changelog_columns(ref('customers_changelog')),
-                        truncations=changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment)) }}
+                        truncations=truncations, open_versions_only=not reads_all) }}

@@ -1,6 +1,7 @@
 """A source table whose primary key has two columns (order lines: order_id, line_no), mirrored
 and historized by the project's own `cdc_mirror` materialization and `cdc_history_versions`
-macro, run by dbt on Spark.
+macro, run by dbt on Spark; the history's runs read only the open versions of the keys they touch
+(the re-sent and late changes below are copies of open versions), matched on both key columns.
 
 Two lines of one order share `order_id`: a key of one column would conflate them (and the
 materialization refused a list before). Three increments bring inserts, updates, a delete and
@@ -35,13 +36,17 @@ with changelog as (
 
 HISTORY_MODEL = """
 {{ config(materialized='incremental', incremental_strategy='merge',
-          unique_key=['order_id', 'line_no', '_seq'], partition_by=['bucket(4, order_id)'],
-          tblproperties=merge_on_read_properties(), pre_hook="{{ ensure_merge_on_read(this) }}") }}
+          unique_key=['order_id', 'line_no', '_seq'], partition_by=['bucket(4, order_id)', 'years(valid_to)'],
+          tblproperties=merge_on_read_properties(),
+          pre_hook=["{{ ensure_merge_on_read(this) }}", "{{ ensure_partition_fields(this) }}"]) }}
+{%- set increment = ingested_since_last_run(this) if is_incremental() else none -%}
+{%- set reads_all = cdc_history_reads_all(this, ref('lines_changelog'), ['order_id', 'line_no'], increment) -%}
 with changelog as (
     select * from {{ ref('lines_changelog') }}
-    {% if is_incremental() %} where {{ ingested_since_last_run(this) }} {% endif %}
+    {% if increment %} where {{ increment }} {% endif %}
 )
-{{ cdc_history_versions('changelog', ['order_id', 'line_no'], existing=this if is_incremental() else none) }}
+{{ cdc_history_versions('changelog', ['order_id', 'line_no'], existing=this if is_incremental() else none,
+                        open_versions_only=not reads_all) }}
 """
 
 # (lsn, op, order_id, line_no, qty), per increment in landing order; lsn is the commit order
@@ -72,6 +77,8 @@ def project(spark, tmp_path_factory):
     (folder / "models").mkdir()
     (folder / "models" / "lines_mirror.sql").write_text(MIRROR_MODEL)
     (folder / "models" / "lines_history.sql").write_text(HISTORY_MODEL)
+    (folder / "models" / "lines_history_open.sql").write_text(HISTORY_MODEL.replace(
+        "open_versions_only=not reads_all", "open_versions_only=is_incremental()"))
     # never run: the test creates and fills this relation itself, as ingestion fills bronze
     (folder / "models" / "lines_changelog.sql").write_text("select 1 as never_run\n")
     (folder / "dbt_project.yml").write_text(yaml.safe_dump({
@@ -87,18 +94,21 @@ def project(spark, tmp_path_factory):
     flags = ["--project-dir", str(folder), "--profiles-dir", str(folder),
              "--target-path", str(folder / "target"), "--log-path", str(folder / "logs")]
     spark.sql(f"create namespace if not exists {SCHEMA}")
-    for table in ("lines_mirror", "lines_mirror__dbt_changes", "lines_history", "lines_changelog"):
+    for table in ("lines_mirror", "lines_mirror__dbt_changes", "lines_history", "lines_history_open", "lines_history_evolved",
+                  "lines_changelog"):
         spark.sql(f"drop table if exists {SCHEMA}.{table} purge")
     spark.sql(f"create table {SCHEMA}.lines_changelog (order_id bigint, line_no bigint, qty bigint, op string, "
               "_seq struct<lsn: bigint>, _source_ts timestamp, _ingested_at timestamp, _kafka_topic string) "
               "using iceberg")
     runner = dbtRunner()
 
-    def run() -> None:
-        result = runner.invoke(["run", "--select", "lines_mirror", "lines_history", *flags])
+    def run(*models: str, succeed: bool = True) -> list[str]:
+        result = runner.invoke(["run", "--select", *(models or ("lines_mirror", "lines_history")), *flags])
         errors = [r.message for r in getattr(result.result, "results", None) or [] if str(r.status) != "success"]
-        assert result.success, f"dbt run failed: {result.exception or errors}"
+        assert result.success == succeed, f"dbt run: {result.exception or errors}"
+        return errors
 
+    run.folder = folder
     return run
 
 
@@ -131,3 +141,50 @@ def test_a_composite_key_is_mirrored_and_historized_per_key(spark, project):
     current = {key: rows[-1].qty for key, rows in versions.items() if rows[-1].is_current}
     assert current == expected
     assert sum(v.is_current for rows in versions.values() for v in rows) == len(expected)
+
+
+def test_a_change_before_an_open_version_fails_a_run_that_reads_open_versions_only(spark, project):
+    """A run planned to read open versions only (no change of the increment at or before a
+    closed version) must not meet a change older than its key's open version: one landing
+    between the plan and the query would need the closed versions. Here the plan is forced
+    (`lines_history_open`): the run fails with one `error:` line and writes nothing, rather than
+    a history with two versions claiming the same interval. Runs after the test above (its
+    changelog)."""
+    project("lines_history_open")  # a first build: every change
+    before = spark.table(f"{SCHEMA}.lines_history_open").count()
+    late = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    spark.sql(f"insert into {SCHEMA}.lines_changelog values (1, 1, 4, 'U', named_struct('lsn', 9L), "
+              f"timestamp'{late - timedelta(hours=3)}', timestamp'{late}', 'lines')")
+    errors = project("lines_history_open", succeed=False)
+    assert any("error: " in e and "older than the open version of its key" in e for e in errors), errors
+    assert spark.table(f"{SCHEMA}.lines_history_open").count() == before
+
+
+def partitioning(spark, table: str) -> list[str]:
+    rows = spark.sql(f"describe table {table}").collect()
+    start = next(i for i, r in enumerate(rows) if r[0] == "# Partitioning")
+    return [r[1] for r in rows[start + 1:] if r[0].startswith("Part ")]
+
+
+def test_a_history_built_before_the_valid_to_partitioning_gets_it_on_its_next_run(spark, project):
+    """A history built partitioned by key bucket only (before years(valid_to)) gets the field on
+    its next run (partition evolution, `ensure_partition_fields`), no full refresh, and its
+    versions are then what a full build gives. Runs after the tests above (their changelog)."""
+    model = project.folder / "models" / "lines_history_evolved.sql"
+    model.write_text(HISTORY_MODEL.replace("partition_by=['bucket(4, order_id)', 'years(valid_to)']",
+                                           "partition_by=['bucket(4, order_id)']"))
+    project("lines_history_evolved")
+    table = f"{SCHEMA}.lines_history_evolved"
+    assert partitioning(spark, table) == ["bucket(4, order_id)"]
+    model.write_text(HISTORY_MODEL)
+    changed = datetime.now(UTC).replace(tzinfo=None, microsecond=0) + timedelta(hours=1)
+    spark.sql(f"insert into {SCHEMA}.lines_changelog values (2, 2, 4, 'U', named_struct('lsn', 30L), "
+              f"timestamp'{changed}', timestamp'{changed}', 'lines')")
+    project("lines_history_evolved")
+    assert partitioning(spark, table) == ["bucket(4, order_id)", "years(valid_to)"]
+    incremental = sorted(map(tuple, spark.table(table).drop("_loaded_at", "_first_loaded_at").collect()), key=repr)
+    assert [r.lsn for r in spark.sql(f"select _seq.lsn from {table} where order_id = 2 and line_no = 2 "
+                                     "order by _seq").collect()] == [16, 30]
+    project("lines_history_evolved", "--full-refresh")
+    assert sorted(map(tuple, spark.table(table).drop("_loaded_at", "_first_loaded_at").collect()),
+                  key=repr) == incremental

@@ -622,12 +622,14 @@ def test_sales_follow_the_customer_version_of_their_time(lake, increments):
 # What each MERGE of a run reads of its target, besides the rows' positions: the columns its
 # match needs (keys, sequence) and nothing its assignments could take from the change instead
 # (docs/models.md, "What a MERGE reads"). All are merge-on-read: the target's read is a column-
-# pruned join side, never a whole-file rewrite.
+# pruned join side, never a whole-file rewrite. A history's ordinary run (no late change, no
+# truncation) matches open versions only: `valid_to is null` on the target is what lets Iceberg
+# skip the closed versions' partitions, so that MERGE reads valid_to too.
 MERGE_TARGET_READS = {
     "silver.customers_mirror": {"customer_id", "_seq"},
     "silver.accounts_mirror": {"account_id", "_seq"},
-    "silver.customers_history": {"customer_id", "_seq"},
-    "silver.accounts_history": {"account_id", "_seq"},
+    "silver.customers_history": {"customer_id", "_seq", "valid_to"},
+    "silver.accounts_history": {"account_id", "_seq", "valid_to"},
     "gold.events_by_type_daily": {"event_date", "event_type"},
     "gold.customer_activity": {"customer_id"},
 }
@@ -674,3 +676,97 @@ def test_a_merge_reads_a_mirror_column_only_when_a_change_lacks_it(lake, increme
     assert target_reads(statements) == {"silver.customers_mirror": [{"customer_id", "_seq", "email"}]}
     row = session.sql(f"select email, tier from silver.customers_mirror where customer_id = {key}").first()
     assert (row.email, row.tier) == (email, "platinum")
+
+
+# --- the histories: a run reads the open versions, and gives what a full build gives -----------
+
+HISTORIES = {"silver.customers_history": "customer_id", "silver.accounts_history": "account_id"}
+
+
+def history_files(session, table: str) -> tuple[int, int]:
+    """(live data files, those holding no open version: every row's valid_to set)."""
+    row = session.sql(f"select count(*), count_if(readable_metrics.valid_to.null_value_count = 0) "
+                      f"from {table}.files where content = 0").first()
+    return row[0], row[1]
+
+
+def test_an_ordinary_history_run_reads_no_closed_version(lake, increments):
+    """An increment of updates, deletes and new keys, each later than every stored version of its
+    key: the history's run reads, of its own table, the files of open versions only (the
+    partition `valid_to is null`), in its planning query, its select and its MERGE; no file of
+    closed versions, though the history has them. Before the histories were partitioned by
+    years(valid_to), every run read every file of the table twice, and no file held closed
+    versions only (each run's files mixed the new open versions with those it closed)."""
+    own, session, target = lake
+    _, tables, _ = increments
+    run_dbt(own, ["run", "--select", *(t.split(".")[1] for t in HISTORIES)], target_dir=target, capture=True)
+    files = {table: history_files(session, table) for table in HISTORIES}
+    for table, (total, closed) in files.items():
+        assert 0 < closed < total, (table, total, closed)  # closed versions have files of their own
+    landed = datetime.now(UTC)
+    load_increment(session, tables, HISTORY, INCREMENT, INCREMENTS + 1, landed, late_share=0, late_days=1)
+    statements = run_with_event_log(own, target, own.home / "spark-events-history",
+                                     ["run", "--select", *(t.split(".")[1] for t in HISTORIES)])
+    for table, (total, closed) in files.items():
+        scans = [scan for statement in statements for scan in statement["scans"]
+                 if scan["table"] == f"lake.{table}"]
+        assert len(scans) >= 3, (table, scans)  # the planning query, the select, the MERGE
+        for scan in scans:
+            assert scan["data_files"] <= total - closed, (table, scan, total, closed)
+        compiled = (target / "compiled" / "lakehouse" / "models" / "silver" / f"{table.split('.')[1]}.sql").read_text()
+        assert "where stored.valid_to is null" in compiled, table
+
+
+def versions(session, table: str) -> list[tuple]:
+    """The history as its readers see it: every column but the run stamps."""
+    frame = session.table(table).drop("_loaded_at", "_first_loaded_at")
+    return sorted(map(tuple, frame.collect()), key=repr)
+
+
+def test_an_incremental_history_equals_a_full_build(lake, increments):
+    """Runs with late changes (between stored versions, and before a key's first one), changes
+    landing out of order (a later one first, in the same and in separate increments), a
+    truncation and changes after it, then an ordinary increment: the incremental history is,
+    row for row, what a full refresh builds from the same changelog (valid_from, valid_to,
+    is_current, op and values). The ordinary runs read open versions only, the others every
+    version of the touched keys. Runs last in the module: the truncation ends every customer."""
+    from pyspark.sql import functions as F
+
+    own, session, target = lake
+    land = Landing(session)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
+    compiled = target / "compiled" / "lakehouse" / "models" / "silver" / "customers_history.sql"
+    A, B = MOVER + 100, MOVER + 101
+
+    def run(reads_open_only: bool) -> None:
+        run_dbt(own, ["run", "--select", "customers_history"], target_dir=target, capture=True)
+        assert ("where stored.valid_to is null" in compiled.read_text()) == reads_open_only
+
+    run(True)  # what the module's other tests landed
+    land.changes((A, "I", 10, base, "DE"), (A, "U", 30, base + timedelta(hours=3), "FR"),
+                 (B, "U", 20, base + timedelta(hours=2), "IT"))  # B: an update before its insert
+    run(True)
+    land.changes((A, "U", 40, base + timedelta(hours=4), "JP"))
+    run(True)
+    # late: A's change between 10 and 30 (its commit time before 10's: valid_from keeps order), B's insert
+    land.changes((A, "U", 20, base - timedelta(hours=1), "BR"), (B, "I", 10, base + timedelta(hours=1), "US"))
+    run(False)
+    # a truncation (no key) after every stored change, then A comes back
+    template = session.table("bronze.customers").where("not _is_tombstone and customer_id is not null").limit(1)
+    phase = template.schema["_seq"].dataType["phase"].dataType
+    template.withColumn("customer_id", F.lit(None).cast("bigint")).withColumn("op", F.lit("T")) \
+        .withColumn("_source_ts", F.lit(base + timedelta(hours=5))) \
+        .withColumn("_seq", F.struct(F.lit(1).cast(phase).alias("phase"),
+                                     F.lit(2_100_000_000).cast("bigint").alias("commit_pos"),
+                                     F.lit(0).cast("bigint").alias("change_pos"))) \
+        .withColumn("_kafka_offset", F.lit(970_000_000).cast("bigint")) \
+        .withColumn("_ingested_at", F.current_timestamp()).writeTo("bronze.customers").append()
+    run(False)
+    land.changes((A, "I", 100_000_000 + 50, base + timedelta(hours=6), "CA"))
+    run(True)
+    incremental = versions(session, "silver.customers_history")
+    assert [(r[0], r[1]) for r in session.sql(
+        f"select op, country_code from silver.customers_history where customer_id = {A} order by _seq").collect()] \
+        == [("I", "DE"), ("U", "BR"), ("U", "FR"), ("U", "JP"), ("T", "JP"), ("I", "CA")]
+    run_dbt(own, ["run", "--full-refresh", "--select", "customers_history"], target_dir=target, capture=True)
+    assert versions(session, "silver.customers_history") == incremental
