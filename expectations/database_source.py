@@ -85,8 +85,8 @@ class DatabaseSource:
 
 def database_source(spark, spec: StreamSpec, url: str, table: str | None = None) -> tuple[DatabaseSource, list[str]]:
     """The source table of CDC stream ``spec`` in the database at ``url`` (``table``: NAME or
-    SCHEMA.NAME, default the stream's source_table), to compare with its live view on the
-    columns of its contract that the live view has; also the ones it lacks (renamed in silver,
+    SCHEMA.NAME, default the stream's source_table), to compare with its live table on the
+    columns of its contract that the live table has; also the ones it lacks (renamed in silver,
     say), which are not compared. The contract includes the columns an additive stream took
     from its source (ARCHITECTURE §6, "Fields the contract lacks"), recorded with bronze. The
     table's columns that the contract lacks, other than the ones it names as left out
@@ -112,7 +112,7 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
 
 
 def verify(spark, source: DatabaseSource, chunk_rows: int = CHUNK_ROWS) -> MirrorCheck:
-    """The live view silver.<stream> against the source table, both read in key order (the source
+    """The live table silver.<stream> against the source table, both read in key order (the source
     ``chunk_rows`` at a time, the mirror streamed from a sorted Spark query), compared by per-key
     row digests."""
     live = spark.table(f"silver.{source.table}")

@@ -8,7 +8,7 @@ prints the verdict; the integration tests assert it (docs/ARCHITECTURE.md §9); 
 suite ``silver.<stream>.source`` validates :func:`source_comparison` (expectations.suites).
 
 Content, not counts: each row becomes a digest of its values (:func:`row_hash`), one per key
-on each side, and the digests are compared; only the digests are kept, the live view is
+on each side, and the digests are compared; only the digests are kept, the live table is
 spelled and hashed an Arrow batch at a time. A count would pass a mirror with the right
 number of rows and a wrong value.
 """
@@ -33,9 +33,9 @@ DUPLICATED = "live rows more than keys (a key in several rows)"
 
 
 class MirrorSource(Protocol):
-    """The source table a CDC stream mirrors: the truth its live view in silver must equal."""
+    """The source table a CDC stream mirrors: the truth its live table in silver must equal."""
 
-    table: str  # the source table's name, which is also the live view's name in silver
+    table: str  # the source table's name, which is also the live table's name in silver
 
     def rows(self) -> dict[Hashable, dict]:
         """Every row of the source table: {primary key: row as the source spells it}."""
@@ -99,7 +99,7 @@ def row_hashes(rows: Mapping[Hashable, Mapping[str, object]]) -> dict[Hashable, 
 
 
 def live_row_hashes(spark, source: MirrorSource) -> tuple[dict[Hashable, bytes], int]:
-    """({key: digest} of the live view silver.<table>, spelled by the source; its row count).
+    """({key: digest} of the live table silver.<table>, spelled by the source; its row count).
 
     Read through toArrow(): Arrow keeps instants as UTC wall-clock values, where PySpark's
     collect() would convert them to the Python process's time zone.
@@ -136,14 +136,14 @@ def compare(table: str, source: Mapping[Hashable, bytes], mirror: Mapping[Hashab
 
 
 def check_mirror(spark, source: MirrorSource) -> MirrorCheck:
-    """The live view silver.<table> (through Spark) against its source, row by row."""
+    """The live table silver.<table> (through Spark) against its source, row by row."""
     source_hashes = row_hashes(source.rows())
     mirror_hashes, mirror_rows = live_row_hashes(spark, source)
     return compare(source.table, source_hashes, mirror_hashes, mirror_rows)
 
 
 def source_comparison(spark, source: MirrorSource):
-    """One row per key of the source or the live view, in key order: ``key`` (text) and
+    """One row per key of the source or the live table, in key order: ``key`` (text) and
     ``difference``, null where the rows are equal, else "<key>: <what differs>". The quality
     suite expects ``difference`` to be null, so its failures name the first differing keys."""
     import pyarrow as pa
@@ -154,7 +154,7 @@ def source_comparison(spark, source: MirrorSource):
     keys = sorted(source_hashes.keys() | mirror_hashes.keys(), key=_key_order)
     texts = [f"{key}: {found[key]}" if key in found else None for key in keys]
     keys = [str(key) for key in keys]
-    if mirror_rows > len(mirror_hashes):  # which key is the live view's uniqueness check's to say
+    if mirror_rows > len(mirror_hashes):  # which key is the live table's uniqueness check's to say
         keys.append(None)
         texts.append(f"{mirror_rows - len(mirror_hashes):,} {DUPLICATED}")
     table = pa.table({"key": pa.array(keys, pa.string()),

@@ -358,7 +358,7 @@ def _run_suite(spark: SparkSession, context: FileDataContext, datasource: SparkD
     spec = dataclasses.replace(spec, expectations=tuple(runnable))
     checkpoint = _checkpoint(context, datasource, spec)
     try:
-        if spec.compares_with_source:  # the live view against its source, one row per key
+        if spec.compares_with_source:  # the live table against its source, one row per key
             dataframe = source_comparison(spark, sources[spec.stream])
         else:
             dataframe = spark.sql(render_query(spark, spec, parameters)) if spec.query else spark.table(spec.table)

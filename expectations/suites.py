@@ -11,7 +11,7 @@ GX objects and runs them.
             range, CDC operations known; one dead-letter-rate suite per stream; the dead
             letters' reason codes.
     silver  keys unique and not null, accepted values, amounts not negative; the CDC mirrors,
-            their live views (no tombstones; equal to the source database row for row, by
+            their live tables (no tombstones; equal to the source database row for row, by
             per-key row digests, when the simulator's database is on this machine) and their
             histories, for the streams `lakehouse cdc add` added too (composite keys unique
             together).
@@ -160,7 +160,7 @@ class SuiteSpec:
     query: str | None = None
     reads: tuple[str, ...] = ()
     touched_days: TouchedDays | None = None
-    # Validated on the live view `table` compared with the stream's source database, key by
+    # Validated on the live table `table` compared with the stream's source database, key by
     # key (expectations.mirror.source_comparison: columns `key`, `difference`), not on the
     # table itself; skipped, and said so, when the run has no source for the stream.
     compares_with_source: bool = False
@@ -289,7 +289,7 @@ ROLES = ("architect", "developer", "manager")
 
 def cdc_suites(stream: str, key: str | Sequence[str], live_checks: Sequence[ExpectationSpec] = ()
                ) -> list[SuiteSpec]:
-    """Mirror, live view and history of a CDC stream whose source table's key is `key` (a
+    """Mirror, live table and history of a CDC stream whose source table's key is `key` (a
     column, or the columns of a composite key: `lakehouse cdc add` takes either)."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     # one key: unique; several: unique together (GX skips the rows whose key columns are all
@@ -306,11 +306,11 @@ def cdc_suites(stream: str, key: str | Sequence[str], live_checks: Sequence[Expe
         )),
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}", expectations=(
             *(not_null(k) for k in keys), key_unique,
-            # No tombstones in the live view: a deleted row holds op D.
+            # No tombstones in the live table: a deleted row holds op D.
             expect("column_values_to_not_be_in_set", column="op", value_set=["D"]),
             *live_checks,
         )),
-        # The CDC oracle: the live view equals the source table row for row (when a source is
+        # The CDC oracle: the live table equals the source table row for row (when a source is
         # given: the CDC simulator's database on this machine). Validated on the comparison
         # of per-key row digests (expectations.mirror.source_comparison), one row per key, so
         # a failure names the first differing keys; a count would miss a wrong value.

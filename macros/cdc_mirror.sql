@@ -183,7 +183,7 @@
                                                               ~ keys[0] ~ ' is null').columns[0].values()[0] > 0 -%}
                 {#- A new truncation marker (the changes' one row with a null key; the select
                     keeps it only if newer than the stored one): every live row older than it
-                    becomes a tombstone at its sequence, so it leaves the live view and no older
+                    becomes a tombstone at its sequence, so it leaves the live table and no older
                     change can bring it back. One source row, so each row matches at most once.
                     The main MERGE inserted the new marker beside the stored one (a null key
                     matches nothing): the stored one, older, goes, so the mirror keeps one. -#}
@@ -304,13 +304,17 @@
             and _ingested_at >= {{ timestamp_literal(purged_before) }}
             and _ingested_at < {{ timestamp_literal(cutoff) }}
         {%- endset -%}
-        {%- if run_query('select 1 from ' ~ relation ~ ' where ' ~ expired ~ ' limit 1') | length > 0 -%}
+        {%- set purging = run_query('select 1 from ' ~ relation ~ ' where ' ~ expired ~ ' limit 1') | length > 0 -%}
+        {%- if purging -%}
             {%- call statement('purge_tombstones') -%}
                 delete from {{ relation }} where {{ expired }}
             {%- endcall -%}
         {%- endif -%}
+        {#- `tombstones-purged-at` moves only when tombstones went: the live table (macros/cdc_live.sql)
+            then deletes the keys whose tombstone it may not have seen -#}
         {%- call statement('purge_horizon') -%}
-            alter table {{ relation }} set tblproperties ('{{ horizon_property }}' = '{{ cutoff }}')
+            alter table {{ relation }} set tblproperties ('{{ horizon_property }}' = '{{ cutoff }}'
+                {%- if purging %}, 'lakehouse.tombstones-purged-at' = '{{ cutoff }}'{% endif %})
         {%- endcall -%}
     {%- endif -%}
 {%- endmacro %}

@@ -11,7 +11,7 @@
 
     `truncate_when` (optional, e.g. "op = 'T'") names the changes that empty the whole table: they
     carry no key. The latest one becomes the mirror's truncation marker, its one row with a null
-    key (a tombstone: the live view hides it); a key's changes not newer than the latest truncation
+    key (a tombstone: the live table leaves it out); a key's changes not newer than the latest truncation
     the run knows (the increment's, or the stored marker's) are dropped, so no change from before
     a TRUNCATE brings a row back. The materialization then turns every live row older than a new
     marker into a tombstone at the truncation's sequence (macros/cdc_mirror.sql).

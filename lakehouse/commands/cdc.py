@@ -4,7 +4,7 @@ in one command.
 It reads the table's columns and primary key from the database (SQLAlchemy) and writes what a
 stream needs (docs/connect-a-database.md): the contract (a JSON Schema whose temporal and decimal
 columns name the Debezium semantic type they arrive in), the pipeline entry, the dbt source
-entry and the changelog, mirror, live-view and history models with their data tests (the key
+entry and the changelog, mirror, live-table and history models with their data tests (the key
 unique and not null, composite keys included); it creates the topic and prints
 the Debezium properties to set. It never overwrites: a stream or file that exists stops it
 before anything is written.

@@ -193,7 +193,7 @@ def _database_sources(spark) -> dict:
     from lakehouse.contracts.streams import load_pipeline
     from lakehouse.core.spark import relation_exists
 
-    # a stream whose live view is not built yet is left out: its suite reports the missing table
+    # a stream whose live table is not built yet is left out: its suite reports the missing table
     return {spec.name: database_source(spark, spec, os.environ[spec.source_url_variable])[0]
             for spec in load_pipeline().values()
             if spec.source_url_variable and os.environ.get(spec.source_url_variable)
@@ -283,7 +283,7 @@ def _add_cdc(sub) -> None:
         description="`verify`: compare a stream's live mirror with its source table, row by row. "
                     "`add`: read each table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
                     "write its stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), "
-                    "pipeline entry, dbt source entry and changelog, mirror, live-view and history "
+                    "pipeline entry, dbt source entry and changelog, mirror, live-table and history "
                     "models; create its topic; print one Debezium connector for the tables (Kafka Connect "
                     "or Debezium Server properties). Nothing is overwritten. docs/connect-a-database.md has "
                     "the whole path.",
@@ -317,7 +317,7 @@ def _add_cdc(sub) -> None:
     add.set_defaults(func=_cdc)
     verify = actions.add_parser(
         "verify", help="compare a stream's live mirror with its source table",
-        description="Compare the live view silver.STREAM with its source table, row by row: both are read in "
+        description="Compare the live table silver.STREAM with its source table, row by row: both are read in "
                     "key order (the database a range of keys at a time, so a large table is never pulled "
                     "whole), each row becomes a digest of its values, and the digests are compared. Prints "
                     "the counts of missing, extra, different and duplicated keys and the first differing "

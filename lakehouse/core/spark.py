@@ -156,7 +156,7 @@ def ensure_namespaces(spark) -> None:
 def relation_exists(spark, name: str) -> bool:
     """Whether a table or view of the lakehouse catalog exists.
 
-    Not catalog.tableExists(): it says False for the catalog's views (the live CDC mirrors).
+    Not catalog.tableExists(): it says False for the catalog's views (the CDC changelogs).
     Resolving the name plans nothing and reads no data.
     """
     from pyspark.errors import AnalysisException

@@ -11,7 +11,7 @@
 {#-
     The accounts table of the source database, mirrored from its AWS DMS changelog with the
     same macro as customers: DMS's sequence is (commit time, log position, transaction,
-    record) where Debezium's is the LSN, and nothing else differs. Users and gold read the live view
+    record) where Debezium's is the LSN, and nothing else differs. Users and gold read the live table
     `accounts`. Semantics and configuration: macros/cdc_mirror.sql.
 -#}
 

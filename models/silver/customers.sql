@@ -1,21 +1,6 @@
-{{ config(materialized='view') }}
+{{ config(materialized='cdc_live', unique_key='customer_id', buckets=16) }}
 
-{#- The live customers: the mirror without its tombstones. -#}
+{#- The live customers: an Iceberg table of customers_mirror's rows that are not tombstones,
+    kept by a MERGE of the mirror's changed keys each run (macros/cdc_live.sql). -#}
 
-with
-
-mirror as (
-
-    select * from {{ ref('customers_mirror') }}
-
-),
-
-final as (
-
-    select * except (_is_deleted)
-    from mirror
-    where not _is_deleted
-
-)
-
-select * from final
+select * from {{ ref('customers_mirror') }}

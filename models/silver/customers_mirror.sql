@@ -12,7 +12,7 @@
 {#-
     The customers table of the source database, mirrored from its Debezium changelog: one row
     per customer_id, deleted customers kept as tombstones (_is_deleted). Users and gold read the
-    live view `customers`. Semantics and configuration: macros/cdc_mirror.sql.
+    live table `customers`. Semantics and configuration: macros/cdc_mirror.sql.
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'customers')) -%}

@@ -1,7 +1,8 @@
 """A source table whose primary key has two columns (order lines: order_id, line_no), mirrored
 and historized by the project's own `cdc_mirror` materialization and `cdc_history_versions`
-macro, run by dbt on Spark; the history's runs read only the open versions of the keys they touch
-(the re-sent and late changes below are copies of open versions), matched on both key columns.
+macro, its live rows kept by the `cdc_live` materialization, run by dbt on Spark; the history's
+runs read only the open versions of the keys they touch (the re-sent and late changes below are
+copies of open versions), matched on both key columns.
 
 Two lines of one order share `order_id`: a key of one column would conflate them (and the
 materialization refused a list before). Three increments bring inserts, updates, a delete and
@@ -11,6 +12,7 @@ late older change. The oracle is the source table computed in Python in commit o
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,6 +51,11 @@ with changelog as (
                         open_versions_only=not reads_all) }}
 """
 
+LIVE_MODEL = """
+{{ config(materialized='cdc_live', unique_key=['order_id', 'line_no'], buckets=4) }}
+select * from {{ ref('lines_mirror') }}
+"""
+
 # (lsn, op, order_id, line_no, qty), per increment in landing order; lsn is the commit order
 INCREMENTS = [
     [(10, "I", 1, 1, 5), (11, "I", 1, 2, 7), (12, "I", 2, 1, 1), (13, "U", 1, 1, 6)],
@@ -68,6 +75,15 @@ def source_table() -> dict[tuple[int, int], int]:
     return table
 
 
+def live_rows(spark) -> list[tuple]:
+    return sorted(map(tuple, spark.table(f"{SCHEMA}.lines").collect()))
+
+
+def mirror_live_rows(spark) -> list[tuple]:
+    rows = spark.table(f"{SCHEMA}.lines_mirror").where("not _is_deleted").drop("_is_deleted")
+    return sorted(map(tuple, rows.collect()))
+
+
 @pytest.fixture(scope="module")
 def project(spark, tmp_path_factory):
     from dbt.cli.main import dbtRunner
@@ -79,6 +95,7 @@ def project(spark, tmp_path_factory):
     (folder / "models" / "lines_history.sql").write_text(HISTORY_MODEL)
     (folder / "models" / "lines_history_open.sql").write_text(HISTORY_MODEL.replace(
         "open_versions_only=not reads_all", "open_versions_only=is_incremental()"))
+    (folder / "models" / "lines.sql").write_text(LIVE_MODEL)
     # never run: the test creates and fills this relation itself, as ingestion fills bronze
     (folder / "models" / "lines_changelog.sql").write_text("select 1 as never_run\n")
     (folder / "dbt_project.yml").write_text(yaml.safe_dump({
@@ -94,16 +111,26 @@ def project(spark, tmp_path_factory):
     flags = ["--project-dir", str(folder), "--profiles-dir", str(folder),
              "--target-path", str(folder / "target"), "--log-path", str(folder / "logs")]
     spark.sql(f"create namespace if not exists {SCHEMA}")
-    for table in ("lines_mirror", "lines_mirror__dbt_changes", "lines_history", "lines_history_open", "lines_history_evolved",
-                  "lines_changelog"):
+    for table in ("lines", "lines_mirror", "lines_mirror__dbt_changes", "lines_history", "lines_history_open",
+                  "lines_history_evolved", "lines_changelog"):
         spark.sql(f"drop table if exists {SCHEMA}.{table} purge")
+    # the live view an earlier version of the project built: the first run replaces it by the table
+    spark.sql(f"drop view if exists {SCHEMA}.lines")
+    spark.sql(f"create view {SCHEMA}.lines as select 1 as earlier_live_view")
     spark.sql(f"create table {SCHEMA}.lines_changelog (order_id bigint, line_no bigint, qty bigint, op string, "
               "_seq struct<lsn: bigint>, _source_ts timestamp, _ingested_at timestamp, _kafka_topic string) "
               "using iceberg")
     runner = dbtRunner()
 
-    def run(*models: str, succeed: bool = True) -> list[str]:
-        result = runner.invoke(["run", "--select", *(models or ("lines_mirror", "lines_history")), *flags])
+    def run(*args: str, succeed: bool = True) -> list[str]:
+        """`dbt run` of the models named first (default: mirror, history, live table), then the
+        flags (a flag list with its own --select selects by itself)."""
+        models = list(itertools.takewhile(lambda arg: not arg.startswith("--"), args))
+        flags_given = list(args[len(models):])
+        if not models and "--select" not in flags_given:
+            models = ["lines_mirror", "lines_history", "lines"]
+        selection = ["--select", *models] if models else []
+        result = runner.invoke(["run", *selection, *flags_given, *flags])
         errors = [r.message for r in getattr(result.result, "results", None) or [] if str(r.status) != "success"]
         assert result.success == succeed, f"dbt run: {result.exception or errors}"
         return errors
@@ -122,6 +149,8 @@ def test_a_composite_key_is_mirrored_and_historized_per_key(spark, project):
             f"timestamp'{committed[lsn]}', timestamp'{ingested}', 'lines')"
             for lsn, op, order_id, line_no, qty in increment))
         project()
+        # the live table, kept by MERGEs run after run, is the mirror without its tombstones
+        assert live_rows(spark) == mirror_live_rows(spark), f"after increment {number + 1}"
 
     expected = source_table()
     assert expected == {(1, 1): 8, (1, 2): 9, (2, 2): 3}  # the scenario is what it claims
@@ -141,6 +170,32 @@ def test_a_composite_key_is_mirrored_and_historized_per_key(spark, project):
     current = {key: rows[-1].qty for key, rows in versions.items() if rows[-1].is_current}
     assert current == expected
     assert sum(v.is_current for rows in versions.values() for v in rows) == len(expected)
+    assert {(r.order_id, r.line_no): r.qty for r in spark.table(f"{SCHEMA}.lines").collect()} == expected
+
+
+def test_the_live_table_deletes_a_key_whose_tombstone_was_purged_before_it_ran(spark, project):
+    """A tombstone written and purged by one mirror run (retention 0) without the live model:
+    the live table never sees it, yet drops the key (the purge stamps the mirror); then the
+    run-by-run table equals a full refresh, and a run with nothing new commits nothing."""
+    ingested = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=1)
+    spark.sql(f"insert into {SCHEMA}.lines_changelog values (2, 2, 3, 'D', named_struct('lsn', 19L), "
+              f"timestamp'{ingested}', timestamp'{ingested}', 'lines')")
+    project("--select", "lines_mirror", "--vars", "{cdc_tombstone_retention_hours: 0}")
+    assert spark.sql(f"select count(*) from {SCHEMA}.lines_mirror where _is_deleted or line_no = 2 "
+                     "and order_id = 2").first()[0] == 0, "the scenario: the tombstone is purged already"
+    assert (2, 2) in {(r.order_id, r.line_no) for r in spark.table(f"{SCHEMA}.lines").collect()}
+
+    project("--select", "lines")
+    incremental = live_rows(spark)
+    assert incremental == mirror_live_rows(spark)
+    assert {(r[0], r[1]): r[2] for r in incremental} == {(1, 1): 8, (1, 2): 9}
+
+    snapshots = spark.sql(f"select count(*) from {SCHEMA}.lines.snapshots").first()[0]
+    project("--select", "lines")
+    assert spark.sql(f"select count(*) from {SCHEMA}.lines.snapshots").first()[0] == snapshots
+
+    project("--select", "lines", "--full-refresh")
+    assert live_rows(spark) == incremental
 
 
 def test_a_change_before_an_open_version_fails_a_run_that_reads_open_versions_only(spark, project):
@@ -183,8 +238,12 @@ def test_a_history_built_before_the_valid_to_partitioning_gets_it_on_its_next_ru
     project("lines_history_evolved")
     assert partitioning(spark, table) == ["bucket(4, order_id)", "years(valid_to)"]
     incremental = sorted(map(tuple, spark.table(table).drop("_loaded_at", "_first_loaded_at").collect()), key=repr)
+    # every distinct change of the key, the new one too (the live table's test deleted it at 19)
+    changes = sorted({r.lsn for r in spark.sql(f"select _seq.lsn from {SCHEMA}.lines_changelog "
+                                               "where order_id = 2 and line_no = 2").collect()})
+    assert changes[-1] == 30
     assert [r.lsn for r in spark.sql(f"select _seq.lsn from {table} where order_id = 2 and line_no = 2 "
-                                     "order by _seq").collect()] == [16, 30]
+                                     "order by _seq").collect()] == changes
     project("lines_history_evolved", "--full-refresh")
     assert sorted(map(tuple, spark.table(table).drop("_loaded_at", "_first_loaded_at").collect()),
                   key=repr) == incremental

@@ -227,7 +227,7 @@ def test_parameters_fill_in_suites_and_a_missing_one_skips_its_check(spark, sett
 
 
 class MemorySource:
-    """A source table held in memory, spelled as the live view spells it (a MirrorSource)."""
+    """A source table held in memory, spelled as the live table spells it (a MirrorSource)."""
 
     table = "qa_customers"
 

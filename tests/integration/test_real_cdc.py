@@ -952,7 +952,7 @@ def cdc_verify(env: dict, url: str, stream: str) -> subprocess.CompletedProcess:
 
 
 def assert_verified_equal(env: dict, url: str, streams: dict[str, int]) -> None:
-    """`lakehouse cdc verify` finds each stream's live view equal to its table, of that many rows."""
+    """`lakehouse cdc verify` finds each stream's live table equal to its table, of that many rows."""
     for stream, rows in streams.items():
         verified = cdc_verify(env, url, stream)
         assert (verified.returncode, verified.stdout.splitlines()) == (

@@ -183,7 +183,7 @@ def test_the_key_ordered_walk_counts_every_kind_of_difference_and_names_the_firs
 
 
 def test_the_models_yaml_tests_each_key_composite_keys_unique_together():
-    """`cdc add` writes data tests for the mirror, the live view and the history: the key unique
+    """`cdc add` writes data tests for the mirror, the live table and the history: the key unique
     (together, for a composite key; macros/unique_key_columns.sql) and not null, the operations
     in their closed set, one current version per key. A name that needs quoting stays one name."""
     import yaml
@@ -213,6 +213,20 @@ def test_the_models_yaml_tests_each_key_composite_keys_unique_together():
     # the mirror's truncation marker, the one row without a key, is not a null key
     assert {c["name"]: c for c in models["shop_orders_mirror"]["columns"]}["line_no"]["data_tests"] == [
         {"not_null": {"config": {"where": "op <> 'T'"}}}]
+
+
+def test_the_live_model_is_an_iceberg_table_kept_from_its_mirror_by_the_whole_key():
+    """The live model `cdc add` writes is the `cdc_live` materialization (an Iceberg table every
+    engine reads, macros/cdc_live.sql), not a view: keyed and bucketed as its mirror."""
+    source = source_tables.SourceTable("postgresql", "sales", "public", "orders",
+                                       {"order_id": {"type": "integer"}, "line_no": {"type": "integer"}},
+                                       key=("order_id", "line_no"))
+    written = cdc.models("shop_orders", source)
+    live, mirror = written["models/silver/shop_orders.sql"], written["models/silver/shop_orders_mirror.sql"]
+    config = re.search(r"config\((.*?)\) \}\}", live, re.S).group(1)
+    assert config == f"materialized='cdc_live', unique_key={['order_id', 'line_no']!r}, buckets={cdc.BUCKETS}"
+    assert f"buckets={cdc.BUCKETS}" in mirror and "'unique_key': ['order_id', 'line_no']" in mirror
+    assert re.search(r"^select \* from \{\{ ref\('shop_orders_mirror'\) \}\}$", live, re.M)
 
 
 def test_the_quality_run_checks_an_added_stream_s_composite_key_unique_together():

@@ -1,21 +1,7 @@
-{{ config(materialized='view') }}
+{{ config(materialized='cdc_live', unique_key=[[ key_config ]], buckets=[[ buckets ]]) }}
 
-{#- The live [[ table ]] rows: the mirror without its tombstones. Written by `lakehouse cdc add`. -#}
+{#- The live [[ table ]] rows: an Iceberg table of the mirror's rows that are not tombstones,
+    kept by a MERGE of the mirror's changed keys each run (macros/cdc_live.sql). Written by
+    `lakehouse cdc add`. -#}
 
-with
-
-mirror as (
-
-    select * from {{ ref('[[ stream ]]_mirror') }}
-
-),
-
-final as (
-
-    select * except (_is_deleted)
-    from mirror
-    where not _is_deleted
-
-)
-
-select * from final
+select * from {{ ref('[[ stream ]]_mirror') }}

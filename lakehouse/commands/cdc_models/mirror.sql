@@ -11,7 +11,7 @@
 
 {#-
     The [[ table ]] table of the source database, mirrored from its changelog: one row per key,
-    deleted rows kept as tombstones (_is_deleted). Read the live view `[[ stream ]]`.
+    deleted rows kept as tombstones (_is_deleted). Read the live table `[[ stream ]]`.
     Semantics and configuration: macros/cdc_mirror.sql. Written by `lakehouse cdc add`.
 -#}
 

@@ -1,0 +1,175 @@
+{#-
+    The live table of a CDC stream (ARCHITECTURE §9, "Live tables"): the mirror's rows that are
+    not tombstones, an Iceberg table every engine reads (Spark, pyiceberg, DuckDB; a Spark SQL
+    view is readable by Spark alone). Same columns as the mirror but `_is_deleted`.
+
+      {{ config(materialized='cdc_live', unique_key='customer_id', buckets=16) }}
+      select * from {{ ref('customers_mirror') }}
+
+    The model selects the mirror, tombstones included (one ref: the mirror). The mirror keeps
+    the tombstones (against resurrection by late changes); the live table holds none.
+
+    Incremental by the mirror's run stamp `_loaded_at` (one value per mirror run, later for every
+    later run; a truncation's new tombstones carry it too). The live table records in a table
+    property the newest stamp it has applied, W. A run reads the newest stamp of the mirror, W',
+    then MERGEs the mirror rows stamped after W up to W': a tombstone deletes its key, a live row
+    upserts it. The filter on `_loaded_at` prunes the mirror's files by their metrics, so the run
+    reads the files the mirror's last runs wrote, not the whole mirror. The upper bound W' makes
+    the run exact even if the mirror moved meanwhile: a row re-stamped after W' is the next run's.
+    The first run (and a full refresh) creates the table from the mirror's live rows stamped up
+    to W' (or not stamped: mirrors older than `_loaded_at` have nulls), so both build the same table.
+
+    A purge of expired tombstones (macros/cdc_mirror.sql) deletes mirror rows: a tombstone written
+    and purged before this model ran (a purge in the run that wrote it, or runs that selected the
+    mirror alone) would leave its key live here. The purge stamps the mirror's property
+    `lakehouse.tombstones-purged-at` when it deletes; when that differs from the one this table
+    last saw, the run also deletes every live key the mirror holds no live row for (a MERGE
+    `when not matched by source`, keys only).
+
+    Partitioned by bucket(n, first key column) like the mirror, merge-on-read like it: the MERGE
+    of a small increment joins bucket by bucket and writes delete files, not rewritten data files.
+-#}
+
+{% materialization cdc_live, adapter='spark' -%}
+    {%- set unique_key = config.get('unique_key') -%}
+    {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
+    {%- set buckets = config.get('buckets', 16) | int -%}
+    {%- if not keys -%}
+        {% do exceptions.raise_compiler_error("cdc_live: set unique_key (the mirror's key)") %}
+    {%- endif -%}
+    {%- if model.refs | length != 1 -%}
+        {% do exceptions.raise_compiler_error("cdc_live: the model selects from one ref, its mirror; it has "
+                                              ~ (model.refs | length)) %}
+    {%- endif -%}
+    {%- set mirror = ref(model.refs[0]['name'] if model.refs[0] is mapping else model.refs[0][0]) -%}
+    {%- set loaded_property = 'lakehouse.live.loaded-through' -%}
+    {%- set purged_property = 'lakehouse.tombstones-purged-at' -%}
+    {%- set existing_relation = load_relation(this) -%}
+    {%- set target_relation = this.incorporate(type='table') -%}
+
+    {{ run_hooks(pre_hooks) }}
+
+    {#- read first: a purge after this read is the next run's to reconcile -#}
+    {%- set mirror_purged = cdc_live_property(mirror, purged_property) -%}
+
+    {%- if existing_relation is none or existing_relation.type != 'table' or should_full_refresh() -%}
+        {#- a view: the live view of an earlier version of the project. dbt-spark's relation cache
+            does not list Iceberg views (SHOW TABLE EXTENDED), so the catalog is asked too -#}
+        {%- if existing_relation is none
+               and run_query("show namespaces like '" ~ this.schema ~ "'").rows | length > 0
+               and run_query("show views in " ~ this.schema ~ " like '" ~ this.identifier ~ "'").rows | length > 0 -%}
+            {%- set existing_relation = this.incorporate(type='view') -%}
+        {%- endif -%}
+        {%- if existing_relation is not none and existing_relation.type != 'table' -%}
+            {% do adapter.drop_relation(existing_relation) %}
+        {%- endif -%}
+        {%- set loaded_through = run_query('select cast(max(_loaded_at) as string) from (' ~ sql ~ ')').rows[0][0] -%}
+        {%- set properties = merge_on_read_properties() -%}
+        {%- do properties.update({loaded_property: (loaded_through or '1970-01-01 00:00:00') | string}) -%}
+        {%- if mirror_purged -%}{%- do properties.update({purged_property: mirror_purged}) -%}{%- endif -%}
+        {%- call statement('main') -%}
+            create or replace table {{ target_relation }}
+            using iceberg
+            partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
+            tblproperties (
+                {%- for name, value in properties.items() %}
+                '{{ name }}' = '{{ value }}'{{ ',' if not loop.last }}
+                {%- endfor %}
+            )
+            as select * except (_is_deleted)
+            from ({{ sql }})
+            where not _is_deleted
+            {%- if loaded_through %}
+              and (_loaded_at is null or _loaded_at <= {{ timestamp_literal(loaded_through) }})
+            {%- endif %}
+        {%- endcall -%}
+    {%- else -%}
+        {%- set applied = cdc_live_property(target_relation, loaded_property) or '1970-01-01 00:00:00' -%}
+        {%- set after_applied = '_loaded_at > ' ~ timestamp_literal(applied) -%}
+        {%- set loaded_through = run_query('select cast(max(_loaded_at) as string) from (' ~ sql ~ ') where '
+                                           ~ after_applied).rows[0][0] -%}
+        {%- set statements = [] -%}
+        {%- if loaded_through -%}
+            {#- the mirror grew or widened a column (the changelog's schema evolved): the live table
+                follows, as the mirror follows its changelog (macros/column_evolution.sql) -#}
+            {%- set mirror_columns = adapter.get_columns_in_relation(mirror) | rejectattr('name', 'equalto', '_is_deleted')
+                                     | list -%}
+            {%- set live_columns = adapter.get_columns_in_relation(target_relation) -%}
+            {%- if cdc_live_schema_changed(mirror_columns, live_columns) -%}
+                {%- do spark__sync_column_schemas('append_new_columns', target_relation,
+                                                  {'source_columns': mirror_columns, 'target_columns': live_columns}) -%}
+            {%- endif -%}
+            {%- set columns = adapter.get_columns_in_relation(target_relation) | map(attribute='name') | list -%}
+            {%- set key_match = [] -%}
+            {%- for key in keys -%}{%- do key_match.append('live.' ~ key ~ ' = change.' ~ key) -%}{%- endfor -%}
+            {%- set previous = set_session_settings(storage_partitioned_join_settings()) -%}
+            {%- call statement('main') -%}
+                merge into {{ target_relation }} as live
+                using (
+                    select * from ({{ sql }})
+                    where {{ after_applied }} and _loaded_at <= {{ timestamp_literal(loaded_through) }}
+                ) as change
+                on {{ key_match | join(' and ') }}
+                when matched and change._is_deleted then delete
+                when matched then update set
+                {%- for column in columns %}
+                    {{ adapter.quote(column) }} = change.{{ adapter.quote(column) }}{{ ',' if not loop.last }}
+                {%- endfor %}
+                {#- the truncation marker (no key) matches nothing and is a tombstone: never inserted -#}
+                when not matched and not change._is_deleted then insert
+                    ({% for column in columns %}{{ adapter.quote(column) }}{{ ', ' if not loop.last }}{% endfor %})
+                    values ({% for column in columns %}change.{{ adapter.quote(column) }}{{ ', ' if not loop.last }}{% endfor %})
+            {%- endcall -%}
+            {%- do restore_session_settings(previous) -%}
+            {%- do statements.append("'" ~ loaded_property ~ "' = '" ~ loaded_through ~ "'") -%}
+        {%- else -%}
+            {#- nothing new in the mirror: no MERGE, so no empty snapshot per run -#}
+            {%- call statement('main') -%}
+                select 0 as changes_applied
+            {%- endcall -%}
+        {%- endif -%}
+        {%- if mirror_purged and mirror_purged != cdc_live_property(target_relation, purged_property) -%}
+            {%- set mirror_keys -%}
+                {%- for key in keys -%}mirror.{{ key }} = live.{{ key }}{{ ' and ' if not loop.last }}{%- endfor -%}
+            {%- endset -%}
+            {%- call statement('reconcile_purged') -%}
+                merge into {{ target_relation }} as live
+                using (select {{ keys | join(', ') }} from {{ mirror }} where not _is_deleted) as mirror
+                on {{ mirror_keys }}
+                when not matched by source then delete
+            {%- endcall -%}
+            {%- do statements.append("'" ~ purged_property ~ "' = '" ~ mirror_purged ~ "'") -%}
+        {%- endif -%}
+        {%- if statements -%}
+            {%- call statement('live_properties') -%}
+                alter table {{ target_relation }} set tblproperties ({{ statements | join(', ') }})
+            {%- endcall -%}
+        {%- endif -%}
+    {%- endif -%}
+
+    {% do persist_docs(target_relation, model) %}
+
+    {{ run_hooks(post_hooks) }}
+
+    {{ return({'relations': [target_relation]}) }}
+{%- endmaterialization %}
+
+
+{#- The value of table property `name` of `relation` as text, or none. -#}
+{% macro cdc_live_property(relation, name) -%}
+    {%- for row in run_query('show tblproperties ' ~ relation).rows -%}
+        {%- if row[0] == name -%}{{ return(row[1] | string) }}{%- endif -%}
+    {%- endfor -%}
+    {{ return(none) }}
+{%- endmacro %}
+
+
+{#- Whether a mirror column is missing from the live table or has another type there. -#}
+{% macro cdc_live_schema_changed(mirror_columns, live_columns) -%}
+    {%- set stored = {} -%}
+    {%- for column in live_columns -%}{%- do stored.update({column.name | lower: column.data_type}) -%}{%- endfor -%}
+    {%- for column in mirror_columns -%}
+        {%- if stored.get(column.name | lower) != column.data_type -%}{{ return(true) }}{%- endif -%}
+    {%- endfor -%}
+    {{ return(false) }}
+{%- endmacro %}
