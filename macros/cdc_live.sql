@@ -16,6 +16,9 @@
     upserts it. The filter on `_loaded_at` prunes the mirror's files by their metrics, so the run
     reads the files the mirror's last runs wrote, not the whole mirror. The upper bound W' makes
     the run exact even if the mirror moved meanwhile: a row re-stamped after W' is the next run's.
+    The MERGE and the new W' are two commits: a run that dies between them leaves W, and the next
+    run applies the same rows again, which changes nothing (deleting an absent key, upserting the
+    same row).
     The first run (and a full refresh) creates the table from the mirror's live rows stamped up
     to W' (or not stamped: mirrors older than `_loaded_at` have nulls), so both build the same table.
 

@@ -630,6 +630,9 @@ MERGE_TARGET_READS = {
     "silver.accounts_mirror": {"account_id", "_seq"},
     "silver.customers_history": {"customer_id", "_seq", "valid_to"},
     "silver.accounts_history": {"account_id", "_seq", "valid_to"},
+    # the live tables: matched by key, every column set from the mirror's row (macros/cdc_live.sql)
+    "silver.customers": {"customer_id"},
+    "silver.accounts": {"account_id"},
     "gold.events_by_type_daily": {"event_date", "event_type"},
     "gold.customer_activity": {"customer_id"},
 }
