@@ -23,6 +23,10 @@ applies each. Checked:
 - the daily reconciliations check the touched days by default (a late row's day among them)
   and every day with full=True;
 - `lakehouse dbt loop` runs dbt repeatedly in one process, on one Spark application.
+
+dbt runs in this process (tests/integration/dbt_in_process.py: the same project and SQL, on a
+warm JVM), but for the runs whose Spark event log is read, which are dbt processes of their own
+as users run them.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pytest
 
 from benchmarks._spark_events import event_log_env, merge_target_reads, newest_event_log, sql_breakdown
 from benchmarks.dbt_scaling import create_bronze, load_history, load_increment
-from lakehouse.operations.dbt import run_dbt
+from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
