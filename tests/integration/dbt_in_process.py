@@ -11,7 +11,9 @@ session (`SparkSession.builder.getOrCreate()`, which returns the process's first
 applies the profile's runtime settings to it), so for the length of an invocation the given
 session (the lakehouse's own catalog, tests/integration/own_lakehouse.py) stands in as that
 first session, and the environment is the one a dbt subprocess would get (`dbt_env`).
-`lakehouse dbt loop` runs dbt in its process the same way (run_loop).
+`lakehouse dbt loop` runs dbt in its process the same way (run_loop). What it does not check:
+the profile's JVM-wide settings (jars, extensions, memory), which come from the test's session
+here; the dbt processes of the demo, test_end_to_end.py and the event-log runs still do.
 """
 
 from __future__ import annotations
