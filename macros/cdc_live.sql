@@ -56,11 +56,9 @@
     {%- set mirror_purged = cdc_live_property(mirror, purged_property) -%}
 
     {%- if existing_relation is none or existing_relation.type != 'table' or should_full_refresh() -%}
-        {#- a view: the live view of an earlier version of the project. dbt-spark's relation cache
-            does not list Iceberg views (SHOW TABLE EXTENDED), so the catalog is asked too -#}
-        {%- if existing_relation is none
-               and run_query("show namespaces like '" ~ this.schema ~ "'").rows | length > 0
-               and run_query("show views in " ~ this.schema ~ " like '" ~ this.identifier ~ "'").rows | length > 0 -%}
+        {#- a view: the live view of an earlier version of the project, which dbt-spark's relation
+            cache does not list (macros/relation_exists.sql) -#}
+        {%- if existing_relation is none and relation_exists(this) -%}
             {%- set existing_relation = this.incorporate(type='view') -%}
         {%- endif -%}
         {%- if existing_relation is not none and existing_relation.type != 'table' -%}
