@@ -76,14 +76,19 @@
     the view was written (ARCHITECTURE §6, "Fields the contract lacks"), so they reach the
     mirror and the history with no edit. `named`: the bronze columns the view selects itself
     (renamed or cast); `except`: those it leaves out on purpose. Bronze's own columns (the
-    Kafka coordinates, `_batch_id`, `_is_tombstone`, `_rescued`, `_unavailable`, `_before_key`)
-    never pass. `as_null`: each as a null of that name (a row that has no value for them, such
-    as the old key's delete of accounts_changelog). Read when the view is built: a `dbt run`
-    after the column appeared rebuilds it. -#}
+    Kafka coordinates, `_batch_id`, `_is_tombstone`, `_rescued`, `_unavailable`, `_before_key`,
+    a dead row's columns) never pass. `as_null`: each as a null of that name (a row that has no
+    value for them, such as the old key's delete of accounts_changelog). Read when the view is
+    built: a `dbt run` after the column appeared rebuilds it. -#}
 {% macro cdc_added_columns(relation, named, except=[], as_null=false) -%}
     {%- if execute -%}
+        {#- bronze's own columns, not the source's: ingestion's metadata, and a dead row's raw
+            record, reason and replay bookkeeping (ingestion/formats.py DEAD_COLUMNS,
+            REPLAY_COLUMNS; tests/unit/test_bronze_schema.py checks this list holds them) -#}
         {%- set skip = ['op', '_seq', '_source_ts', '_ingested_at', '_is_tombstone', '_rescued', '_batch_id',
-                        '_unavailable', '_before_key'] -%}
+                        '_unavailable', '_before_key',
+                        '_error_code', '_error_detail', '_raw_key', '_raw_value', '_raw_headers', '_dead_at',
+                        '_replay_attempts', '_last_replay_at', '_replayed_at', '_replayed_error_code'] -%}
         {%- for name in named + except -%}{%- do skip.append(name | lower) -%}{%- endfor -%}
         {%- for column in adapter.get_columns_in_relation(relation) -%}
             {%- if column.name | lower not in skip and not (column.name | lower).startswith('_kafka_') -%}
