@@ -90,7 +90,7 @@ TARGET = {"employees": 100_000}  # msg/s asked for by the issue
 SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 # Timed from inside addBatch (the foreachBatch function of ingestion/job.py). The bronze append
 # reads and decodes the whole batch and writes it, good and dead rows, in one commit.
-BATCH_PHASES = ("decoder_refresh", "commit_checks", "bronze_pass_and_append", "rest")
+BATCH_PHASES = ("decoder_refresh", "commit_checks", "plan_in_python", "bronze_pass_and_append", "rest")
 
 log = logging.getLogger("bench")
 
@@ -193,6 +193,12 @@ def instrument(timers: BatchTimers) -> list[str]:
         (bronze, "last_committed_batch", "commit_checks"),
         (bronze, "append", "bronze_pass_and_append"),
         (decoders.StreamDecoder, "refresh", "decoder_refresh"),
+        # the batch's plan built in Python (py4j calls, no Spark job): the decoding, the
+        # observation, bronze's columns, the table's column order
+        (decoders.StreamDecoder, "decode", "plan_in_python"),
+        (job, "_observed", "plan_in_python"),
+        (job, "to_bronze", "plan_in_python"),
+        (bronze, "conform_to_schema", "plan_in_python"),
     ]
     missing = []
     for owner, attribute, phase in targets:
@@ -868,6 +874,9 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
     location = Path(tempfile.mkdtemp(prefix=f"ceiling-{stream}-", dir=settings.home))
     name = f"{step or 'raw_ceiling'}_{stream}"
     known = set(recorder.terminated)
+    # The checked append is what the job is compared with: profiled like the job (same rules), so
+    # the two profiles say where the job's extra time goes.
+    profile = JvmProfile(settings.home, name) if args.profile and step == "checked" else None
     cpu = CpuWindow(broker_pid)
     started = time.perf_counter()
     query = (rows.writeStream.queryName(name).format("iceberg").outputMode("append").trigger(availableNow=True)
@@ -878,6 +887,7 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
         seconds = time.perf_counter() - started
         cpu_use = cpu.close()
         shutil.rmtree(location, ignore_errors=True)
+        profiled = profile.close(args.profile_dir) if profile else None
     recorder.wait_for_termination(known)
     triggers = recorder.progress.pop(name, [])
     trigger_ms = sum(t["duration_ms"].get("triggerExecution", 0) for t in triggers)
@@ -892,7 +902,8 @@ def ceiling(spark, settings: Settings, stream: str, args, recorder, broker_pid: 
             "batches": len(batches), "rows_per_batch": [b["rows"] for b in batches][:50],
             "max_offsets_per_trigger": max_offsets, "msgs_per_s": round(in_topic / seconds),
             "msgs_per_s_in_triggers": round(in_topic / max(trigger_ms / 1000, 1e-9)),
-            "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1), **cpu_use}
+            "cpu_us_per_msg": round(cpu_use["benchmark_cpu_s"] / max(in_topic, 1) * 1e6, 1), **cpu_use,
+            **({"jvm_profile": profiled} if profiled else {})}
 
 
 def reset_stream(spark, settings: Settings, stream: str) -> None:
@@ -1158,11 +1169,18 @@ def print_report(results: list[dict]) -> None:
         print("  inside addBatch (ingestion/job.py batch_writer; the bronze pass reads and decodes the batch):")
         for key, value in inside.items():
             print(f"    {key:<24} {value / 1000:>8.2f} s  {100 * value / add_batch:5.1f}% of addBatch")
-        if "jvm_profile" in r:
-            prof = r["jvm_profile"]
-            print(f"  JVM profile (JFR, {prof['samples']:,} CPU samples of the Spark JVM; broker not included):")
+        profiles = [("the job", r.get("jvm_profile")),
+                    ("the checked append (median run)", r.get("steps", {}).get("checked", {}).get("jvm_profile"))]
+        for whose, prof in profiles:
+            if not prof:
+                continue
+            print(f"  JVM profile of {whose} (JFR, {prof['samples']:,} CPU samples of the Spark JVM; broker not "
+                  "included):")
             for name, share in prof["share_percent"].items():
                 print(f"    {name:<58} {share:5.1f}%")
+            print("    top leaf frames in tasks:")
+            for frame, share in prof["top_leaf_frames_in_tasks_percent"][:8]:
+                print(f"      {share:5.1f}%  {frame}")
         if "probe" in r:
             p = r["probe"]
             print(f"  probe, batch read into noop sink: Kafka read {p['kafka_read_s']} s "

@@ -48,6 +48,14 @@ def catalog_conf(inputs: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+# The JVM classes PySpark looks up on every column function (pin_jvm_classes): short name, full name.
+PINNED_CLASSES = {
+    "functions": "org.apache.spark.sql.functions",
+    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
+    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
+}
+
+
 def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
     """Spark configuration from plain strings (real values, or Jinja expressions for dbt)."""
     home = inputs["home"]
@@ -82,6 +90,12 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
         # every batch was cached whole (benchmarks/RESULTS.md, ingestion throughput: +20%
         # without); not measured since.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # PySpark records the Python call site of every DataFrame function it calls (a Python
+        # stack capture and four JVM round trips each), to name it in error messages. The job
+        # builds each micro-batch's plan afresh: without it, building a batch's plan took 40-60
+        # ms instead of 110-140 (benchmarks/RESULTS.md, issue 43). Errors still name the failing
+        # expression, not the Python line that built it.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
 
 
@@ -130,7 +144,30 @@ def get_spark(settings: Settings, app_name: str = "lakehouse"):
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    pin_jvm_classes(spark)
     return spark
+
+
+def pin_jvm_classes(spark) -> None:
+    """Bind the JVM classes PySpark names on every column function to the Python side of the
+    gateway once (``PINNED_CLASSES``).
+
+    PySpark asks the JVM for Spark's ``functions`` class on every column function: by its full
+    name in ``F.col``, ``F.when``... (pyspark/sql/functions/builtin.py), by its short name in
+    ``==``, ``&``, ``isNull``... (``sc._jvm.functions``, pyspark/sql/classic/column.py), and for
+    ``PythonUtils`` by its short name in every function of several columns (``F.struct``,
+    ``select``). py4j resolves a short name by trying it bare and then under each imported
+    package: every miss is a class loader's search through all the jars on the class path.
+    Ingestion builds each micro-batch's plan afresh (foreachBatch), hundreds of such calls per
+    batch: profiled, the lookups were a fifth of the job's JVM samples (benchmarks/RESULTS.md,
+    issue 43). Bound as attributes of the gateway's JVM view, under both names, they no longer
+    reach the JVM."""
+    jvm = spark.sparkContext._jvm
+    for short, full in PINNED_CLASSES.items():
+        if short not in vars(jvm):
+            found = getattr(jvm, full)
+            setattr(jvm, full, found)
+            setattr(jvm, short, found)
 
 
 def session_on(spark, settings: Settings):

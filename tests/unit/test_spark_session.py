@@ -1,0 +1,36 @@
+"""The Spark session the project builds (lakehouse/core/spark.py)."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+# py4j's protocol: a reflection command ("r") asking for a member it does not know yet ("u"),
+# which the JVM answers by loading classes: what `sc._jvm.functions` (a short name, tried under
+# every imported package, each miss a search of every jar) and `getattr(jvm, "org...")` cost.
+UNKNOWN_MEMBER = "r\nu\n"
+
+
+def test_building_columns_sends_no_class_lookup(spark, monkeypatch):
+    """PySpark asks the JVM for Spark's `functions` (and `PythonUtils`) class on every column
+    function and operator, and records each call's Python call site in the JVM; the session
+    get_spark builds answers the first from the Python side and skips the second, so building a
+    column sends no class lookup (they were a fifth of the ingestion JVM's profile, issue 43)."""
+    F.col("warm")  # PySpark reads its debugging setting once, at the first column of the process
+    client = spark.sparkContext._gateway._gateway_client
+    sent: list[str] = []
+    send = client.send_command
+
+    def counting(command, *args, **kwargs):
+        sent.append(command)
+        return send(command, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send_command", counting)
+    condition = ((F.col("a") == 1) & F.col("b").isNull()) | (F.col("c") > F.lit(3))
+    several = F.concat_ws(",", F.col("a"), F.col("c"))  # a function of several columns: PythonUtils
+    monkeypatch.undo()
+    assert sent, "no command seen: the check below would pass for nothing"
+    lookups = [command.split("\n")[2] for command in sent if command.startswith(UNKNOWN_MEMBER)]
+    assert lookups == [], f"{len(lookups)} class lookup(s) while building one column: {lookups}"
+    rows = (spark.range(3).selectExpr("id as a", "cast(null as int) as b", "id + 2 as c").where(condition)
+            .select("a", several.alias("both")).collect())
+    assert [(row.a, row.both) for row in rows] == [(1, "1,3"), (2, "2,4")]
