@@ -213,10 +213,13 @@ def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server):
     results = json.loads((dbt_target / "run_results.json").read_text())
     assert results["args"]["target"] == "cluster"
     statuses = {r["unique_id"]: r["status"] for r in results["results"]}
-    # Every seed, model, data test and unit test of the project ran, and each succeeded.
+    # Every seed, model, data test and unit test of the project ran, and each succeeded; the
+    # exposure (the quality report) is in the build too, as dbt reports it: nothing to run.
     manifest = json.loads((dbt_target / "manifest.json").read_text())
     expected = {uid for uid in manifest["nodes"] if uid.split(".")[0] in ("seed", "model", "test")}
-    assert set(statuses) == expected | set(manifest["unit_tests"])
+    assert manifest["exposures"], "the project declares its exposure (models/_exposures.yml)"
+    assert set(statuses) == expected | set(manifest["unit_tests"]) | set(manifest["exposures"])
+    assert {statuses[uid] for uid in manifest["exposures"]} == {"no-op"}
     assert sum(uid.startswith("model.") for uid in statuses) >= 15
     assert {status for uid, status in statuses.items() if uid.startswith(("seed.", "model."))} == {"success"}
     assert {status for uid, status in statuses.items() if "test." in uid} == {"pass"}
