@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from datetime import UTC, datetime
@@ -29,9 +30,11 @@ from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
-from lakehouse.contracts.streams import StreamSpec, added_field, json_contract
+from lakehouse.contracts.streams import StreamSpec, added_field, is_bronze_own, json_contract
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
+
+log = logging.getLogger("lakehouse.ingest")
 
 KAFKA_SOURCE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                        "timestamp timestamp, timestampType int")
@@ -116,25 +119,34 @@ class JsonStreamDecoder(StreamDecoder):
 
     def _current_version(self) -> object:
         if self.added is None:
-            self.added = bronze.added_fields(self.spark, self.spec.bronze_table) if self.spec.is_cdc else {}
+            recorded = bronze.added_fields(self.spark, self.spec.bronze_table) if self.spec.is_cdc else {}
+            # a version before bronze's own names were kept apart recorded them, and its stream
+            # then stopped at every batch: they are not columns, the rows keep them in _rescued
+            own = sorted(name for name in recorded if is_bronze_own(name))
+            if own:
+                log.warning("%s: recorded added field(s) %s are named like bronze's own columns: not columns, kept "
+                            "in %s", self.spec.name, ", ".join(own), formats.RESCUED_COLUMN)
+            self.added = {name: prop for name, prop in recorded.items() if not is_bronze_own(name)}
         return _file_version(self.spec.schema_path), json.dumps(self.added, sort_keys=True)
 
     def add_fields(self, fields: dict[str, dict]) -> None:
         """Fields the source added: columns of the contract from the next `refresh` on."""
         self.added = {**(self.added or {}), **fields}
 
-    def discover(self, raw: DataFrame) -> tuple[dict[str, dict], list[str]]:
+    def discover(self, raw: DataFrame) -> tuple[dict[str, dict], list[str], list[str]]:
         """The row fields of ``raw``'s change events that the contract lacks: (those a column can
-        hold, as JSON Schema properties; those none can, by name: they stay in ``_rescued``)."""
+        hold, as JSON Schema properties; those none can, by name; those named like one of
+        bronze's own columns (`is_bronze_own`), by name). The last two stay in ``_rescued``."""
         if self._columns is None:
             self.refresh()
         seen: dict[str, list] = {}
         for row in formats.unknown_field_descriptions(raw, self.spec.format, self._columns).collect():
             parameters = json.loads(row.parameters) if row.parameters else None
             seen.setdefault(row.name, []).append((row.connect_type, row.connect_name, parameters, row.json_kind))
-        typed = {name: added_field(descriptions) for name, descriptions in sorted(seen.items())}
+        own = [name for name in sorted(seen) if is_bronze_own(name)]
+        typed = {name: added_field(descriptions) for name, descriptions in sorted(seen.items()) if name not in own}
         return ({name: prop for name, prop in typed.items() if prop is not None},
-                [name for name, prop in typed.items() if prop is None])
+                [name for name, prop in typed.items() if prop is None], own)
 
     def _load(self, version) -> list[str]:
         contract = json_contract(self.spec, self.added)

@@ -128,7 +128,11 @@ def _add_source_fields(spark: SparkSession, spec: StreamSpec, decoder: StreamDec
     batch that its contract lacks become contract fields, typed from the change events, recorded
     with the bronze table, before the batch is decoded: the refresh that follows adds their
     columns and this batch fills them. A pass over the batch of its own, on CDC streams only."""
-    found, untyped = decoder.discover(batch)
+    found, untyped, own = decoder.discover(batch)
+    if own:
+        log.warning("%s batch %d: field(s) of the source table %s named like bronze's own columns, which keep "
+                    "their own values: %s; kept in %s (ARCHITECTURE §6)", spec.name, batch_id, spec.source_table,
+                    ", ".join(own), RESCUED_COLUMN)
     if untyped:
         log.warning("%s batch %d: field(s) the contract lacks that no column type holds as they are (nested, "
                     "bytes, only nulls so far, or several JSON types): %s; kept in %s", spec.name, batch_id,

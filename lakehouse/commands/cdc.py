@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lakehouse.contracts.source_tables import SourceTable, read_table
-from lakehouse.contracts.streams import EXCLUDED_KEYWORD, load_pipeline, pipeline_file
+from lakehouse.contracts.streams import EXCLUDED_KEYWORD, is_bronze_own, load_pipeline, pipeline_file
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.sql import quote
@@ -229,6 +229,16 @@ def excluded_columns(tables: list[str], exclude: tuple[str, ...]) -> dict[str, t
     return {table: tuple(columns) for table, columns in chosen.items()}
 
 
+def check_source_column_names(source: SourceTable) -> None:
+    """Refuse a table with a column named like one of bronze's own (`is_bronze_own`: `op`, `_seq`,
+    `_error_code`, ...): its contract cannot declare it (ARCHITECTURE §6, "Fields the contract
+    lacks"), and the mirror could not carry it under that name."""
+    own = [column for column in source.columns if is_bronze_own(column)]
+    if own:
+        raise LakehouseError(f"table {source.name}: column {', '.join(own)} is named like a column bronze writes "
+                             f"itself: rename it at the source, or leave it out with --exclude-columns {','.join(own)}")
+
+
 def add(settings: Settings, tables: list[str], url: str, stream: str | None, partitions: int, project_dir: Path,
         create_topic: bool = True, exclude: tuple[str, ...] = ()) -> list[tuple[str, SourceTable, dict[str, Path]]]:
     """Everything `lakehouse cdc add` does, for each table: (the stream, its source table, the
@@ -245,6 +255,7 @@ def add(settings: Settings, tables: list[str], url: str, stream: str | None, par
     schema_dir = _schema_dir(pipeline_path)
     planned: list[tuple[str, SourceTable, dict[str, Path], dict[str, str]]] = []
     for source in sources:
+        check_source_column_names(source)
         name = stream or source.name
         check_table_name(f"bronze.{name}")
         if name in streams:

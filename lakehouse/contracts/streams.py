@@ -32,6 +32,31 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import TABLE_NAME_RULE, check_table_name, quote
 
 DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
+
+# The names bronze and the decoding give columns of their own (ARCHITECTURE §6, "Fields the
+# contract lacks"): the Kafka record's columns a decoded batch carries (ingestion/formats.py
+# KAFKA_COLUMNS, HEADERS_COLUMN), the format extras, the metadata (every `_kafka_` name
+# included) and a dead row's (DEAD_COLUMNS, REPLAY_COLUMNS); a CDC stream's also the
+# changelog's. A record's field of one of these names, in any case (Spark resolves names
+# case-insensitively), is no column of the contract: beside bronze's own it made the decoded
+# batch ambiguous and stopped the stream.
+BRONZE_OWN_COLUMNS = frozenset({
+    "key", "value", "topic", "partition", "offset", "timestamp", "headers",
+    "_rescued", "_schema_id", "_ingested_at", "_batch_id",
+    "_error_code", "_error_detail", "_raw_key", "_raw_value", "_raw_headers", "_dead_at",
+    "_replay_attempts", "_last_replay_at", "_replayed_at", "_replayed_error_code",
+})
+CDC_OWN_COLUMNS = frozenset({"op", "_source_ts", "_seq", "_is_tombstone", "_unavailable", "_before_key"})
+BRONZE_OWN_PREFIX = "_kafka_"
+
+
+def is_bronze_own(name: str, cdc: bool = True) -> bool:
+    """Whether a column of this name is bronze's own, never a field of a record: of a CDC
+    stream's bronze table (``cdc``), else of an event stream's."""
+    lowered = name.lower()
+    return (lowered in BRONZE_OWN_COLUMNS or (cdc and lowered in CDC_OWN_COLUMNS)
+            or lowered.startswith(BRONZE_OWN_PREFIX))
+
 PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"
 
 EVENT_FORMATS = ("json", "avro", "protobuf")
@@ -357,6 +382,12 @@ def json_contract(spec: StreamSpec, added: dict[str, dict] | None = None) -> Jso
     except (OSError, json.JSONDecodeError) as exc:
         raise LakehouseError(f"cannot read JSON Schema {path}: {exc}") from None
     properties = document.get("properties") or {}
+    own = [name for name in properties if is_bronze_own(name, spec.is_cdc)]
+    if own:
+        raise LakehouseError(
+            f"{path}: stream {spec.name!r}{f' (source table {spec.source_table})' if spec.is_cdc else ''} "
+            f"declares {', '.join(own)}, a name bronze gives a column of its own: "
+            "leave it out of the contract (the record's field is then kept in bronze's _rescued)")
     properties = {**properties, **{name: prop for name, prop in (added or {}).items() if name not in properties}}
     fields = [StructField(name, _json_type(prop, f"{path.name}: {name}"), True) for name, prop in properties.items()]
     required = tuple(dict.fromkeys([*document.get("required", []), *spec.required_columns]))

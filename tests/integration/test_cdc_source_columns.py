@@ -46,7 +46,7 @@ def pipeline(tmp_path, monkeypatch):
     entry = {"format": "debezium", "schema": "wallets.schema.json", "event_time": "_source_ts",
              "identity": ["wallet_id"], "source_table": TABLE}
     document = {"schema_dir": str(tmp_path), "streams": {
-        "wallets_additive": entry, "wallets_fixed": {**entry, "contract": "fixed"}}}
+        "wallets_additive": entry, "wallets_fixed": {**entry, "contract": "fixed"}, "wallets_own_names": entry}}
     path = tmp_path / "pipeline.yml"
     path.write_text(yaml.safe_dump(document))
     monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(path))
@@ -237,3 +237,24 @@ def test_a_type_widened_in_bronze_reaches_an_incremental_silver_model_without_a_
     silver = session.table("silver.purchases")
     assert dict(silver.dtypes)["quantity"] == "bigint"
     assert silver.where("quantity = 1099511627776").count() == 20 and silver.count() == 40
+
+
+def test_a_source_column_named_like_one_of_bronzes_own_is_kept_in_rescued_never_over_bronzes_value(
+        spark, settings, kafka, pipeline, caplog):
+    """A source table gains columns named op, _seq and _error_code (bronze's own: the change's
+    kind, its order, a dead row's reason). They cannot be columns beside bronze's: each stays in
+    ``_rescued``, bronze's own values stay as the change set them, and the log names them."""
+    caplog.set_level(logging.INFO, logger="lakehouse.ingest")
+    before = [change(n, 100 + n, {"owner": f"o{n}"}) for n in range(3)]
+    after = [change(n, 200 + n, {"owner": f"o{n}", "op": "x", "_seq": n, "_error_code": "E", "tier": "t"})
+             for n in range(3, 6)]
+    spec, rows = run(spark, settings, "wallets_own_names", [before, after])
+    assert [(rows[n].op, rows[n]._error_code, rows[n].tier) for n in range(3, 6)] == [("I", None, "t")] * 3
+    assert [rows[n]._seq.change_pos for n in range(3, 6)] == [203, 204, 205]  # the change's own order
+    assert [json.loads(rows[n]._rescued) for n in range(3, 6)] == [
+        {"op": "x", "_seq": n, "_error_code": "E"} for n in range(3, 6)]
+    assert any("3 record(s) with field(s) the contract lacks, kept in bronze's _rescued: _error_code, _seq, op"
+               in r.getMessage() for r in caplog.records)
+    (status,) = stream_status(settings, ["wallets_own_names"])
+    assert status.added_fields == {"tier": "string"}
+    assert status.rescued_fields == ["_error_code", "_seq", "op"]

@@ -248,3 +248,16 @@ def test_the_quality_run_checks_an_added_stream_s_composite_key_unique_together(
     assert history == [{"column_list": ["order_id", "line_no", "_seq"]},
                        {"column_list": ["order_id", "line_no"], "row_condition": "is_current",
                         "condition_parser": "spark"}]
+
+
+def test_a_table_with_a_column_named_like_one_bronze_writes_itself_is_refused_in_one_line():
+    """Its contract would declare `op` beside the changelog's own `op`: the stream stopped at its
+    first batch (an ambiguous column), and a field added so stayed recorded with the table."""
+    table = source_tables.SourceTable("postgresql", "shop", "public", "orders",
+                                      {"id": {"type": "integer"}, "op": {"type": "string"},
+                                       "_SEQ": {"type": "integer"}}, ("id",))
+    with pytest.raises(LakehouseError) as refused:
+        cdc.check_source_column_names(table)
+    assert str(refused.value) == ("table orders: column op, _SEQ is named like a column bronze writes itself: "
+                                  "rename it at the source, or leave it out with --exclude-columns op,_SEQ")
+    cdc.check_source_column_names(ORDERS)  # no such column: nothing to refuse

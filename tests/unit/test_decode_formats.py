@@ -480,3 +480,43 @@ def test_unknown_fields_are_described_by_the_events_connect_schema_or_json_type(
             for r in formats.unknown_field_descriptions(raw, "debezium", declared).collect()}
     assert seen == {("level", None, None, "BIGINT"), ("joined", None, None, "BIGINT"),
                     ("level", "int32", None, "BIGINT"), ("joined", "int32", "io.debezium.time.Date", "BIGINT")}
+
+
+@pytest.mark.parametrize("name", ["customers", "accounts"])
+def test_every_column_bronze_writes_beside_the_source_rows_is_named_bronzes_own(spark, name):
+    """`is_bronze_own` is what keeps a source field of such a name out of the contract (ARCHITECTURE
+    §6): every column `to_bronze` writes that is not the row image's must be in it, and no column
+    of the row image may be."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.contracts.streams import is_bronze_own
+
+    spec = get_stream(name)
+    contract = json_contract(spec)
+    normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
+    decoded = normalize(kafka_rows(spark, []), contract, spec.identity_columns, spec.source_table)
+    decoded = decoded.withColumn(formats.HEADERS_COLUMN, F.lit(None).cast(formats.HEADERS_TYPE))
+    image = set(contract.schema.fieldNames())
+    written = [c for c in formats.to_bronze(decoded, 0, F.current_timestamp()).columns if c not in image]
+    assert [c for c in written if not is_bronze_own(c)] == []
+    assert [c for c in decoded.columns if c not in image and not is_bronze_own(c)] == []
+    assert [c for c in image if is_bronze_own(c)] == []
+
+
+@pytest.mark.parametrize("field", ["op", "_SEQ", "_error_code", "timestamp", "_kafka_note"])
+def test_a_contract_declaring_a_name_bronze_uses_itself_is_refused_in_one_line(tmp_path, field):
+    """Declared beside bronze's own column of that name, the decoded batch was ambiguous and the
+    stream stopped with Spark's stack trace at its first batch."""
+    from lakehouse.contracts.streams import StreamSpec
+    from lakehouse.core.errors import LakehouseError
+
+    contract = tmp_path / "wallets.schema.json"
+    contract.write_text(json.dumps({"type": "object", "properties": {
+        "wallet_id": {"type": "integer"}, field: {"type": "string"}}}))
+    spec = StreamSpec(name="wallets", topic="wallets", format="debezium", schema_path=contract,
+                      bronze_table="bronze.wallets", event_time_column="_source_ts", identity_columns=("wallet_id",),
+                      required_columns=("wallet_id",), source_table="wallets")
+    with pytest.raises(LakehouseError) as refused:
+        json_contract(spec)
+    (line,) = str(refused.value).splitlines()
+    assert f"stream 'wallets' (source table wallets) declares {field}, a name bronze gives a column of its own" in line

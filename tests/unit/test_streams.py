@@ -69,7 +69,9 @@ def test_decimal_time_and_debezium_semantic_types_are_declared_in_the_json_schem
 ])
 def test_a_bad_type_declaration_is_one_clear_line(tmp_path, fmt, prop, message):
     with pytest.raises(LakehouseError, match=re.escape(message)):
-        _contract_of(tmp_path, fmt, {"id": {"type": "integer"}, "_source_ts": {"type": "string"}, "x": prop})
+        # a CDC contract declares no _source_ts: it is the changelog's own column
+        _contract_of(tmp_path, fmt, {"id": {"type": "integer"}, **({} if fmt == "debezium" else {
+            "_source_ts": {"type": "string"}}), "x": prop})
 
 
 def test_a_field_the_source_added_is_typed_from_its_connect_schema_else_its_json_type():
@@ -137,3 +139,12 @@ def test_added_fields_join_the_contract_after_its_own_and_never_replace_them():
     assert contract.schema["tier"].dataType.simpleString() == "string"  # the file's own declaration
     assert contract.schema["joined"].dataType.simpleString() == "date"
     assert contract.semantic_fields["joined"] == ("date", "io.debezium.time.Date")
+
+
+def test_an_event_contract_may_declare_the_changelogs_names_but_not_the_kafka_columns(tmp_path):
+    """`op` is a CDC changelog's own column, not an event stream's; `timestamp` is the decoded
+    batch's Kafka column in every stream (declared, the batch was ambiguous)."""
+    event = {"id": {"type": "integer"}, "_source_ts": {"type": "string", "format": "date-time"}}
+    assert "op" in _contract_of(tmp_path, "json", {**event, "op": {"type": "string"}}).schema.fieldNames()
+    with pytest.raises(LakehouseError, match="stream 't' declares timestamp, a name bronze gives a column of its own"):
+        _contract_of(tmp_path, "json", {**event, "timestamp": {"type": "string"}})
