@@ -38,16 +38,19 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 JVM_OPTIONS = os.environ.setdefault("LAKEHOUSE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 
-def _jars_source() -> Path:
-    return Path(os.environ.get("LAKEHOUSE_TEST_JARS", Path(default_home()) / "jars"))
+def jars_source() -> Path:
+    """The jars the tests run with: LAKEHOUSE_TEST_JARS, else the default home's (`make setup`).
+    Fails the calling test, saying what is missing, when they are not there."""
+    jars = Path(os.environ.get("LAKEHOUSE_TEST_JARS", Path(default_home()) / "jars"))
+    if not (jars / "spark").is_dir():
+        pytest.fail(f"jars not found in {jars}: run `make setup` first (or set LAKEHOUSE_TEST_JARS)")
+    return jars
 
 
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory) -> Settings:
     home = tmp_path_factory.mktemp("lakehouse-home")
-    jars = _jars_source()
-    if not (jars / "spark").is_dir():
-        pytest.fail(f"jars not found in {jars}: run `make setup` first (or set LAKEHOUSE_TEST_JARS)")
+    jars = jars_source()
     (home / "jars").symlink_to(jars.resolve())
     from lakehouse.core.local_kafka import free_port
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.commands.cli import build_parser
-from lakehouse.core.settings import default_home
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, jars_source
 
 PREFLIGHT = str(REPO_ROOT / "lakehouse" / "core" / "preflight.py")
 
@@ -129,7 +128,8 @@ def test_lakehouse_dbt_without_a_command_says_what_to_give(tmp_path):
     (["submit", "ingest", "all"], {"LAKEHOUSE_JARS_DIR": "{home}/none"}, "error: no jars in {home}/none/spark"),
 ])
 def test_cluster_commands_refuse_what_cannot_work_in_one_line(tmp_path, command, env, message):
-    jars = Path(default_home()) / "jars"
+    # the jars the other tests use (a clone without its own .lakehouse/jars has none there)
+    jars = jars_source()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "AWS_"))}
     env = {**base, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_JARS_DIR": str(jars),
            **{k: v.format(home=tmp_path) for k, v in env.items()}}
