@@ -263,7 +263,7 @@ def _record_metrics(settings: Settings, started: float, result) -> None:
             continue
         success = str(node_result.status) == "success"
         table = None if catalog is None or node.config.materialized in ("view", "ephemeral") else \
-            status._table(catalog, f"{node.schema}.{node.alias or node.name}")
+            status.existing_table(catalog, f"{node.schema}.{node.alias or node.name}")
         ends = [_utc(step.completed_at) for step in node_result.timing if step.completed_at is not None]
         metrics.dbt_model_ran(node.name, success, node_result.execution_time,
                               rows_added_since(table, started) if table is not None else None,

@@ -494,7 +494,7 @@ def existing_catalog(settings: Settings):
     return pyiceberg_catalog(settings)
 
 
-def _table(catalog, name: str):
+def existing_table(catalog, name: str):
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
@@ -578,7 +578,7 @@ def stream_status(settings: Settings, names: list[str] | None = None, catalog=No
         except LakehouseError as exc:
             kafka_down = str(exc) if "cannot reach" in str(exc) else kafka_down
             status.problems.append(str(exc))
-        table = _table(catalog, spec.bronze_table) if catalog is not None else None
+        table = existing_table(catalog, spec.bronze_table) if catalog is not None else None
         if table is not None:
             status.bronze_rows = table_figures(_summary(table) or {"total-records": "0"})["rows"]
             _fill_fields(table, status)
@@ -647,7 +647,7 @@ def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], 
 
     streams, codes, replayed = [], [], []
     for spec in specs if catalog is not None else ():
-        table = _table(catalog, spec.bronze_table)
+        table = existing_table(catalog, spec.bronze_table)
         if table is None or table.current_snapshot() is None:
             continue
         if not {"_error_code", "_replayed_at"} <= {f.name for f in table.schema().fields}:
@@ -703,7 +703,7 @@ def _views(catalog, namespace: str) -> list[tuple[str, ...]]:
 
 
 def _fill_table(catalog, status: TableStatus) -> None:
-    table = _table(catalog, status.table)
+    table = existing_table(catalog, status.table)
     if table is None:  # dropped between listing and loading
         status.problems.append("no longer in the catalog")
         return
@@ -742,7 +742,7 @@ def quality_status(catalog) -> dict[str, Any] | None:
     """The verdict of the last quality run, or None when none is recorded."""
     from pyiceberg.expressions import EqualTo
 
-    table = _table(catalog, QUALITY_RESULTS_TABLE)
+    table = existing_table(catalog, QUALITY_RESULTS_TABLE)
     if table is None or table.current_snapshot() is None:
         return None
     runs = table.scan(selected_fields=("run_id", "run_at")).to_arrow().to_pylist()
