@@ -56,10 +56,13 @@
         changes.*,
         {%- endif %}
         ({{ delete_when }}){% if truncate_when %} or ({{ truncate_when }}){% endif %} as _is_deleted,
-        -- duplicates share their sequence, so any one of them may win: they are the same change
+        -- duplicates share their sequence: they are the same change, and the first copy to
+        -- arrive wins (cdc_copy_order), as on an incremental run, which drops later copies
+        -- against the stored row: a full refresh keeps the same Kafka coordinates and arrival
         row_number() over (
             partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
             order by changes.{{ sequence_by }} desc
+            {%- if '_ingested_at' in columns %}, {{ cdc_copy_order(columns, 'changes.') }}{% endif %}
         ) as _change_rank
     from {{ changelog }} as changes
 

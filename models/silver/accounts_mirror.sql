@@ -28,4 +28,5 @@ changelog as (
 
 )
 
-{{ cdc_mirror_changes('changelog', this, is_incremental(), **cdc) }}
+{{ cdc_mirror_changes('changelog', this, is_incremental(), columns=cdc_changelog_columns(ref('accounts_changelog')),
+                      **cdc) }}
