@@ -3,8 +3,12 @@
 The simulator commits changes to its SQLite database (the truth), the producers send them to a
 real broker with duplicates and cross-partition reordering, plus late re-deliveries of earlier
 changes, many of them older than a later delete of their key. Ingestion lands them in bronze in
-several micro-batches, `dbt run` (its own process) applies them, and after every run the live
-mirror equals the database row for row, read back through pyiceberg and through Spark's view.
+several micro-batches, `dbt run` applies them, and after every run the live mirror equals the
+database row for row, read back through pyiceberg and through Spark's view.
+
+dbt runs in this process (tests/integration/dbt_in_process.py: the same project and SQL on the
+test's warm Spark session, the project parsed once), except in the chaos test below, where dbt
+is a process of its own beside the job and maintenance, as a user's would be.
 
 Everything runs in a lakehouse of its own (state folder, catalog, broker): the session's CDC
 topics also carry changes of other source databases (tests of the producers).
@@ -30,8 +34,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from expectations.mirror import check_mirror
 from ingestion import job
 from lakehouse.core.settings import Settings
-from lakehouse.operations import maintenance
-from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations import dbt, maintenance
 from lakehouse.operations.status import stream_status
 from producers.cdc import debezium, dms
 from producers.cdc.source import as_source_rows, read_tables
@@ -39,6 +42,7 @@ from producers.cdc.stream import FORMATS, PARTITIONS, messages, simulator_source
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from producers.message import Outgoing
+from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
@@ -280,7 +284,8 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
             runs = 0
             while maintainer.is_alive() or runs < 2:
                 assert ingestion.poll() is None, log.read_text()[-3000:]
-                run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
+                # `dbt run` in a process of its own: it and maintenance share only the run lock
+                dbt.run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
                 runs += 1
             for thread in (*producers, maintainer):
                 thread.join()
