@@ -1,5 +1,6 @@
 """What every chaos scenario shares: a lakehouse of its own, producers with faults on, the
-ingestion job as a separate process, dbt as a separate process, and the invariants.
+ingestion job as a separate process, dbt as a separate process (or in the test's, `dbt_in_process`),
+and the invariants.
 
 The invariants, checked after each scenario (`check_invariants`):
 - for every topic partition, bronze plus dead letters hold every produced offset exactly once,
@@ -58,6 +59,11 @@ class Lake:
     dbt_target: Path
     logs: Path
     disk: object = None  # the checkpoints' disk (tests/chaos/conftest.py CheckpointDisk)
+    # `dbt` in the test's process (tests/integration/dbt_in_process.py: the same project and SQL
+    # on the warm Spark session) instead of a `lakehouse dbt` process with a cold JVM each: the
+    # short form, whose claims are about what dbt does, not how it starts; a dbt run a scenario
+    # kills is a process of its own either way
+    dbt_in_process: bool = False
     ledger: dict[str, DeliveryReport] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,12 +122,17 @@ class Lake:
         """Read every topic to its end, in this process's Spark session (available-now)."""
         job.run(self.session, self.settings, list(streams or self.ledger), available_now=True)
 
-    def dbt(self, *args: str) -> subprocess.CompletedProcess:
-        """`lakehouse dbt <args>` as a user runs it (it takes the lock maintenance respects)."""
+    def dbt(self, *args: str) -> None:
+        """`lakehouse dbt <args>` as a user runs it (it takes the lock maintenance respects), or
+        the same in this process (``dbt_in_process``, the same lock); raises if it fails."""
+        if self.dbt_in_process:
+            from tests.integration.dbt_in_process import run_dbt
+
+            run_dbt(self.settings, list(args), target_dir=self.dbt_target)
+            return
         result = subprocess.run([lakehouse_command(), "dbt", *args], env=self.env(DBT_TARGET_PATH=str(self.dbt_target)),
                                 capture_output=True, text=True)
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-        return result
 
 
 def kill_group(process: subprocess.Popen) -> bool:
