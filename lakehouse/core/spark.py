@@ -48,12 +48,16 @@ def catalog_conf(inputs: dict[str, str]) -> dict[str, str]:
     return conf
 
 
-# The JVM classes PySpark looks up on every column function (pin_jvm_classes): short name, full name.
-PINNED_CLASSES = {
-    "functions": "org.apache.spark.sql.functions",
-    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
-    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
-}
+# The JVM classes PySpark looks up on every column function and every micro-batch
+# (pin_jvm_classes), by their full names.
+PINNED_CLASSES = (
+    "org.apache.spark.sql.functions",
+    "org.apache.spark.api.python.PythonUtils",
+    "org.apache.spark.sql.api.python.PythonSQLUtils",
+    "org.apache.spark.sql.Observation",  # DataFrame.observe: each batch's counts
+    "org.apache.spark.util.Utils",  # the text of every Java exception PySpark converts
+    "py4j.reflection.TypeUtil",  # is_instance_of: a dozen per Java exception PySpark converts
+)
 
 
 def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
@@ -149,25 +153,37 @@ def get_spark(settings: Settings, app_name: str = "lakehouse"):
 
 
 def pin_jvm_classes(spark) -> None:
-    """Bind the JVM classes PySpark names on every column function to the Python side of the
-    gateway once (``PINNED_CLASSES``).
+    """Bind the JVM classes PySpark names on every column function and every micro-batch to the
+    Python side of the gateway once (``PINNED_CLASSES``).
 
     PySpark asks the JVM for Spark's ``functions`` class on every column function: by its full
     name in ``F.col``, ``F.when``... (pyspark/sql/functions/builtin.py), by its short name in
     ``==``, ``&``, ``isNull``... (``sc._jvm.functions``, pyspark/sql/classic/column.py), and for
     ``PythonUtils`` by its short name in every function of several columns (``F.struct``,
     ``select``). py4j resolves a short name by trying it bare and then under each imported
-    package: every miss is a class loader's search through all the jars on the class path.
-    Ingestion builds each micro-batch's plan afresh (foreachBatch), hundreds of such calls per
-    batch: profiled, the lookups were a fifth of the job's JVM samples (benchmarks/RESULTS.md,
-    issue 43). Bound as attributes of the gateway's JVM view, under both names, they no longer
-    reach the JVM."""
+    package, and a name reached attribute by attribute (``jvm.py4j.reflection.TypeUtil``, which
+    PySpark's conversion of a Java exception asks a dozen times) package by package: every miss
+    is a class loader's search through all the jars on the class path. Ingestion builds each
+    micro-batch's plan afresh (foreachBatch), hundreds of such calls per batch, and reading its
+    counts (``Observation.get``) ends on a Java exception, the end of the map's iterator: profiled,
+    the lookups were a fifth of the job's JVM samples, and the exception's another tenth
+    (benchmarks/RESULTS.md, issue 43). Bound as attributes of the gateway's JVM view, under their
+    full name, their short name and package by package, they no longer reach the JVM."""
     jvm = spark.sparkContext._jvm
-    for short, full in PINNED_CLASSES.items():
-        if short not in vars(jvm):
-            found = getattr(jvm, full)
-            setattr(jvm, full, found)
-            setattr(jvm, short, found)
+    for full in PINNED_CLASSES:
+        if full in vars(jvm):
+            continue
+        found = getattr(jvm, full)
+        setattr(jvm, full, found)
+        setattr(jvm, full.rsplit(".", 1)[1], found)
+        # package by package: jvm.py4j, its .reflection, its .TypeUtil (a package already bound
+        # keeps its object, so classes of one package share it)
+        parent = jvm
+        for part in full.split(".")[:-1]:
+            if part not in vars(parent):
+                setattr(parent, part, getattr(parent, part))
+            parent = getattr(parent, part)
+        setattr(parent, full.rsplit(".", 1)[1], found)
 
 
 def session_on(spark, settings: Settings):
