@@ -30,7 +30,7 @@ from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
-from lakehouse.contracts.streams import StreamSpec, added_field, is_bronze_own, json_contract
+from lakehouse.contracts.streams import StreamSpec, added_field, is_bronze_own, json_contract, refuse_own_fields
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -244,7 +244,10 @@ class AvroStreamDecoder(StreamDecoder):
         _, writers = version
         writer_schemas = dict(writers)
         writer_types = {schema_id: self._spark_type(text) for schema_id, text in writer_schemas.items()}
+        for schema_id, writer in writer_types.items():
+            refuse_own_fields(self.spec, writer.names, f"schema id {schema_id} under {self.spec.subject}")
         fields = list(self._spark_type(self.spec.schema_path.read_text()).fields)
+        refuse_own_fields(self.spec, [f.name for f in fields], self.spec.schema_path.name)
         for schema_id in sorted(writer_types):
             fields = _union(fields, writer_types[schema_id])
         columns = StructType(fields)
@@ -284,6 +287,7 @@ class ProtobufStreamDecoder(StreamDecoder):
         descriptor_set = self._descriptor_path().read_bytes()
         function = self.function = _function_name(spec, descriptor_set, spec.message.encode())
         columns = udf_result_schema(self.spark, descriptor_set, spec.message)["payload"].dataType
+        refuse_own_fields(spec, columns.names, spec.schema_path.name)
         changes = _field_changes(self._columns, columns)
         self._columns = columns
 

@@ -460,12 +460,12 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
     for spec, query in zip(specs, queries, strict=True):
         if query.exception() is not None:
             if single_writer.LeaseLost.__name__ in str(query.exception()):
-                raise LakehouseError(f"query {query.name} stopped: {_lease_lost_line(query.exception())}")
+                raise LakehouseError(f"query {query.name} stopped: {_raised_in_batch(query.exception())}")
             location = checkpoint_location(settings, spec)
             problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
-            raise LakehouseError(f"query {query.name} failed: {_first_line(query.exception())}")
+            raise LakehouseError(f"query {query.name} failed: {_raised_in_batch(query.exception())}")
 
 
 def _observe(specs: list[StreamSpec], queries) -> None:
@@ -475,11 +475,16 @@ def _observe(specs: list[StreamSpec], queries) -> None:
             metrics.observe_query(spec.name, query, progress_lag)
 
 
-def _lease_lost_line(exc) -> str:
-    """LeaseLost's own line out of the Python traceback the query's exception carries."""
-    name = single_writer.LeaseLost.__name__
-    lines = [line for line in str(getattr(exc, "desc", None) or exc).splitlines() if f"{name}: " in line]
-    return lines[-1].split(f"{name}: ", 1)[1].strip() if lines else _first_line(exc)
+def _raised_in_batch(exc) -> str:
+    """The line of the project's own error (LeaseLost, LakehouseError: a schema refused at a
+    batch...) out of the Python traceback a query's exception carries, whose first line is only
+    Spark's "error in the user provided function"; else that first line."""
+    text = str(getattr(exc, "desc", None) or exc)
+    for name in (single_writer.LeaseLost.__name__, LakehouseError.__name__):
+        lines = [line for line in text.splitlines() if f"{name}: " in line]
+        if lines:
+            return lines[-1].split(f"{name}: ", 1)[1].strip()
+    return _first_line(exc)
 
 
 def _records_of_new_batches(queries, counted: dict[str, int]) -> int:

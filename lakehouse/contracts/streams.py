@@ -57,6 +57,17 @@ def is_bronze_own(name: str, cdc: bool = True) -> bool:
     return (lowered in BRONZE_OWN_COLUMNS or (cdc and lowered in CDC_OWN_COLUMNS)
             or lowered.startswith(BRONZE_OWN_PREFIX))
 
+
+def refuse_own_fields(spec: StreamSpec, names, where: str, remedy: str = "rename the field") -> None:
+    """A schema that declares a field named like one of bronze's own columns (`is_bronze_own`) is
+    refused, in one line: the record's column and bronze's own would be two columns of one name."""
+    own = [name for name in names if is_bronze_own(name, spec.is_cdc)]
+    if own:
+        raise LakehouseError(
+            f"{where}: stream {spec.name!r}{f' (source table {spec.source_table})' if spec.is_cdc else ''} "
+            f"declares {', '.join(own)}, a name bronze gives a column of its own: {remedy}")
+
+
 PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"
 
 EVENT_FORMATS = ("json", "avro", "protobuf")
@@ -382,12 +393,8 @@ def json_contract(spec: StreamSpec, added: dict[str, dict] | None = None) -> Jso
     except (OSError, json.JSONDecodeError) as exc:
         raise LakehouseError(f"cannot read JSON Schema {path}: {exc}") from None
     properties = document.get("properties") or {}
-    own = [name for name in properties if is_bronze_own(name, spec.is_cdc)]
-    if own:
-        raise LakehouseError(
-            f"{path}: stream {spec.name!r}{f' (source table {spec.source_table})' if spec.is_cdc else ''} "
-            f"declares {', '.join(own)}, a name bronze gives a column of its own: "
-            "leave it out of the contract (the record's field is then kept in bronze's _rescued)")
+    refuse_own_fields(spec, properties, str(path),
+                      "leave it out of the contract (the record's field is then kept in bronze's _rescued)")
     properties = {**properties, **{name: prop for name, prop in (added or {}).items() if name not in properties}}
     fields = [StructField(name, _json_type(prop, f"{path.name}: {name}"), True) for name, prop in properties.items()]
     required = tuple(dict.fromkeys([*document.get("required", []), *spec.required_columns]))

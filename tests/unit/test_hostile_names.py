@@ -121,3 +121,36 @@ def test_hostile_nested_names_in_a_new_table(spark):
     bronze.ensure_table(spark, "bronze.hostile_nested", schema, ("id",))
     assert spark.table("bronze.hostile_nested").schema == schema
     spark.sql("drop table bronze.hostile_nested purge")
+
+
+AVRO_WITH_OWN_NAME = {"type": "record", "name": "Tick", "namespace": "t", "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "offset", "type": "long"}]}  # bronze's own Kafka column of the record's offset
+
+
+def test_an_avro_or_protobuf_field_named_like_a_bronze_column_is_refused_in_one_line(
+        spark, settings, tmp_path, monkeypatch):
+    """A field named like one of bronze's own columns (`offset`, `timestamp`, `_error_code`...)
+    cannot be a column beside them: the decoded record and the Kafka metadata would hold two
+    columns of one name. JSON contracts were refused; an Avro or Protobuf schema got as far as the
+    first batch and stopped the stream with an ambiguous-column error from Spark. Now the schema is
+    refused when the decoder loads it, with one line naming the field."""
+    employees = get_stream("employees")
+    (tmp_path / "tick.avsc").write_text(json.dumps(AVRO_WITH_OWN_NAME))
+    pipeline = tmp_path / "pipeline.yml"
+    pipeline.write_text(yaml.safe_dump({"schema_dir": str(tmp_path), "streams": {"ticks": {
+        "format": "avro", "schema": "tick.avsc", "event_time": "at", "identity": ["id"],
+        "bronze_table": "bronze.ticks"}}}))
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    with pytest.raises(LakehouseError, match=r"^tick\.avsc: stream 'ticks' declares offset, a name bronze gives a "
+                                             r"column of its own: rename the field"):
+        decoder_for(spark, settings, get_stream("ticks")).refresh()
+
+    from ingestion import decoders
+
+    payload = StructType([StructField("id", LongType()), StructField("timestamp", StringType())])
+    monkeypatch.setattr(decoders, "udf_result_schema", lambda *args: StructType([StructField("payload", payload)]))
+    with pytest.raises(LakehouseError, match=r"^Employee\.proto: stream 'employees' declares timestamp, a name bronze "
+                                             r"gives a column of its own"):
+        decoder_for(spark, settings, employees).refresh()
