@@ -816,13 +816,13 @@ def _checked(spark, settings: Settings, spec, raw):
     from pyspark.sql import functions as F
 
     from ingestion.decoders import decoder_for
-    from ingestion.formats import to_bronze
+    from ingestion.formats import batch_instant, to_bronze
 
     now = datetime.now(UTC)
     # Observed, as the job's pass is (ingestion/job.py `_observed`): without it the optimizer
     # pushes the good-rows filter into the decoding, and each check decodes the record again.
     decoded = decoder_for(spark, settings, spec).decode(raw, now).observe(f"checked_{spec.name}", F.count(F.lit(1)))
-    return to_bronze(decoded, 0, F.lit(now).cast("timestamp"))
+    return to_bronze(decoded, 0, batch_instant(now))  # the job's expressions (ingestion/job.py `bronze_rows`)
 
 
 def raw_rows(source):

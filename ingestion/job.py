@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
-from ingestion.formats import RESCUED_COLUMN, to_bronze
+from ingestion.formats import RESCUED_COLUMN, batch_instant, to_bronze
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core import metrics
 from lakehouse.core.console import progress
@@ -191,13 +191,22 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
     ``_rescued``, those fields' names), or None when an earlier attempt committed it already."""
     if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
-    now = datetime.now(UTC)  # one instant for the whole batch: ingested_at, and the checks' "now"
-    counted, observation = _observed(decoder.decode(batch, now))
-    tables.append(spec.bronze_table, to_bronze(counted, batch_id, F.lit(now).cast("timestamp")), query_id, batch_id)
+    rows, observation = bronze_rows(decoder, batch, batch_id, datetime.now(UTC))
+    tables.append(spec.bronze_table, rows, query_id, batch_id)
     metrics = observation.get
     reasons = {code: metrics[f"dead {code}"] for code in dead_letters.ERROR_CODES if metrics[f"dead {code}"]}
     rescued = (metrics["rescued"], metrics["rescued_fields"]) if "rescued" in metrics else (0, "")
     return metrics["read"], metrics["dead"], reasons, *rescued
+
+
+def bronze_rows(decoder: StreamDecoder, batch: DataFrame, batch_id: int,
+                now: datetime) -> tuple[DataFrame, Observation]:
+    """The batch as bronze rows, counted as they are written (`_observed`). ``now``: the one
+    instant of the whole batch (its ``_ingested_at`` and the checks' "now"). The batch's instant
+    and id are kept out of the code Spark generates (formats.batch_constant): every batch's plan
+    compiles to the same classes, which the JVM keeps compiled from one batch to the next."""
+    counted, observation = _observed(decoder.decode(batch, now))
+    return to_bronze(counted, batch_id, batch_instant(now)), observation
 
 
 def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
