@@ -24,7 +24,15 @@ from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, topic_names
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
-from lakehouse.core.spark import LOG4J_FILE, PACKAGE_DIR, cluster_conf, get_spark, spark_conf, spark_jars
+from lakehouse.core.spark import (
+    JIT_OPTIONS,
+    LOG4J_FILE,
+    PACKAGE_DIR,
+    cluster_conf,
+    get_spark,
+    spark_conf,
+    spark_jars,
+)
 from lakehouse.operations.status import existing_catalog
 from producers.delivery import ensure_topic
 
@@ -119,7 +127,7 @@ def thrift_server_command(settings: Settings, port: int, bind_host: str) -> list
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={state}/metastore_db;create=true",
         "spark.driver.extraJavaOptions":
-            f"{_log4j_option()} -Dderby.system.home={state} {settings.jvm_options}".rstrip(),
+            f"{_log4j_option()} {JIT_OPTIONS} -Dderby.system.home={state} {settings.jvm_options}".rstrip(),
     })
     return [
         str(spark_home() / "bin" / "spark-submit"),

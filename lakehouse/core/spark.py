@@ -15,6 +15,14 @@ from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, SETTINGS, 
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LOG4J_FILE = "log4j2-spark.properties"
+# Options of every Spark JVM the project starts (driver; executors on a cluster). Spark generates
+# one Java method per whole-stage codegen stage, and HotSpot never compiles a method of more than
+# 8,000 bytes of bytecode (DontCompileHugeMethods): a wide stage runs interpreted for every record,
+# for good. Purchases' Avro decoding is such a stage in the ingestion job (7,859 bytes on a unit
+# plan, over the limit on the job's): with the option the job went from 0.59 to 0.93 of the
+# checked append (benchmarks/RESULTS.md, issue 43). Spark's own alternative, a lower
+# spark.sql.codegen.hugeMethodLimit, gives up whole-stage codegen for the stage instead.
+JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
 def catalog_conf(inputs: dict[str, str]) -> dict[str, str]:
@@ -74,7 +82,7 @@ def spark_conf(inputs: dict[str, str], package_dir: str) -> dict[str, str]:
         # profile binds all interfaces and names the host executors reach it at.
         "spark.driver.host": inputs["spark_driver_host"],
         "spark.driver.bindAddress": inputs["spark_driver_bind_address"],
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{package_dir}/{LOG4J_FILE}"
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{package_dir}/{LOG4J_FILE} {JIT_OPTIONS}"
                                          f"{inputs['jvm_options']}",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         **catalog_conf(inputs),
@@ -120,6 +128,7 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
         "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
         "spark.executor.memory": settings.spark_executor_memory,
         "spark.executor.cores": str(settings.spark_executor_cores),
+        "spark.executor.extraJavaOptions": JIT_OPTIONS,
     }
     if settings.spark_cores_max:
         conf["spark.cores.max"] = settings.spark_cores_max

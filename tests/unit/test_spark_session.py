@@ -60,3 +60,13 @@ def test_reading_observed_counts_sends_no_class_lookup(spark, monkeypatch):
     lookups = [command.split("\n")[2] for command in sent if command.startswith(UNKNOWN_MEMBER)]
     assert lookups == [], f"{len(lookups)} class lookup(s) while reading one observation: {lookups}"
     assert counts == {"read": 5, "total": 10}
+
+
+def test_the_jvm_compiles_huge_generated_methods(spark):
+    """HotSpot leaves a method of more than 8,000 bytes of bytecode to its interpreter for good;
+    a wide whole-stage codegen stage is such a method (purchases' Avro decoding in the ingestion
+    job ran interpreted for every record: issue 43). The session's JVM compiles them."""
+    jvm = spark.sparkContext._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert bean.getVMOption("DontCompileHugeMethods").getValue() == "false"
