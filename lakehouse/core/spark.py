@@ -19,9 +19,10 @@ LOG4J_FILE = "log4j2-spark.properties"
 # one Java method per whole-stage codegen stage, and HotSpot never compiles a method of more than
 # 8,000 bytes of bytecode (DontCompileHugeMethods): a wide stage runs interpreted for every record,
 # for good. Purchases' Avro decoding is such a stage in the ingestion job (7,859 bytes on a unit
-# plan, over the limit on the job's): with the option the job went from 0.59 to 0.93 of the
-# checked append (benchmarks/RESULTS.md, issue 43). Spark's own alternative, a lower
-# spark.sql.codegen.hugeMethodLimit, gives up whole-stage codegen for the stage instead.
+# plan, over the limit on the job's): with the option the job went from 0.60 to 0.85 of the
+# checked append (medians of three rounds; 0.93 in a warm one: benchmarks/RESULTS.md, issue 43).
+# Spark's own alternative, a lower spark.sql.codegen.hugeMethodLimit, gives up whole-stage
+# codegen for the stage instead.
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
