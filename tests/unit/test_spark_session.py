@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
@@ -11,12 +13,9 @@ from pyspark.sql import functions as F
 UNKNOWN_MEMBER = "r\nu\n"
 
 
-def test_building_columns_sends_no_class_lookup(spark, monkeypatch):
-    """PySpark asks the JVM for Spark's `functions` (and `PythonUtils`) class on every column
-    function and operator, and records each call's Python call site in the JVM; the session
-    get_spark builds answers the first from the Python side and skips the second, so building a
-    column sends no class lookup (they were a fifth of the ingestion JVM's profile, issue 43)."""
-    F.col("warm")  # PySpark reads its debugging setting once, at the first column of the process
+@contextlib.contextmanager
+def sent_commands(spark, monkeypatch):
+    """The py4j commands the Python side sends to the JVM inside the block, in order."""
     client = spark.sparkContext._gateway._gateway_client
     sent: list[str] = []
     send = client.send_command
@@ -26,9 +25,21 @@ def test_building_columns_sends_no_class_lookup(spark, monkeypatch):
         return send(command, *args, **kwargs)
 
     monkeypatch.setattr(client, "send_command", counting)
-    condition = ((F.col("a") == 1) & F.col("b").isNull()) | (F.col("c") > F.lit(3))
-    several = F.concat_ws(",", F.col("a"), F.col("c"))  # a function of several columns: PythonUtils
-    monkeypatch.undo()
+    try:
+        yield sent
+    finally:
+        monkeypatch.undo()
+
+
+def test_building_columns_sends_no_class_lookup(spark, monkeypatch):
+    """PySpark asks the JVM for Spark's `functions` (and `PythonUtils`) class on every column
+    function and operator, and records each call's Python call site in the JVM; the session
+    get_spark builds answers the first from the Python side and skips the second, so building a
+    column sends no class lookup (they were a fifth of the ingestion JVM's profile, issue 43)."""
+    F.col("warm")  # PySpark reads its debugging setting once, at the first column of the process
+    with sent_commands(spark, monkeypatch) as sent:
+        condition = ((F.col("a") == 1) & F.col("b").isNull()) | (F.col("c") > F.lit(3))
+        several = F.concat_ws(",", F.col("a"), F.col("c"))  # a function of several columns: PythonUtils
     assert sent, "no command seen: the check below would pass for nothing"
     lookups = [command.split("\n")[2] for command in sent if command.startswith(UNKNOWN_MEMBER)]
     assert lookups == [], f"{len(lookups)} class lookup(s) while building one column: {lookups}"
@@ -45,17 +56,8 @@ def test_reading_observed_counts_sends_no_class_lookup(spark, monkeypatch):
     observation = Observation()
     rows = spark.range(5).observe(observation, F.count(F.lit(1)).alias("read"), F.sum("id").alias("total")).collect()
     assert len(rows) == 5
-    client = spark.sparkContext._gateway._gateway_client
-    sent: list[str] = []
-    send = client.send_command
-
-    def counting(command, *args, **kwargs):
-        sent.append(command)
-        return send(command, *args, **kwargs)
-
-    monkeypatch.setattr(client, "send_command", counting)
-    counts = observation.get
-    monkeypatch.undo()
+    with sent_commands(spark, monkeypatch) as sent:
+        counts = observation.get
     assert sent, "no command seen: the check below would pass for nothing"
     lookups = [command.split("\n")[2] for command in sent if command.startswith(UNKNOWN_MEMBER)]
     assert lookups == [], f"{len(lookups)} class lookup(s) while reading one observation: {lookups}"
