@@ -30,17 +30,21 @@ The lakehouses (`--shape` picks the 10x ones; both by default):
 - the increment: `--increment` events per event stream (event times in the last hour; a
   `--late-share` of them late, up to `--late-days` days back, as the demo's producers send
   them) and `--increment` changes per CDC stream (80% updates and 10% deletes of existing keys,
-  10% new keys), ingested now. `--rounds` increments, one `dbt run` each (default 2: the first
-  incremental run after the build, then a steady one).
+  10% new keys), ingested now; with `--patterns skewed`, most of the changes (`--hot-share`)
+  update a few hot keys (`--hot-keys`) many times instead. `--rounds` increments, one `dbt run`
+  each (default 2: the first incremental run after the build, then a steady one), taking the
+  patterns in turn.
 
     .venv/bin/python benchmarks/dbt_scaling.py                        # 1M and 10M rows: the issue's sizes
     .venv/bin/python benchmarks/dbt_scaling.py --scale 100000 --days 3  # 100k and 1M: a check in minutes
     .venv/bin/python benchmarks/dbt_scaling.py --shape versions       # 1x and 10x-versions only
+    .venv/bin/python benchmarks/dbt_scaling.py --shape keys --rounds 4 --patterns uniform skewed
 
 Prints progress, a table per lakehouse and a comparison, then a final `RESULT {json}` line
 with "keys_ratio" and "versions_ratio" (a 10x lakehouse's total model seconds over the 1x one's,
-last round; "..._per_round" for every round) and, per model, "rows_read" (per table, every
-lakehouse). Rows and files read do not depend on the
+last round of uniform changes; "..._ratio_skewed" the last round of skewed ones, when
+`--patterns` has them; "..._per_round" for every round) and, per model, "rows_read" (per table,
+every lakehouse, each pattern's last round). Rows and files read do not depend on the
 machine's load; seconds do: the CPU time other processes used during each run is reported
 (`other_cpu_s`). Nothing asserts on time. Needs `make setup` (jars linked, never fetched).
 State folders are temporary and removed at the end unless --keep.
@@ -312,10 +316,22 @@ def load_history(spark, tables: dict[str, str], rows: int, start: datetime, end:
     return took
 
 
+def hot_keys(keys: int, count: int) -> list[int]:
+    """The skewed pattern's hot keys: `count` keys spread evenly over 1..keys (the few busy
+    customers and accounts), the same in every round."""
+    return [1 + i * max(1, keys // count) for i in range(min(count, keys))]
+
+
 def load_increment(spark, tables: dict[str, str], size: int, count: int, round_number: int, ingested: datetime,
-                   late_share: float, late_days: int, keys: int | None = None) -> None:
+                   late_share: float, late_days: int, keys: int | None = None, pattern: str = "uniform",
+                   hot: int = 100, hot_share: float = 0.9) -> None:
     """One increment: `count` events per event stream, `count` changes per CDC stream, on a
-    history of `size` rows per stream and `keys` CDC keys (default `size`)."""
+    history of `size` rows per stream and `keys` CDC keys (default `size`).
+
+    CDC changes by `pattern`: "uniform", 80% updates and 10% deletes of distinct existing keys
+    drawn evenly over the key space and 10% inserts of new keys; "skewed", a `hot_share` of the
+    changes are updates of `hot` hot keys (each updated many times in one increment), the rest
+    as in "uniform" (a hot key is never deleted)."""
     from pyspark.sql import functions as F
 
     keys = keys or size
@@ -327,20 +343,30 @@ def load_increment(spark, tables: dict[str, str], size: int, count: int, round_n
         append(spark, tables[stream], event_rows(spark, stream, ids, F.lit(ingested), F.lit(10_000 + round_number),
                                                  keys, late))
     # CDC: updates and deletes of existing keys (hash-drawn, distinct), inserts of new keys
-    updates, deletes = int(count * CHANGE_MIX[0][1]), int(count * CHANGE_MIX[1][1])
-    inserts = count - updates - deletes
+    hot_changes = round(count * hot_share) if pattern == "skewed" else 0
+    rest = count - hot_changes
+    updates, deletes = int(rest * CHANGE_MIX[0][1]), int(rest * CHANGE_MIX[1][1])
+    inserts = rest - updates - deletes
     stride = max(1, keys // (updates + deletes))
     position = F.lit(10 * size * (round_number + 1)) + F.col("id")
     existing = spark.range(0, updates + deletes, 1, 2).select(
         ((F.col("id") * stride + round_number * 7) % keys + 1).alias("key"),
         F.when(F.col("id") < updates, F.lit("U")).otherwise(F.lit("D")).alias("op"),
         position.alias("position"))
-    new = spark.range(updates + deletes, count, 1, 1).select(
+    new = spark.range(updates + deletes, rest, 1, 1).select(
         (F.lit(keys + (round_number - 1) * inserts) + F.col("id") - (updates + deletes) + 1).alias("key"),
         F.lit("I").alias("op"), position.alias("position"))
+    changes = existing.unionByName(new)
+    if hot_changes:
+        hot_list = hot_keys(keys, hot)
+        changes = changes.where(~((F.col("op") == "D") & F.col("key").isin(hot_list))).unionByName(
+            spark.range(rest, count, 1, 1).select(
+                F.element_at(F.array(*[F.lit(k) for k in hot_list]),
+                             (F.pmod(F.xxhash64(F.col("id"), F.lit(43)), F.lit(len(hot_list))) + 1).cast("int"))
+                .cast("bigint").alias("key"),
+                F.lit("U").alias("op"), position.alias("position")))
     for stream in ("customers", "accounts"):
-        append(spark, tables[stream], change_rows(stream, existing.unionByName(new), F.lit(ingested),
-                                                  F.lit(10_000 + round_number)))
+        append(spark, tables[stream], change_rows(stream, changes, F.lit(ingested), F.lit(10_000 + round_number)))
 
 
 # --- dbt, measured ----------------------------------------------------------------------------
@@ -460,18 +486,20 @@ def measure(label: str, rows: int, keys: int, days: int, root: Path, args: argpa
         tables_of_models = model_tables(spark)
         for round_number in range(1, args.rounds + 1):
             landed = datetime.now(UTC).replace(microsecond=0)
+            pattern = args.patterns[(round_number - 1) % len(args.patterns)]
             load_increment(spark, tables, rows, args.increment, round_number, landed, args.late_share, args.late_days,
-                           keys)
-            progress(f"{label} round {round_number}: increment landed; dbt run")
+                           keys, pattern, args.hot_keys, args.hot_share)
+            progress(f"{label} round {round_number}: increment landed ({pattern} changes); dbt run")
             run = run_dbt(settings, ["run"], home)
             models = per_model(run)
             written = rows_written(spark, tables_of_models, run["began"])
             for name, model in models.items():
                 model["written"] = written.get(name)
             total = round(sum(m["seconds"] for m in models.values()), 2)
-            result["rounds"].append({"round": round_number, "wall_s": run["wall_s"], "model_s_total": total,
-                                     "dbt_cpu_s": run["dbt_cpu_s"], "other_cpu_s": run["other_cpu_s"],
-                                     "peak_rss_mb": run["peak_rss_mb"], "models": models})
+            result["rounds"].append({"round": round_number, "pattern": pattern, "wall_s": run["wall_s"],
+                                     "model_s_total": total, "dbt_cpu_s": run["dbt_cpu_s"],
+                                     "other_cpu_s": run["other_cpu_s"], "peak_rss_mb": run["peak_rss_mb"],
+                                     "models": models})
             progress(f"{label} round {round_number}: models {total} s, dbt wall {run['wall_s']} s, "
                      f"dbt CPU {run['dbt_cpu_s']} s, other CPU {run['other_cpu_s']} s")
     finally:
@@ -499,7 +527,7 @@ def print_report(results: list[dict], increment: int) -> None:
     for r in results:
         for x in r["rounds"]:
             print(f"\n{r['label']} ({r['rows']:,} rows per stream, {r['keys']:,} CDC keys, {r['days']} days), "
-                  f"round {x['round']}: "
+                  f"round {x['round']} ({x['pattern']} changes): "
                   f"models {x['model_s_total']} s, dbt wall {x['wall_s']} s, other CPU {x['other_cpu_s']} s")
             print(f"  {'model':<26} {'s':>7}  {'bronze rows':>11} {'silver rows':>11} {'gold rows':>9} "
                   f"{'own table':>10} {'files read/skipped':>18}  {'written +/-':>14}")
@@ -520,7 +548,8 @@ def print_report(results: list[dict], increment: int) -> None:
             ratio = b["model_s_total"] / a["model_s_total"] if a["model_s_total"] else None
             met = ratio is not None and ratio <= target
             shown = "n/a" if ratio is None else f"{ratio:.2f}"
-            print(f"\nround {a['round']}: {shape}_ratio {shown} (target <= {target}: {'met' if met else 'NOT met'})")
+            print(f"\nround {a['round']} ({a['pattern']} changes): {shape}_ratio {shown} "
+                  f"(target <= {target} with uniform changes: {'met' if met else 'NOT met'})")
             for name in sorted(b["models"]):
                 rows = layer_rows(b["models"][name], own_table_of(name))
                 read = rows["bronze"] + rows["silver"]
@@ -544,18 +573,25 @@ def summary(results: list[dict]) -> dict:
     base = next((r for r in results if r["label"] == "1x"), None)
     for shape in TARGET_RATIOS:
         large = next((r for r in results if r["label"] == f"10x-{shape}"), None)
-        per_round = [round(b["model_s_total"] / a["model_s_total"], 3)
-                     for a, b in zip(base["rounds"], large["rounds"], strict=False)
-                     if a["model_s_total"]] if base and large else []
-        out[f"{shape}_ratio"] = per_round[-1] if per_round else None
-        out[f"{shape}_ratio_per_round"] = per_round
+        pairs = [(a["pattern"], round(b["model_s_total"] / a["model_s_total"], 3))
+                 for a, b in zip(base["rounds"], large["rounds"], strict=False)
+                 if a["model_s_total"]] if base and large else []
+        # the issue's ratio is the uniform changes' (the last such round); skewed ones beside it
+        for pattern, key in (("uniform", f"{shape}_ratio"), ("skewed", f"{shape}_ratio_skewed")):
+            ratios = [ratio for kind, ratio in pairs if kind == pattern]
+            if ratios or pattern == "uniform":
+                out[key] = ratios[-1] if ratios else None
+        out[f"{shape}_ratio_per_round"] = [ratio for _, ratio in pairs]
     out["rows_read"] = {}
     for r in results:
-        last = r["rounds"][-1]
-        for name, m in last["models"].items():
-            out["rows_read"].setdefault(name, {})[r["label"]] = {
-                **layer_rows(m, own_table_of(name)),
-                "tables": {t: v["rows"] for t, v in m["reads"].items()}}
+        # each pattern's last round: "10x-keys" (uniform), "10x-keys skewed"
+        last = {x["pattern"]: x for x in r["rounds"]}
+        for pattern, x in last.items():
+            label = r["label"] if pattern == "uniform" else f"{r['label']} {pattern}"
+            for name, m in x["models"].items():
+                out["rows_read"].setdefault(name, {})[label] = {
+                    **layer_rows(m, own_table_of(name)),
+                    "tables": {t: v["rows"] for t, v in m["reads"].items()}}
     return out
 
 
@@ -574,6 +610,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="share of the increment's events that are late (default: %(default)s)")
     parser.add_argument("--late-days", type=int, default=3, help="late events are up to this many days old "
                                                                  "(default: %(default)s)")
+    parser.add_argument("--patterns", nargs="+", choices=["uniform", "skewed"], default=["uniform"],
+                        help="the rounds' CDC change patterns, in turn: uniform (distinct keys spread over the key "
+                             "space) or skewed (a --hot-share of the changes update --hot-keys hot keys); e.g. "
+                             "--rounds 4 --patterns uniform skewed (default: %(default)s)")
+    parser.add_argument("--hot-keys", type=int, default=100, help="hot keys of the skewed pattern "
+                                                                  "(default: %(default)s)")
+    parser.add_argument("--hot-share", type=float, default=0.9,
+                        help="share of a skewed round's changes on the hot keys (default: %(default)s)")
     parser.add_argument("--shape", choices=["keys", "versions", "both"], default="both",
                         help="the 10x lakehouses beside the 1x one: 10x keys, 10x versions of the same keys, "
                              "or both (default: %(default)s)")
@@ -583,6 +627,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.scale < args.increment or args.rounds < 1 or args.days < 1 or not 0 <= args.late_share <= 1:
         parser.error("--scale at least --increment, --rounds and --days at least 1, --late-share in [0, 1]")
+    if not 0 <= args.hot_share <= 1 or args.hot_keys < 1:
+        parser.error("--hot-share in [0, 1], --hot-keys at least 1")
     return args
 
 

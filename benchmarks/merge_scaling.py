@@ -14,8 +14,9 @@ private state folder by the LAKEHOUSE_* variables and at a private target/ by DB
 2. `dbt run -s customers_changelog customers_mirror`: the first run creates the mirror (CTAS).
    Not measured, its time is reported.
 3. 10,000 changes for random keys (80% updates and 10% deletes of live keys, 10% inserts of
-   new keys) are appended to bronze with higher LSNs and `_ingested_at` = T0 + round hours,
-   then `dbt run -s customers_mirror`. Measured: the model's own execution time from
+   new keys; with `--patterns skewed`, most of them updates of a few hot keys) are appended
+   to bronze with higher LSNs and `_ingested_at` = T0 + round hours, then
+   `dbt run -s customers_mirror`. Measured: the model's own execution time from
    run_results.json (no dbt or JVM start-up) and the whole command's wall time. Then the new
    snapshots of the mirror (added/removed data files, delete files, position deletes) and a
    correctness check (row counts; every changed key holds the change's LSN, op and values).
@@ -201,23 +202,34 @@ def load_initial(spark, table: str, size: int, t0: datetime) -> float:
 
 class KeySpace:
     """Which keys exist and which are deleted, to draw realistic changes (no update of a
-    deleted key, inserts beyond the largest key)."""
+    deleted key, inserts beyond the largest key).
 
-    def __init__(self, size: int, seed: int):
+    Two patterns (`--patterns`): "uniform", every change on a distinct key drawn evenly over
+    the key space; "skewed", a `hot_share` of the changes are updates of `hot_keys` hot keys
+    (drawn once, evenly over the key space, never deleted: the few busy customers), each
+    updated many times in one round, the rest drawn as in "uniform"."""
+
+    def __init__(self, size: int, seed: int, hot_keys: int = 100, hot_share: float = 0.9):
         self.max_key = size
         self.deleted: set[int] = set()
         self.rng = random.Random(seed)
+        self.hot = self.rng.sample(range(1, size + 1), min(hot_keys, size))
+        self.hot_share = hot_share
 
-    def draw(self, count: int) -> list[tuple[int, str]]:
-        updates = round(count * CHANGE_MIX["U"])
-        deletes = round(count * CHANGE_MIX["D"])
-        inserts = count - updates - deletes
+    def draw(self, count: int, pattern: str = "uniform") -> list[tuple[int, str]]:
+        hot = round(count * self.hot_share) if pattern == "skewed" else 0
+        rest = count - hot
+        updates = round(rest * CHANGE_MIX["U"])
+        deletes = round(rest * CHANGE_MIX["D"])
+        inserts = rest - updates - deletes
+        taken = self.deleted | set(self.hot)
         existing: list[int] = []
         while len(existing) < updates + deletes:  # distinct live keys, uniformly over the key space
-            drawn = self.rng.sample(range(1, self.max_key + 1), updates + deletes + len(self.deleted) + 16)
-            existing = [k for k in dict.fromkeys(drawn) if k not in self.deleted][: updates + deletes]
+            drawn = self.rng.sample(range(1, self.max_key + 1), updates + deletes + len(taken) + 16)
+            existing = [k for k in dict.fromkeys(drawn) if k not in taken][: updates + deletes]
         plan = [(k, "U") for k in existing[:updates]] + [(k, "D") for k in existing[updates:]]
         plan += [(self.max_key + 1 + i, "I") for i in range(inserts)]
+        plan += [(self.rng.choice(self.hot), "U") for _ in range(hot)]
         self.deleted.update(k for k, op in plan if op == "D")
         self.max_key += inserts
         self.rng.shuffle(plan)
@@ -234,7 +246,10 @@ def load_changes(spark, table: str, plan: list[tuple[int, str]], round_number: i
     rows = changelog_rows(keys, F.col("change_lsn"), F.col("change_op"), t0 + timedelta(hours=round_number),
                           round_number, round_number)
     append_rows(spark, table, rows)
-    return rows.select("customer_id", "op", F.col("_seq.change_pos").alias("lsn"), "email", "tier").cache()
+    # a key changed several times (skewed pattern) must hold its last change: the highest LSN
+    latest = F.max_by(F.struct("op", F.col("_seq.change_pos").alias("lsn"), "email", "tier"),
+                      F.col("_seq.change_pos"))
+    return rows.groupBy("customer_id").agg(latest.alias("e")).select("customer_id", "e.*").cache()
 
 
 def bucket_spread(spark, plan: list[tuple[int, str]], buckets: int = 16) -> dict[int, int]:
@@ -462,18 +477,21 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
                  f"{create['wall_s']} s, {result['layout_after_create']}")
 
         layout = result["layout_after_create"]
-        keys = KeySpace(size, args.seed + size)
+        keys = KeySpace(size, args.seed + size, args.hot_keys, args.hot_share)
         rows_expected, live_expected = size, size
         for round_number in range(1, args.rounds + 1):
-            plan = keys.draw(args.changes)
+            pattern = args.patterns[(round_number - 1) % len(args.patterns)]
+            plan = keys.draw(args.changes, pattern)
             spread = bucket_spread(spark, plan)
             expected = load_changes(spark, table, plan, round_number, t0)
             inserts = sum(op == "I" for _, op in plan)
             deletes = sum(op == "D" for _, op in plan)
             rows_expected += inserts
             live_expected += inserts - deletes
-            progress(f"N={size:,} round {round_number}: {len(plan):,} changes appended ({inserts} inserts, "
-                     f"{deletes} deletes) over {len(spread)} of 16 buckets; dbt run -s customers_mirror")
+            distinct = len({k for k, _ in plan})
+            progress(f"N={size:,} round {round_number} ({pattern}): {len(plan):,} changes of {distinct:,} keys "
+                     f"appended ({inserts} inserts, {deletes} deletes) over {len(spread)} of 16 buckets; "
+                     f"dbt run -s customers_mirror")
             before = snapshot_ids(spark)
             run = run_dbt_measured(settings, ["run", "-s", "customers_mirror", *dbt_vars], target, events,
                                    args.project_dir)
@@ -485,7 +503,8 @@ def measure_size(size: int, root: Path, args: argparse.Namespace) -> dict:
             layout_before = layout
             layout = mirror_layout(spark)
             entry = {
-                "round": round_number, "changes": len(plan), "model_s": model_s, "wall_s": run["wall_s"],
+                "round": round_number, "pattern": pattern, "changes": len(plan), "keys_changed": distinct,
+                "model_s": model_s, "wall_s": run["wall_s"],
                 "changes_per_s": round(len(plan) / model_s) if model_s else None,
                 "data_files_rewritten": merge.get("deleted-data-files", 0),
                 "data_files_added": merge.get("added-data-files", 0),
@@ -525,13 +544,14 @@ def scan_text(scans: list[dict]) -> str:
 
 def print_report(results: list[dict]) -> None:
     print()
-    print("      size  round  model s  dbt wall s  changes/s  data files rewritten  delete files +/-  "
+    print("      size  round  pattern   keys  model s  dbt wall s  changes/s  data files rewritten  delete files +/-  "
           "pos deletes + (net)  MERGE files read/skipped  buckets  correct  dbt CPU s  other CPU s")
     for r in results:
         for x in r["rounds"]:
             deletes = f"+{x['delete_files_added']}/-{x['delete_files_removed']}"
             positions = f"{x['position_deletes_added']} ({x['position_deletes_net']})"
-            print(f"{r['size']:>10,}  {x['round']:>5}  {x['model_s']:>7}  {x['wall_s']:>10}  {x['changes_per_s']:>9,}  "
+            print(f"{r['size']:>10,}  {x['round']:>5}  {x['pattern']:<8} {x['keys_changed']:>5}  "
+                  f"{x['model_s']:>7}  {x['wall_s']:>10}  {x['changes_per_s']:>9,}  "
                   f"{x['data_files_rewritten']:>20}  {deletes:>16}  {positions:>19}  "
                   f"{x.get('merge_target_files', '?'):>24}  {x['buckets_touched']:>7}  "
                   f"{str(x['check']['correct']):>7}  {x['dbt_cpu_s']:>9}  {x['other_cpu_s']:>11}")
@@ -566,6 +586,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="mirror sizes (keys) to build, smallest first (default: %(default)s)")
     parser.add_argument("--changes", type=int, default=10_000, help="changes per merge round (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="merge rounds per size (default: %(default)s)")
+    parser.add_argument("--patterns", nargs="+", choices=["uniform", "skewed"], default=["uniform"],
+                        help="the rounds' change patterns, in turn: uniform (distinct keys spread over the key "
+                             "space) or skewed (a --hot-share of the changes update --hot-keys hot keys) "
+                             "(default: %(default)s)")
+    parser.add_argument("--hot-keys", type=int, default=100, help="hot keys of the skewed pattern "
+                                                                  "(default: %(default)s)")
+    parser.add_argument("--hot-share", type=float, default=0.9,
+                        help="share of a skewed round's changes on the hot keys (default: %(default)s)")
     parser.add_argument("--driver-memory", help="Spark driver memory for dbt and the setup session, e.g. 4g "
                                                 "(default: LAKEHOUSE_SPARK_DRIVER_MEMORY, else the profile's 2g)")
     parser.add_argument("--seed", type=int, default=7)
@@ -581,6 +609,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.changes < 10 or args.rounds < 1 or min(args.sizes) < args.changes:
         parser.error("--changes at least 10, --rounds at least 1, every size at least --changes")
+    if not 0 <= args.hot_share <= 1 or args.hot_keys < 1:
+        parser.error("--hot-share in [0, 1], --hot-keys at least 1")
     return args
 
 
@@ -599,6 +629,7 @@ def main(argv=None) -> int:
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     options = {"sizes": args.sizes, "changes": args.changes, "rounds": args.rounds, "seed": args.seed,
+               "patterns": args.patterns, "hot_keys": args.hot_keys, "hot_share": args.hot_share,
                "driver_memory": args.driver_memory, "event_log": not args.no_event_log,
                "project_dir": str(args.project_dir), "macros_sha256": macro_hashes(args.project_dir),
                "dbt_vars": args.dbt_vars}
