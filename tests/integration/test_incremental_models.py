@@ -96,8 +96,12 @@ def increments(lake):
     total files and rows."""
     own, session, target = lake
     tables = create_bronze(session, own)
-    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    load_history(session, tables, HISTORY, today - timedelta(days=DAYS), today)
+    # the history ends, and the increments land an hour apart after it, all in the past: a row
+    # stamped later than now would fall in every later run's increment (its bound is a time), and
+    # the tests below land theirs now. Anchored at midnight, a run between 00:00 and 03:00 UTC
+    # landed the increments in the future (CI, 2026-12-03, at 00:35: two history tests failed)
+    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=INCREMENTS + 1)
+    load_history(session, tables, HISTORY, end - timedelta(days=DAYS), end)
     run_dbt(own, ["seed"], target_dir=target, capture=True)
     run_dbt(own, ["run"], target_dir=target, capture=True)
     statements, newest, before = None, {}, {}
@@ -107,7 +111,7 @@ def increments(lake):
         # an hour apart, far more than the 10-minute overlap, which a run falls back to when it
         # has no record of the bronze snapshot its last run read: it would then re-read the
         # previous increment (its rows carry the mark)
-        landed = today + timedelta(hours=number)
+        landed = end + timedelta(hours=number)
         load_increment(session, tables, HISTORY, INCREMENT, number, landed, late_share=0.05, late_days=2)
         resend(session, tables["user_events"], 97, landed)
         resend(session, tables["purchases"], 89, landed)
