@@ -332,17 +332,20 @@ select * from final
 
 {#- Whether `relation` (a changelog) holds a truncation (`truncate_when`) in the rows `where`
     selects (the model's increment filter, or none): a history run reads all its stored versions
-    only then. It reads the increment as the model does, the same files and rows: the condition
-    is counted, not filtered on, so no row-group statistics prune the read differently. -#}
-{% macro changelog_has_truncations(relation, truncate_when, where=none) -%}
+    only then. A truncation is a change without a key: with `key` (the key's first column) the
+    query asks only the rows whose key is null, and Iceberg skips every data file whose null
+    count for it is zero (its metrics), so an increment without a truncation is answered without
+    reading a row. -#}
+{% macro changelog_has_truncations(relation, truncate_when, where=none, key=none) -%}
     {#- a dbt unit test renders refs as fixtures (CTEs named __dbt__cte__<model>); `dbt compile`
         or `docs generate` may run before the changelog exists: nothing to ask -#}
     {%- if not execute or relation is string or (relation | string).startswith('__dbt__cte__')
            or not relation_exists(relation) -%}
         {{ return(false) }}
     {%- endif -%}
+    {%- set conditions = ([where] if where else []) + ([key ~ ' is null'] if key else []) -%}
     {%- set query = 'select count_if(' ~ truncate_when ~ ') from ' ~ relation
-                    ~ (' where ' ~ where if where else '') -%}
+                    ~ (' where (' ~ conditions | join(') and (') ~ ')' if conditions else '') -%}
     {{ return(run_query(query).columns[0].values()[0] > 0) }}
 {%- endmacro %}
 

@@ -33,8 +33,9 @@
     {%- if execute and not delete_when -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set delete_when (e.g. \"op = 'D'\"), the changes that delete their key") %}
     {%- endif -%}
-    {%- set dropped = ['_change_rank'] + ([except_columns] if except_columns is string else except_columns) -%}
     {%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
+    {%- set dropped = ['_change_rank'] + (['_stored_seq'] if incremental and not carried else [])
+                      + ([except_columns] if except_columns is string else except_columns) -%}
 , latest_changes as (
 
     select
@@ -88,38 +89,42 @@ truncations as (
 {% endif %}
 
 {% if incremental %}
-stored_rows as (
+matched_changes as (
 
-    -- the mirror's rows of the keys the increment changes, key and sequence only. Written as
-    -- a semi join with the (small) increment so Spark broadcasts the increment and streams the
-    -- mirror once, instead of shuffling the whole mirror into an anti join
-    select {% for key in keys %}mirror.{{ key }}, {% endfor %}mirror.{{ sequence_by }}
-    from {{ existing }} as mirror
-    left semi join winning_changes
-        on {% for key in keys %}winning_changes.{{ key }} = mirror.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
+    -- each change beside the sequence of its key's row in the mirror (null: none yet). One
+    -- join, the mirror's key and sequence only: the (small) increment on the outer side of a
+    -- right join, so Spark broadcasts it and streams the mirror once, never shuffling it. (A
+    -- CTE is read once per use: a semi join to find the stored rows and joins back to them
+    -- read the increment and the mirror once each per join)
+    select winning_changes.*, mirror.{{ sequence_by }} as _stored_seq
+    from (select {% for key in keys %}{{ key }}, {% endfor %}{{ sequence_by }} from {{ existing }}) as mirror
+    right join winning_changes
+        on {% for key in keys %}mirror.{{ key }} = winning_changes.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
 
 ),
 {% endif %}
 
+{%- set changed = 'matched_changes' if incremental else 'winning_changes' %}
 mirror_changes as (
 
-    select winning_changes.*
-    from winning_changes
+    select {{ changed }}.*
+    from {{ changed }}
+    {% if truncate_when %}
+    cross join truncations
+    {% endif %}
+    where true
     {% if incremental %}
     -- a change not newer than what the mirror holds (a re-read, a duplicate, a late older
     -- change, including one older than a tombstone) is dropped: it cannot resurrect a key
-    left anti join stored_rows as mirror
-        on {% for key in keys %}mirror.{{ key }} = winning_changes.{{ key }} and {% endfor -%}
-           mirror.{{ sequence_by }} >= winning_changes.{{ sequence_by }}
+    and coalesce({{ changed }}._stored_seq < {{ changed }}.{{ sequence_by }}, true)
     {% endif %}
     {% if truncate_when %}
-    cross join truncations
-    where case when winning_changes.{{ keys[0] }} is null
+    and case when {{ changed }}.{{ keys[0] }} is null
         -- the increment's latest truncation, unless the mirror knows it (or a later one) already
         then truncations.stored_truncation is null
-             or winning_changes.{{ sequence_by }} > truncations.stored_truncation
+             or {{ changed }}.{{ sequence_by }} > truncations.stored_truncation
         -- a key's change after every truncation
-        else coalesce(winning_changes.{{ sequence_by }}
+        else coalesce({{ changed }}.{{ sequence_by }}
                       > greatest(truncations.new_truncation, truncations.stored_truncation), true)
         end
     {% endif %}
@@ -136,7 +141,7 @@ carried_changes as (
         {%- for column in columns %}
         {% if column in carried -%}
         {% if incremental -%}
-        case when stored.{{ sequence_by }} >= mirror_changes._filled_{{ column }}.seq then null
+        case when mirror_changes._stored_seq >= mirror_changes._filled_{{ column }}.seq then null
              else mirror_changes._filled_{{ column }}.value end
         {%- else -%}
         mirror_changes._filled_{{ column }}.value
@@ -148,10 +153,6 @@ carried_changes as (
         mirror_changes._is_deleted,
         mirror_changes._change_rank
     from mirror_changes
-    {% if incremental %}
-    left join stored_rows as stored
-        on {% for key in keys %}stored.{{ key }} = mirror_changes.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
-    {% endif %}
 
 ),
 {% endif %}

@@ -77,10 +77,10 @@
     mirror and the history with no edit. `named`: the bronze columns the view selects itself
     (renamed or cast); `except`: those it leaves out on purpose. Bronze's own columns (the
     Kafka coordinates, `_batch_id`, `_is_tombstone`, `_rescued`, `_unavailable`, `_before_key`,
-    a dead row's columns) never pass. `as_null`: each as a null of that name (a row that has no
-    value for them, such as the old key's delete of accounts_changelog). Read when the view is
-    built: a `dbt run` after the column appeared rebuilds it. -#}
-{% macro cdc_added_columns(relation, named, except=[], as_null=false) -%}
+    a dead row's columns) never pass. `null_when`: a condition under which each is null (a
+    row that has no value for them, such as the old key's delete of accounts_changelog). Read
+    when the view is built: a `dbt run` after the column appeared rebuilds it. -#}
+{% macro cdc_added_columns(relation, named, except=[], null_when=none) -%}
     {%- if execute -%}
         {#- bronze's own columns, not the source's: ingestion's metadata, and a dead row's raw
             record, reason and replay bookkeeping (ingestion/formats.py DEAD_COLUMNS,
@@ -92,7 +92,7 @@
         {%- for name in named + except -%}{%- do skip.append(name | lower) -%}{%- endfor -%}
         {%- for column in adapter.get_columns_in_relation(relation) -%}
             {%- if column.name | lower not in skip and not (column.name | lower).startswith('_kafka_') -%}
-        , {{ 'null as ' if as_null }}{{ adapter.quote(column.name) }}
+        , {% if null_when %}case when not ({{ null_when }}) then {{ adapter.quote(column.name) }} end as {% endif %}{{ adapter.quote(column.name) }}
             {%- endif -%}
         {%- endfor -%}
     {%- endif -%}

@@ -30,45 +30,27 @@ bronze_accounts as (
 
 row_changes as (
 
+    -- one row per change, and a second for an update of the primary key: the delete of the key
+    -- it ended. Both come from one read of bronze (the lateral view); a union of two selects
+    -- would read the increment twice, every time a model reads this view
     select
-        account_id,
-        customer_id,
-        account_type,
-        balance,
-        currency,
-        status,
-        updated_at,
-        case when _changes_key then 'I' else op end as op,
+        case when _ends_key then _before_key.account_id else account_id end as account_id,
+        case when not _ends_key then customer_id end as customer_id,
+        case when not _ends_key then account_type end as account_type,
+        case when not _ends_key then balance end as balance,
+        case when not _ends_key then currency end as currency,
+        case when not _ends_key then status end as status,
+        case when not _ends_key then updated_at end as updated_at,
+        case when _ends_key then 'D' when _changes_key then 'I' else op end as op,
         _seq,
         _source_ts,
         _ingested_at,
         _kafka_topic,
         _kafka_partition,
         _kafka_offset
-        {{ cdc_added_columns(source('bronze', 'accounts'), named) }}
+        {{ cdc_added_columns(source('bronze', 'accounts'), named, null_when='_ends_key') }}
     from bronze_accounts
-
-    union all
-
-    -- the key an update of the primary key ended
-    select
-        _before_key.account_id as account_id,
-        null as customer_id,
-        null as account_type,
-        null as balance,
-        null as currency,
-        null as status,
-        null as updated_at,
-        'D' as op,
-        _seq,
-        _source_ts,
-        _ingested_at,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset
-        {{ cdc_added_columns(source('bronze', 'accounts'), named, as_null=true) }}
-    from bronze_accounts
-    where _changes_key
+    lateral view explode(if(_changes_key, array(false, true), array(false))) key_end as _ends_key
 
 ),
 

@@ -18,7 +18,7 @@
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'customers')) -%}
-{%- set truncations = changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment) -%}
+{%- set truncations = changelog_has_truncations(ref('customers_changelog'), "op = 'T'", increment, key='customer_id') -%}
 {%- set reads_all = cdc_history_reads_all(this, ref('customers_changelog'), 'customer_id', increment, truncations) -%}
 
 with

@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks._spark_events import event_log_env, merge_target_reads, newest_event_log, sql_breakdown
-from benchmarks.dbt_scaling import create_bronze, load_history, load_increment
+from benchmarks.dbt_scaling import create_bronze, layer_rows, load_history, load_increment, own_table_of, per_model
 from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
@@ -91,9 +91,10 @@ def run_with_event_log(own, target: Path, events: Path, args: list[str]) -> list
 @pytest.fixture(scope="module")
 def increments(lake):
     """The history built, then INCREMENTS increments applied one `dbt run` each; the last run
-    with Spark's event log. Returns the last run's statements, the bronze tables, and per bronze
+    with Spark's event log. Returns the last run's statements, the bronze tables, per bronze
     table the files and rows its newest increment added (what the last run may read) and its
-    total files and rows."""
+    total files and rows, and the last run's reads per model (statements tied to models by
+    time, as benchmarks/dbt_scaling.py ties them)."""
     own, session, target = lake
     tables = create_bronze(session, own)
     # the history ends, and the increments land an hour apart after it, all in the past: a row
@@ -128,11 +129,12 @@ def increments(lake):
                              "total_files": int(summaries[-1]["total-data-files"]),
                              "total_rows": int(summaries[-1]["total-records"])}
         statements = run_with_event_log(own, target, own.home / "spark-events", ["run"])
-    return statements, tables, newest
+    results = json.loads((target / "run_results.json").read_text())["results"]
+    return statements, tables, newest, per_model({"results": results, "statements": statements})
 
 
 def test_a_run_reads_only_the_newest_bronze_files(increments):
-    statements, tables, newest = increments
+    statements, tables, newest, _ = increments
     bronze_scans = {}
     for statement in statements:
         for scan in statement["scans"]:
@@ -160,6 +162,34 @@ def test_a_run_reads_only_the_newest_bronze_files(increments):
             # reports no rows metric: it produced none).
             assert (scan["data_files"], scan.get("rows", 0)) in ((new["files"], new["rows"]), (0, 0)), \
                 (table, scan, new)
+
+
+def test_a_silver_run_reads_at_most_three_times_its_increment(increments):
+    """Each silver model that reads bronze reads, summed over all its scans (its planning queries
+    included), at most 3x the rows of the bronze increment it applies, from bronze and silver (a
+    mirror's changes table is silver; the model's own table aside: a MERGE's target). Spark
+    reads a CTE or view once per use: the histories and mirrors read the increment four times
+    before the accounts changelog read bronze once per use, the history's planning asked one
+    question per scan, and the mirror's select joined its stored rows twice."""
+    statements, tables, newest, models = increments
+    reads_bronze = {name: model for name, model in models.items() if own_table_of(name) in
+                    {f"silver.{n}" for n in ("user_events", "purchases", "employees", "customers_mirror",
+                                            "accounts_mirror", "customers_history", "accounts_history")}}
+    assert len(reads_bronze) == 7, sorted(models)
+    for name, model in reads_bronze.items():
+        bronze = [table for table in model["reads"] if table in tables.values()]
+        assert len(bronze) == 1, (name, model["reads"])
+        rows = layer_rows(model, own_table_of(name))
+        increment = newest[bronze[0]]["rows"]
+        assert 0 < rows["bronze"] + rows["silver"] <= 3 * increment, (name, increment, model["reads"])
+    # the mirror's select joins its changes with the mirror once, by broadcasting the changes:
+    # the mirror is streamed, never shuffled
+    for mirror, stream in (("customers_mirror", "customers"), ("accounts_mirror", "accounts")):
+        selects = [s for s in statements if {f"lake.silver.{mirror}", f"lake.{tables[stream]}"}
+                   <= {scan["table"] for scan in s["scans"]}]
+        assert len(selects) == 1, (mirror, selects)
+        assert "BroadcastHashJoin" in selects[0]["nodes"], selects[0]["nodes"]
+        assert not {"SortMergeJoin", "ShuffledHashJoin"} & selects[0]["nodes"], selects[0]["nodes"]
 
 
 def content(session, table: str) -> list[tuple]:
@@ -661,7 +691,7 @@ def test_every_merge_reads_only_the_target_columns_it_needs(increments):
     listed here (a new one must say what it reads). On the CDC mirror, whose changes may leave
     a column out (`_unavailable`), this failed before the MERGE named only the columns some
     change lacks: it read every column of the row."""
-    statements, _, _ = increments
+    statements, _, _, _ = increments
     assert target_reads(statements) == {table: [columns] for table, columns in MERGE_TARGET_READS.items()}
 
 
@@ -711,7 +741,7 @@ def test_an_ordinary_history_run_reads_no_closed_version(lake, increments):
     years(valid_to), every run read every file of the table twice, and no file held closed
     versions only (each run's files mixed the new open versions with those it closed)."""
     own, session, target = lake
-    _, tables, _ = increments
+    _, tables, _, _ = increments
     run_dbt(own, ["run", "--select", *(t.split(".")[1] for t in HISTORIES)], target_dir=target, capture=True)
     files = {table: history_files(session, table) for table in HISTORIES}
     for table, (total, closed) in files.items():

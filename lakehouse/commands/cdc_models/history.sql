@@ -19,7 +19,7 @@
 {#- the bronze files added since the last run (not an overlap window, which re-reads the last
     increment: a key it changed twice would make every run read the closed versions) -#}
 {%- set increment = bronze_increment(this, source('bronze', '[[ stream ]]')) -%}
-{%- set truncations = changelog_has_truncations(ref('[[ stream ]]_changelog'), "op = 'T'", increment) -%}
+{%- set truncations = changelog_has_truncations(ref('[[ stream ]]_changelog'), "op = 'T'", increment, key='[[ first_key ]]') -%}
 {%- set reads_all = cdc_history_reads_all(this, ref('[[ stream ]]_changelog'), [[ key_config ]], increment, truncations) -%}
 
 with
