@@ -91,7 +91,7 @@ TARGET_P95_GOLD_S = 60.0
 RATE_TOLERANCE = 0.95  # the producer "kept the rate" when it reached at least this share of it
 PASS_THROUGH = ("SPARK_MASTER", "SPARK_DRIVER_MEMORY", "SHUFFLE_PARTITIONS")  # LAKEHOUSE_* kept from the caller
 # ingestion/job.py writes the counts with thousands separators ("read 12,000").
-BATCH_LINE = re.compile(rf"{STREAM} batch (\d+): read ([\d,]+), bronze ([\d,]+), dead letters ([\d,]+), ([\d.]+)s")
+BATCH_LINE = re.compile(rf"{STREAM} batch (\d+): read ([\d,]+), good ([\d,]+), dead ([\d,]+), ([\d.]+)s")
 READY_LINE = f"ingesting {STREAM} ("
 
 
@@ -263,11 +263,11 @@ class Ingestion:
 
 
 def parse_batch_lines(log_text: str) -> list[dict]:
-    """The ingestion's per-batch lines ("user_events batch 7: read 12,000, bronze ...") as dicts."""
+    """The ingestion's per-batch lines ("user_events batch 7: read 12,000, good ...") as dicts."""
     found = []
     for match in BATCH_LINE.finditer(log_text):
-        batch_id, read, bronze, dead, seconds = match.groups()
-        found.append({"batch_id": int(batch_id), "read": _count(read), "bronze": _count(bronze),
+        batch_id, read, good, dead, seconds = match.groups()
+        found.append({"batch_id": int(batch_id), "read": _count(read), "good": _count(good),
                       "dead": _count(dead), "seconds": float(seconds)})
     return found
 

@@ -66,11 +66,11 @@ class StreamDecoder:
 
     def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
         """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
-        checked against: a batch passes its own timestamp, so its passes (bronze, and a second
-        one for the dead letters of a big batch) classify each record the same way, and so does
-        a replay after a crash, which passes the instant the first attempt stored. A replay
-        takes the schemas current then, so a record may change sides; ingestion/job.py
-        ``_complete`` keeps what the first attempt committed."""
+        checked against: the batch's own instant (its ``_ingested_at``), one per attempt, so every
+        record of an attempt is classified against the same "now". A batch that a crash makes
+        Spark run again is decoded afresh, with the new attempt's instant and the schemas current
+        then: a record may change sides (good or dead), and only the attempt that commits leaves
+        rows (ARCHITECTURE §8)."""
         if self._decode is None:
             self.refresh()
         return self._decode(raw, now or datetime.now(UTC))

@@ -110,10 +110,10 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
                         spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields,
                         extra={"stream": spec.name, "batch": batch_id, "counts": {"rescued": rescued}})
         # the values of the line as fields too (lakehouse/core/logs.py): JSON logs, and a metrics hook
-        log.info("%s batch %d: read %s, bronze %s, dead letters %s, %.1fs, %s rows/s", spec.name, batch_id,
+        log.info("%s batch %d: read %s, good %s, dead %s, %.1fs, %s rows/s", spec.name, batch_id,
                  f"{read:,}", f"{read - dead:,}", f"{dead:,}", seconds, f"{read / max(seconds, 1e-9):,.0f}",
                  extra={"stream": spec.name, "batch": batch_id, "seconds": round(seconds, 3),
-                        "counts": {"read": read, "bronze": read - dead, "dead_letters": dead, "rescued": rescued}})
+                        "counts": {"read": read, "good": read - dead, "dead": dead, "rescued": rescued}})
         if metrics.serving():
             metrics.batch_committed(spec.name, read - dead, reasons, time.time())
         # Spark commits the checkpoint once this function returns.
@@ -212,8 +212,9 @@ def bronze_rows(decoder: StreamDecoder, batch: DataFrame, batch_id: int,
 def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
     """The decoded batch, counted (records, dead rows and their reasons) as the append goes over it.
 
-    The counts come with the one pass that writes the batch: nothing of it is cached, read twice,
-    or brought to the driver. The observation also keeps the decoding whole under the projection
+    The counts come with the one pass that writes the batch: nothing of it is cached or brought to
+    the driver, and the append reads it once (an additive CDC stream's discovery pass,
+    `_add_source_fields`, reads it once more before). The observation also keeps the decoding whole under the projection
     that `to_bronze` puts on it (the checks are computed once per record, not once per column).
     """
     observation = Observation()

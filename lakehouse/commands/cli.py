@@ -145,10 +145,12 @@ def _produce(args, settings: Settings) -> int:
 
 def _add_ingest(sub) -> None:
     parser = sub.add_parser("ingest", help="stream Kafka topics into bronze Iceberg tables",
-                            description="Kafka -> bronze.<stream> and bronze.dead_letters, exactly once. With "
-                                        "LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port "
-                                        "(/metrics: per stream records read, rows to bronze, dead letters by "
-                                        "reason, batch duration, lag, last commit, query state).")
+                            description="Kafka -> bronze.<stream>, exactly once: every record one row of the "
+                                        "stream's bronze table, a good row (decoded) or a dead row (its bytes and "
+                                        "the reason it cannot be read; the view bronze.dead_letters lists them). "
+                                        "With LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port "
+                                        "(/metrics: per stream records read, good rows, dead rows by reason, "
+                                        "batch duration, lag, last commit, query state).")
     job.add_arguments(parser)
     parser.set_defaults(func=job.main)
 

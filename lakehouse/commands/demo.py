@@ -184,7 +184,7 @@ def _print_stream_counts(spark, streams: dict[str, StreamSpec], produced: dict[s
     dead letters are at the manifest's coordinates with its reasons; the streams where not. With
     ``settings`` the offsets that hold no committed record (transaction markers, aborted
     records) are told apart from missing ones (ingestion/invariant.py)."""
-    print(f"  {'stream':<12} {'delivered':>10} {'bronze':>10} {'dead':>7}  check")
+    print(f"  {'stream':<12} {'delivered':>10} {'good':>10} {'dead':>7}  check")
     mismatched = []
     for name, spec in streams.items():
         manifest = produced[name]

@@ -28,11 +28,13 @@ REGISTRY = CollectorRegistry()
 # --- per stream (the ingestion job) ----------------------------------------------------------
 RECORDS_READ = Counter("lakehouse_stream_records_read", "Records the stream's query read from Kafka "
                        "(Spark's numInputRows)", ["stream"], registry=REGISTRY)
-BRONZE_ROWS = Counter("lakehouse_stream_bronze_rows", "Good (decoded) rows the job committed to the stream's "
-                      "bronze table", ["stream"], registry=REGISTRY)
-DEAD_LETTERS = Counter("lakehouse_stream_dead_letters", "Dead rows the job committed to the stream's bronze "
-                       "table, by reason code (lakehouse/contracts/error_codes.py)", ["stream", "reason"],
-                       registry=REGISTRY)
+# A stream's bronze rows are its good rows (decoded) and its dead rows (a reason and the bytes):
+# one name for each, as in the job's lines, `lakehouse status` and the docs.
+GOOD_ROWS = Counter("lakehouse_stream_good_rows", "Good (decoded) rows the job committed to the stream's "
+                    "bronze table", ["stream"], registry=REGISTRY)
+DEAD_ROWS = Counter("lakehouse_stream_dead_rows", "Dead rows the job committed to the stream's bronze "
+                    "table, by reason code (lakehouse/contracts/error_codes.py)", ["stream", "reason"],
+                    registry=REGISTRY)
 BATCH_DURATION = Histogram("lakehouse_stream_batch_duration_seconds", "Duration of a micro-batch that read "
                            "records (Spark's durationMs.triggerExecution)", ["stream"], registry=REGISTRY,
                            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
@@ -114,11 +116,11 @@ def stop_serving() -> None:
 # Updates: streams
 # --------------------------------------------------------------------------------------------
 
-def batch_committed(stream: str, bronze_rows: int, dead_letters: Mapping[str, int], committed_at: float) -> None:
+def batch_committed(stream: str, good_rows: int, dead_rows: Mapping[str, int], committed_at: float) -> None:
     """A micro-batch committed its good rows and its dead rows (count by reason code) to bronze, in one commit."""
-    BRONZE_ROWS.labels(stream).inc(bronze_rows)
-    for reason, count in dead_letters.items():
-        DEAD_LETTERS.labels(stream, reason).inc(count)
+    GOOD_ROWS.labels(stream).inc(good_rows)
+    for reason, count in dead_rows.items():
+        DEAD_ROWS.labels(stream, reason).inc(count)
     LAST_COMMIT.labels(stream).set(committed_at)
 
 

@@ -69,9 +69,9 @@ def test_demo_runs_the_chain_reports_it_and_stops_what_it_started(demo, spark):
     streams = {m.group(1): [int(g.replace(",", "")) for g in m.groups()[1:4]] + [m.group(5)]
                for m in re.finditer(r"^\s+(\w+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+(.+)$", out, re.M)}
     assert set(streams) == {"employees", "purchases", "user_events", "customers", "accounts"}
-    for name, (delivered, bronze, dead, verdict) in streams.items():
+    for name, (delivered, good, dead, verdict) in streams.items():
         assert verdict == "every offset once in bronze (good or dead), reasons match", name
-        assert bronze + dead == delivered and bronze > 0, name
+        assert good + dead == delivered and good > 0, name
     assert sum(dead for _, _, dead, _ in streams.values()) > 0  # a small demo may leave one stream clean
     assert streams["user_events"][0] > 2000  # the demo's faults re-send some events
     # a clean demo passes every critical expectation of every layer

@@ -79,12 +79,12 @@ def test_the_stream_metrics_match_the_tables(lake, ingested):
     samples, stream = ingested["samples"], (("stream", STREAM),)
     bronze_rows = session.table(f"bronze.{STREAM}").where("_error_code is null").count()
     assert samples[("lakehouse_stream_records_read_total", stream)] == ingested["produced"].delivered
-    assert samples[("lakehouse_stream_bronze_rows_total", stream)] == bronze_rows > 0
+    assert samples[("lakehouse_stream_good_rows_total", stream)] == bronze_rows > 0
     dead = {row["error_code"]: row["count"] for row in session.table("bronze.dead_letters")
             .where(F.col("stream") == STREAM).groupBy("error_code").count().collect()}
     assert len(dead) >= 2  # corrupt and invalid records: reasons of their own
     assert {dict(key)["reason"]: value for key, value in
-            of(samples, "lakehouse_stream_dead_letters_total", stream=STREAM).items()} == dead
+            of(samples, "lakehouse_stream_dead_rows_total", stream=STREAM).items()} == dead
     assert bronze_rows + sum(dead.values()) == ingested["produced"].delivered
     # every micro-batch read records (several: max_offsets_per_trigger), each timed once
     location = job.checkpoint_location(own, get_stream(STREAM))

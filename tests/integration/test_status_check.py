@@ -84,7 +84,7 @@ def watched(lake, tmp_path_factory) -> dict:
     assert more.failed == 0
     stopped = check(LAKEHOUSE_STATUS_MAX_LAG="50")  # no stream named: one ingested before must run
     return {"log": log.read_text(), "produced": produced, "running": running, "stopped": stopped,
-            "bronze": session.table(f"bronze.{STREAM}").where("_error_code is null").count()}
+            "good": session.table(f"bronze.{STREAM}").where("_error_code is null").count()}
 
 
 def test_every_line_of_a_real_job_is_a_dated_json_object(watched):
@@ -103,9 +103,9 @@ def test_every_line_of_a_real_job_is_a_dated_json_object(watched):
     counts = [r["counts"] for r in batches]
     # the batch lines' counts add up to what the job read, and to what bronze holds
     assert sum(c["read"] for c in counts) == watched["produced"].delivered
-    assert sum(c["bronze"] for c in counts) == watched["bronze"]
-    assert sum(c["dead_letters"] for c in counts) == len(watched["produced"].manifest()["dead_letters"]) > 0
-    assert all(c["read"] == c["bronze"] + c["dead_letters"] for c in counts)
+    assert sum(c["good"] for c in counts) == watched["good"]
+    assert sum(c["dead"] for c in counts) == len(watched["produced"].manifest()["dead_letters"]) > 0
+    assert all(c["read"] == c["good"] + c["dead"] for c in counts)
 
 
 def test_check_passes_while_the_job_runs(watched):

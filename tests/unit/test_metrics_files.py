@@ -60,7 +60,7 @@ def test_every_expression_names_metrics_the_endpoint_serves(source):
 
 def test_the_alerts_cover_what_an_operator_is_paged_for():
     named = {name for expression in rule_expressions().values() for name in METRIC.findall(expression)}
-    assert {"lakehouse_stream_query_state", "lakehouse_stream_lag_records", "lakehouse_stream_dead_letters_total",
+    assert {"lakehouse_stream_query_state", "lakehouse_stream_lag_records", "lakehouse_stream_dead_rows_total",
             "lakehouse_dbt_model_last_success_timestamp_seconds", "lakehouse_quality_checks_failed"} <= named
 
 
