@@ -179,8 +179,12 @@ class AvroStreamDecoder(StreamDecoder):
     """Confluent-framed Avro: the writer schema of each record by the id in its header.
 
     The bronze columns are the union of the stream's base schema file and every version
-    registered under its subject; a record whose id the subject does not list is a dead
-    letter (UNKNOWN_SCHEMA_ID), kept until its schema is registered and it is replayed.
+    registered under its subject, merged by name at every depth (ingestion/column_types.py
+    `union`: a field a writer adds is a column, a type Iceberg widens widens); a writer's field
+    the column does not hold exactly is never cast, its records with a value there are dead
+    rows (SCHEMA_MISMATCH), and the job warns when it first sees such a writer. A record whose
+    id the subject does not list is a dead letter (UNKNOWN_SCHEMA_ID), kept until its schema is
+    registered and it is replayed.
     """
 
     _columns: StructType | None = None

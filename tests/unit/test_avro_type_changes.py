@@ -220,3 +220,24 @@ def test_a_contract_that_declares_a_type_wide_enough_lands_the_dead_records_agai
         (None, Decimal("1234567.89")), (None, Decimal("2000000000.00"))]
     assert any(f"writer schema id {second} under orders-value now fits bronze" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_misfit_inside_an_array_or_a_map_is_found_in_any_element(stream):
+    """The check looks into every element of an array and every value of a map: a record with a
+    value of the wrong type in any of them is dead; one whose elements hold null there lands."""
+    item_text = {**ITEM, "fields": [{"name": "sku", "type": "string"}, {"name": "n", "type": ["null", "string"]}]}
+    price_double = {**PRICE, "fields": [{"name": "currency", "type": "string"}, {"name": "cents", "type": "double"}]}
+    v1 = schema(items={"type": "array", "items": ITEM}, prices={"type": "map", "values": PRICE})
+    v2 = schema(items={"type": "array", "items": item_text}, prices={"type": "map", "values": price_double})
+    orders = stream(v1)
+    first, second = orders.register(v1), orders.register(v2)
+    orders.send(second, v2, items=[{"sku": "a", "n": None}, {"sku": "b", "n": "2"}])
+    orders.send(second, v2, prices={"eu": {"currency": "EUR", "cents": 1.5}})
+    orders.send(second, v2, items=[{"sku": "c", "n": None}], prices={})
+    orders.send(first, v1, items=[{"sku": "d", "n": 4}])
+    rows = orders.decoded()
+    assert [r._error_code for r in rows] == ["SCHEMA_MISMATCH", "SCHEMA_MISMATCH", None, None]
+    assert rows[0]._error_detail == (f"writer schema id {second}: items.element.n is string in the writer, int in "
+                                     "bronze: not held exactly, never cast")
+    assert "prices.value.cents is double in the writer, bigint in bronze" in rows[1]._error_detail
+    assert [[i.asDict() for i in r.items] for r in rows[2:]] == [[{"sku": "c", "n": None}], [{"sku": "d", "n": 4}]]
