@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
+from ingestion.column_types import holds_exactly, is_widening, same_type
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
 
@@ -95,14 +96,6 @@ def partition_fields(spark: SparkSession, table: str) -> list[str]:
     return [row.data_type for row in rows if row.col_name.startswith("Part ") and row.col_name[5:].isdigit()]
 
 
-# Iceberg's type promotions (spec: "Schema Evolution"): lossless, so old files stay readable.
-WIDENINGS = {("int", "bigint"), ("float", "double")}
-
-
-def is_widening(old: DataType, new: DataType) -> bool:
-    return (old.simpleString(), new.simpleString()) in WIDENINGS
-
-
 # A CDC changelog's order key (ARCHITECTURE §9): a struct compared field by field, so adding a
 # field to it (null in older rows) would silently reorder every change; never evolved.
 SEQUENCE_COLUMN = "_seq"
@@ -114,9 +107,11 @@ def _field_names(data_type: DataType) -> str:
 
 
 def schema_changes(current: StructType, wanted: StructType, prefix: str = "") -> list[str]:
-    """ALTER clauses that make ``current`` hold ``wanted``: columns added (nested too) and
-    types widened. Columns ``wanted`` lacks stay (a record of an older schema has them null);
-    a type change that is not a widening is refused rather than losing data."""
+    """ALTER clauses that make ``current`` hold ``wanted``: columns added (nested too: in structs,
+    in the structs of arrays and map values) and types widened (ingestion/column_types.py
+    `is_widening`). Columns ``wanted`` lacks stay (a record of an older schema has them null), and
+    so does a type that already holds the wanted one exactly (`holds_exactly`: a bigint column
+    where a decoder now says int); any other type change is refused rather than losing data."""
     clauses = []
     existing = {f.name: f.dataType for f in current.fields}
     for field in wanted.fields:
@@ -130,15 +125,27 @@ def schema_changes(current: StructType, wanted: StructType, prefix: str = "") ->
                 "cannot be compared: drop the table and the stream's checkpoint, then ingest the topic again")
         if old is None:
             clauses.append(f"add column {path} {sql_type(field.dataType)}")
-        elif isinstance(old, StructType) and isinstance(field.dataType, StructType):
-            clauses.extend(schema_changes(old, field.dataType, f"{path}."))
-        elif old != field.dataType and is_widening(old, field.dataType):
-            clauses.append(f"alter column {path} type {sql_type(field.dataType)}")
-        elif old != field.dataType and not is_widening(field.dataType, old):
-            raise LakehouseError(
-                f"column {path} changed type from {old.simpleString()} to {field.dataType.simpleString()}, "
-                "which is not a lossless widening: add a new column instead")
+        else:
+            clauses.extend(_type_changes(path, old, field.dataType))
     return clauses
+
+
+def _type_changes(path: str, old: DataType, new: DataType) -> list[str]:
+    """ALTER clauses that make the column at ``path``, of type ``old``, hold ``new``. Iceberg names
+    an array's element ``element`` and a map's value ``value`` in a column's path."""
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        return schema_changes(old, new, f"{path}.")
+    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
+        return _type_changes(f"{path}.element", old.elementType, new.elementType)
+    if isinstance(old, MapType) and isinstance(new, MapType) and same_type(old.keyType, new.keyType):
+        return _type_changes(f"{path}.value", old.valueType, new.valueType)
+    if same_type(old, new) or holds_exactly(old, new):
+        return []
+    if is_widening(old, new):
+        return [f"alter column {path} type {sql_type(new)}"]
+    raise LakehouseError(
+        f"column {path} changed type from {old.simpleString()} to {new.simpleString()}, "
+        "which is not a lossless widening: add a new column instead")
 
 
 def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[str]:
@@ -152,13 +159,23 @@ def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[st
 
 
 def _conformed_column(column: Column, source: DataType, target: DataType) -> Column:
-    if isinstance(source, StructType) and isinstance(target, StructType) and source != target:
+    """A column of the rows, of type ``source``, as the table's ``target``: struct fields by name at
+    every depth (inside arrays and map values too), never by position; a leaf cast to the type
+    the table widened it to (`schema_changes` made ``target`` hold ``source`` exactly)."""
+    if source == target:
+        return column
+    if isinstance(source, StructType) and isinstance(target, StructType):
         have = {f.name: f.dataType for f in source.fields}
         return F.when(column.isNotNull(), F.struct(*[
             (_conformed_column(column[f.name], have[f.name], f.dataType) if f.name in have
              else F.lit(None).cast(f.dataType)).alias(f.name)
             for f in target.fields]))
-    return column if source == target else column.cast(target)
+    if isinstance(source, ArrayType) and isinstance(target, ArrayType) and not same_type(source, target):
+        return F.transform(column, lambda item: _conformed_column(item, source.elementType, target.elementType))
+    if isinstance(source, MapType) and isinstance(target, MapType) and not same_type(source, target):
+        return F.transform_values(column, lambda _key, item: _conformed_column(item, source.valueType,
+                                                                               target.valueType))
+    return column.cast(target)
 
 
 def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:

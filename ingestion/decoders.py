@@ -22,10 +22,10 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
 from ingestion import bronze, formats
-from ingestion.bronze import is_widening
+from ingestion.column_types import misfits, union
 from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
@@ -175,24 +175,16 @@ class JsonStreamDecoder(StreamDecoder):
         return changes
 
 
-def _union(columns: list[StructField], extra: StructType) -> list[StructField]:
-    """``columns`` plus the fields of ``extra`` it lacks; a field both have takes the wider type."""
-    merged = {f.name: f for f in columns}
-    for field in extra.fields:
-        known = merged.get(field.name)
-        if known is None:
-            merged[field.name] = StructField(field.name, field.dataType, True)
-        elif is_widening(known.dataType, field.dataType):
-            merged[field.name] = StructField(field.name, field.dataType, True)
-    return list(merged.values())
-
-
 class AvroStreamDecoder(StreamDecoder):
     """Confluent-framed Avro: the writer schema of each record by the id in its header.
 
     The bronze columns are the union of the stream's base schema file and every version
-    registered under its subject; a record whose id the subject does not list is a dead
-    letter (UNKNOWN_SCHEMA_ID), kept until its schema is registered and it is replayed.
+    registered under its subject, merged by name at every depth (ingestion/column_types.py
+    `union`: a field a writer adds is a column, a type Iceberg widens widens); a writer's field
+    the column does not hold exactly is never cast, its records with a value there are dead
+    rows (SCHEMA_MISMATCH), and the job warns when it first sees such a writer. A record whose
+    id the subject does not list is a dead letter (UNKNOWN_SCHEMA_ID), kept until its schema is
+    registered and it is replayed.
     """
 
     _columns: StructType | None = None
@@ -205,6 +197,7 @@ class AvroStreamDecoder(StreamDecoder):
         self._types: dict[str, StructType] = {}
         self._registry_seen: object = None  # the local registry file's stat, or when a remote one was polled
         self._subject: tuple[tuple[int, str], ...] = ()
+        self._misfits_said: dict[int, tuple[str, ...]] = {}  # per writer schema id, the misfits last logged
 
     def _current_version(self) -> object:
         return _file_version(self.spec.schema_path), self._subject_schemas()
@@ -249,17 +242,36 @@ class AvroStreamDecoder(StreamDecoder):
         fields = list(self._spark_type(self.spec.schema_path.read_text()).fields)
         refuse_own_fields(self.spec, [f.name for f in fields], self.spec.schema_path.name)
         for schema_id in sorted(writer_types):
-            fields = _union(fields, writer_types[schema_id])
+            fields = union(fields, writer_types[schema_id])
         columns = StructType(fields)
         changes = _field_changes(self._columns, columns)
         new_ids = set(writer_schemas) - self._schema_ids if self._schema_ids is not None else set()
         if new_ids:
             changes.insert(0, f"new schema id(s) {', '.join(map(str, sorted(new_ids)))} under {self.spec.subject}")
+        self._say_misfits(writer_types, columns)
         self._columns, self._schema_ids = columns, set(writer_schemas)
         spec = self.spec
         self._decode = lambda raw, now: formats.decode_avro(raw, writer_schemas, writer_types, columns,
                                                            spec.required_columns, spec.event_time_column, now)
         return changes
+
+    def _say_misfits(self, writer_types: dict[int, StructType], columns: StructType) -> None:
+        """Warn, before the first record of it is read (when the job starts, or at the batch that
+        first sees it), that a writer schema sends a type bronze does not hold exactly: its
+        records with a value there become dead rows. And say when a contract change made such
+        a writer fit, so its dead rows can be replayed."""
+        said = self._misfits_said
+        for schema_id, writer in sorted(writer_types.items()):
+            wrong = tuple(misfit.describe() for misfit in misfits(writer, columns))
+            if wrong and said.get(schema_id) != wrong:
+                log.warning("%s: writer schema id %d under %s sends %s: not held exactly, never cast; its records "
+                            "with a value there become dead rows SCHEMA_MISMATCH (docs/streams.md, \"Producer type "
+                            "changes\")", self.spec.name, schema_id, self.spec.subject, "; ".join(wrong))
+            elif not wrong and said.get(schema_id):
+                log.info("%s: writer schema id %d under %s now fits bronze: `lakehouse dlq replay --stream %s "
+                         "--reason SCHEMA_MISMATCH` lands its dead rows", self.spec.name, schema_id, self.spec.subject,
+                         self.spec.name)
+            said[schema_id] = wrong
 
 
 class ProtobufStreamDecoder(StreamDecoder):

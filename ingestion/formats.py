@@ -32,6 +32,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from ingestion.column_types import misfits, same_type
 from lakehouse.contracts import wire
 from lakehouse.contracts.streams import DEBEZIUM_UNAVAILABLE_PLACEHOLDER, JsonContract
 from lakehouse.core.sql import quote
@@ -390,8 +391,12 @@ def decode_avro(
 ) -> DataFrame:
     """Avro records, each read with the writer schema its header names, as ``columns``.
 
-    ``writer_types`` is the Spark type each writer schema decodes to; ``columns`` is the union
-    of them (bronze's payload columns): a field a writer lacks is null in its records.
+    ``writer_types`` is the Spark type each writer schema decodes to; ``columns`` is their union
+    (bronze's payload columns, ingestion/column_types.py `union`): a field a writer lacks is null
+    in its records. Each writer's record is fitted to ``columns`` by name at every depth
+    (`conformed`), never by position, and never cast where the column does not hold the writer's
+    type exactly: a record with a value in such a place (`misfits`) is SCHEMA_MISMATCH, naming
+    the writer schema id, the field's path and both types.
     """
     from pyspark.sql.avro.functions import from_avro
 
@@ -407,17 +412,27 @@ def decode_avro(
         .alias(by_writer[writer_id])
         for writer_id, writer_schema in writer_schemas.items()])
     payload = F.lit(None).cast(columns)
+    undecoded = F.lit(True)
+    mismatch, mismatch_detail = F.lit(False), F.lit(None).cast("string")
     for writer_id in writer_schemas:
-        decoded = F.col(by_writer[writer_id])
-        known = {field.name for field in writer_types[writer_id].fields}
-        unified = F.struct(*[
-            (decoded[field.name] if field.name in known else F.lit(None)).cast(field.dataType).alias(field.name)
-            for field in columns.fields
-        ])
-        payload = F.when(F.col("_schema_id") == writer_id, unified).otherwise(payload)
-    parsed = framed.select(*kafka_columns(framed), "_schema_id", payload.alias("_payload"))
+        decoded, writer = F.col(by_writer[writer_id]), writer_types[writer_id]
+        this_writer = F.col("_schema_id") == writer_id
+        payload = F.when(this_writer, conformed(decoded, writer, columns)).otherwise(payload)
+        # what PERMISSIVE gives for a body that does not decode: null, or a struct of nulls
+        undecoded = F.when(this_writer, decoded.isNull() | reduce(
+            operator.and_, [decoded[f.name].isNull() for f in writer.fields], F.lit(True))).otherwise(undecoded)
+        wrong = misfits(writer, columns)
+        if wrong:
+            present = {misfit.describe(): _present(decoded, misfit.steps) for misfit in wrong}
+            mismatch = mismatch | (this_writer & _any(present.values()))
+            mismatch_detail = F.when(this_writer, F.concat(
+                F.lit(f"writer schema id {writer_id}: "),
+                F.concat_ws("; ", *[F.when(value_there, F.lit(text)) for text, value_there in present.items()]),
+                F.lit(": not held exactly, never cast"))).otherwise(mismatch_detail)
+    parsed = framed.select(*kafka_columns(framed), "_schema_id", payload.alias("_payload"),
+                           undecoded.alias("_undecoded"), mismatch.alias("_mismatch"),
+                           mismatch_detail.alias("_mismatch_detail"))
     payload_col, id_col = F.col("_payload"), F.col("_schema_id")
-    all_null = reduce(operator.and_, [payload_col[f.name].isNull() for f in columns.fields], F.lit(True))
     known_ids = list(writer_schemas) or [-1]
     return _with_errors(parsed, [*[payload_col[f.name].alias(f.name) for f in columns.fields],
                                  id_col.cast("int").alias("_schema_id")], [
@@ -425,11 +440,47 @@ def decode_avro(
          F.lit("no Confluent wire-format header (magic byte 0 and a 4-byte schema id)")),
         (~id_col.isin(*known_ids), "UNKNOWN_SCHEMA_ID",
          F.concat(F.lit("schema id "), id_col.cast("string"), F.lit(" is not registered for this stream"))),
-        (payload_col.isNull() | all_null, "CORRUPT_PAYLOAD",
+        (F.col("_undecoded"), "CORRUPT_PAYLOAD",
          F.concat(F.lit("body does not decode with writer schema "), id_col.cast("string"))),
+        (F.col("_mismatch"), "SCHEMA_MISMATCH", F.col("_mismatch_detail")),
         _missing_check(payload_col, required),
         _event_time_check(payload_col[event_time_column], event_time_column, now),
     ])
+
+
+def conformed(value: Column, writer: DataType, column: DataType) -> Column:
+    """``value``, of the writer's type, as ``column``'s type: struct fields by name at every depth
+    (a field the writer lacks null; inside arrays and maps through transform and
+    transform_values), a leaf cast only where the column holds it exactly (`holds_exactly`; so
+    the cast changes nothing), null where it does not (the record is then SCHEMA_MISMATCH, or
+    its value there was null)."""
+    if same_type(writer, column):
+        return value
+    if isinstance(writer, StructType) and isinstance(column, StructType):
+        have = {f.name: f.dataType for f in writer.fields}
+        return F.when(value.isNotNull(), F.struct(*[
+            (conformed(value[f.name], have[f.name], f.dataType) if f.name in have
+             else F.lit(None).cast(f.dataType)).alias(f.name)
+            for f in column.fields]))
+    if isinstance(writer, ArrayType) and isinstance(column, ArrayType):
+        return F.transform(value, lambda element: conformed(element, writer.elementType, column.elementType))
+    if isinstance(writer, MapType) and isinstance(column, MapType) and same_type(writer.keyType, column.keyType):
+        return F.transform_values(value, lambda _key, item: conformed(item, writer.valueType, column.valueType))
+    if not misfits(writer, column):
+        return value.cast(column)
+    return F.lit(None).cast(column)
+
+
+def _present(value: Column, steps: tuple[tuple[str, ...], ...]) -> Column:
+    """Whether ``value`` has a non-null value at ``steps`` (a `Misfit`'s place): in any element of
+    an array, any key or value of a map."""
+    if not steps:
+        return value.isNotNull()
+    step, rest = steps[0], steps[1:]
+    if step[0] == "field":
+        return _present(value[step[1]], rest)
+    inside = value if step[0] == "element" else F.map_keys(value) if step[0] == "key" else F.map_values(value)
+    return F.coalesce(F.exists(inside, lambda item: _present(item, rest)), F.lit(False))
 
 
 # --- Protobuf ------------------------------------------------------------------------------
@@ -437,12 +488,16 @@ def decode_avro(
 def decode_protobuf(raw: DataFrame, function: str, columns: StructType, required: tuple[str, ...],
                     event_time_column: str, now: datetime | None = None) -> DataFrame:
     """Protobuf records through the registered function ``function`` (see
-    ingestion/protobuf_udf.py), which returns (payload, error_code, error_detail)."""
+    ingestion/protobuf_udf.py), which returns (payload, error_code, error_detail): CORRUPT_PAYLOAD
+    for bytes that are no message, SCHEMA_MISMATCH for a field sent with a wire type its declared
+    type cannot take (the detail names its path and both wire types)."""
     parsed = raw.select(*kafka_columns(raw), F.call_function(function, F.col("value")).alias("_decoded"))
     decoded = F.col("_decoded")
-    payload = decoded["payload"]
+    payload, code = decoded["payload"], decoded["error_code"]
     return _with_errors(parsed, [payload[f.name].alias(f.name) for f in columns.fields], [
-        (decoded["error_code"].isNotNull(), "CORRUPT_PAYLOAD", decoded["error_detail"]),
+        (code == F.lit("CORRUPT_PAYLOAD"), "CORRUPT_PAYLOAD", decoded["error_detail"]),
+        (code == F.lit("SCHEMA_MISMATCH"), "SCHEMA_MISMATCH",
+         F.concat(F.lit("wrong wire type for field "), decoded["error_detail"])),
         _missing_check(payload, required),
         _event_time_check(payload[event_time_column], event_time_column, now),
     ])

@@ -12,8 +12,11 @@ The registered function takes the message bytes and returns one struct::
 
     struct<payload: struct<...the message's fields...>, error_code: string, error_detail: string>
 
-A value that does not parse gives a null payload and ``CORRUPT_PAYLOAD``; it never fails
-the task. Select the function's result once as a column, then expand it: each call parses.
+A value that does not parse gives a null payload and ``CORRUPT_PAYLOAD``; one whose field
+came with a wire type its declared type cannot take (a producer changed the field's type), a
+null payload and ``SCHEMA_MISMATCH`` naming the field's path and both wire types (where
+protobuf-java would skip the field and leave its default). It never fails the task. Select
+the function's result once as a column, then expand it: each call parses.
 
 It is registered as a Catalyst expression (``DecodeExpression``), not a Java UDF, so Spark
 takes the row it builds as it is, with no conversion per field after each call.

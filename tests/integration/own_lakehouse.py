@@ -17,17 +17,18 @@ from lakehouse.core.spark import ensure_namespaces, session_on
 
 
 @contextmanager
-def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str,
-                  rest: bool = False, s3: bool = False) -> Iterator[tuple[Settings, object, Path]]:
+def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str, rest: bool = False, s3: bool = False,
+                  extra_env: dict[str, str] | None = None) -> Iterator[tuple[Settings, object, Path]]:
     """(its settings, a Spark session on its catalog, a dbt target folder); its broker runs
     until the block ends. ``rest``: the catalog is an Iceberg REST catalog server (the cluster
     profile's kind) instead of the JDBC catalog on SQLite; ``s3``: its warehouse is
     s3://lakehouse/warehouse on an S3-compatible store, whose keys are then in this process's
-    environment (and so in every `lakehouse` command started with cli_env) until the block ends."""
+    environment (and so in every `lakehouse` command started with cli_env) until the block ends.
+    ``extra_env``: more settings of the lakehouse (LAKEHOUSE_SCHEMA_REGISTRY_URL, say)."""
     home = tmp_path_factory.mktemp(f"{name}-home")
     (home / "jars").symlink_to(settings.jars_dir.resolve())
     env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
-           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **(extra_env or {})}
     with ExitStack() as stack:
         store, warehouse = None, f"file://{home}/warehouse"
         if s3:
@@ -72,4 +73,4 @@ def cli_env(own: Settings) -> dict[str, str]:
     return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_CATALOG_TYPE": own.catalog_type,
             "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse,
-            "LAKEHOUSE_S3_ENDPOINT": own.s3_endpoint}
+            "LAKEHOUSE_S3_ENDPOINT": own.s3_endpoint, "LAKEHOUSE_SCHEMA_REGISTRY_URL": own.schema_registry_url}

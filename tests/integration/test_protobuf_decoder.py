@@ -389,36 +389,115 @@ def _mutated(data: bytes, rng: random.Random, pool: list[bytes]) -> bytes:
     return rng.randbytes(rng.randint(0, 40))
 
 
-def _compare_with_python(spark, udf_name: str, message_class, values: list[bytes]) -> tuple[int, list[bytes]]:
-    """Decode with the UDF and with python-protobuf: (how many python-protobuf parsed, values decoded otherwise)."""
+# The wire type each declared type is written with (protobuf's encoding guide)
+WIRE_TYPES = {**dict.fromkeys((FD.TYPE_INT32, FD.TYPE_INT64, FD.TYPE_UINT32, FD.TYPE_UINT64, FD.TYPE_SINT32,
+                               FD.TYPE_SINT64, FD.TYPE_BOOL, FD.TYPE_ENUM), 0),
+              **dict.fromkeys((FD.TYPE_FIXED64, FD.TYPE_SFIXED64, FD.TYPE_DOUBLE), 1),
+              **dict.fromkeys((FD.TYPE_STRING, FD.TYPE_BYTES, FD.TYPE_MESSAGE), 2),
+              FD.TYPE_GROUP: 3, **dict.fromkeys((FD.TYPE_FIXED32, FD.TYPE_SFIXED32, FD.TYPE_FLOAT), 5)}
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return result, at
+
+
+def _tag(data: bytes, at: int) -> tuple[int, int, int]:
+    """(field number, wire type, position after): the low 32 bits, as protobuf-java reads a tag."""
+    tag, at = _varint(data, at)
+    tag &= 0xFFFFFFFF
+    return tag >> 3, tag & 7, at
+
+
+def _skipped(data: bytes, at: int, wire_type: int) -> int:
+    if wire_type == 0:
+        return _varint(data, at)[1]
+    if wire_type in (1, 5):
+        return at + (8 if wire_type == 1 else 4)
+    if wire_type == 2:
+        length, at = _varint(data, at)
+        return at + length
+    while True:  # a group: up to its end tag
+        _, inner, at = _tag(data, at)
+        if inner == 4:
+            return at
+        at = _skipped(data, at, inner)
+
+
+def _wrong_wire_type(data: bytes, descriptor, at: int = 0, end: int | None = None) -> bool:
+    """Whether well-formed bytes (python-protobuf read them) hold a field of ``descriptor``, at any
+    depth, with a wire type its declared type cannot take: an independent reading of what the
+    decoder calls SCHEMA_MISMATCH, where python-protobuf keeps such a field as an unknown one. A
+    repeated scalar may come packed; map entries are messages of a key and a value."""
+    end = len(data) if end is None else end
+    while at < end:
+        number, wire_type, at = _tag(data, at)
+        if wire_type == 4:  # the end of the group being read
+            return False
+        field, start = descriptor.fields_by_number.get(number), at
+        at = _skipped(data, at, wire_type)
+        if field is None:
+            continue
+        expected = WIRE_TYPES[field.type]
+        if wire_type == expected:
+            if field.type == FD.TYPE_MESSAGE:
+                length, body = _varint(data, start)
+                if _wrong_wire_type(data, field.message_type, body, body + length):
+                    return True
+            elif field.type == FD.TYPE_GROUP and _wrong_wire_type(data, field.message_type, start, at):
+                return True
+        elif not (field.is_repeated and expected != 2 and wire_type == 2):  # packed
+            return True
+    return False
+
+
+def _compare_with_python(spark, udf_name: str, message_class, values: list[bytes]) -> tuple[int, list[bytes], int]:
+    """Decode with the UDF and with python-protobuf: (how many python-protobuf parsed, values decoded
+    otherwise, how many of those parsed had a field of the wrong wire type).
+
+    A message python-protobuf reads but whose field came with a wrong wire type is expected
+    SCHEMA_MISMATCH (python-protobuf keeps the field as an unknown one), unless it is also
+    refused for a value (a timestamp out of range): corrupt comes first. A proto2 required field
+    then missing is not refused: it was sent, with the wrong wire type."""
     from google.protobuf.message import DecodeError
 
     rows = _decode(spark, udf_name, values)
-    parsed, different = 0, []
+    parsed, different, mismatches = 0, [], 0
     for value, row in zip(values, rows, strict=True):
+        mismatch = False
         try:
             message = message_class.FromString(value)
-            if not message.IsInitialized():
+            mismatch = _wrong_wire_type(value, message_class.DESCRIPTOR)
+            if not message.IsInitialized() and not mismatch:
                 raise _Refused
             expected = _expected_message(message)
         except (DecodeError, _Refused):
-            expected = None
+            expected, mismatch = None, False
         if expected is None:
             agrees = (row.payload, row.error_code) == (None, "CORRUPT_PAYLOAD")
+        elif mismatch:
+            parsed, mismatches = parsed + 1, mismatches + 1
+            agrees = (row.payload, row.error_code) == (None, "SCHEMA_MISMATCH")
         else:
             parsed += 1
             assert row.error_code is None, (value, row.error_detail)  # never refuses what the oracle reads
             agrees = _normalized(row.payload.asDict(recursive=True)) == _normalized(expected)
         if not agrees:
             different.append(value)
-    return parsed, different
+    return parsed, different, mismatches
 
 
 def _check_against_python(spark, udf_name: str, message_class, pool: list[bytes], rng: random.Random) -> None:
     # Valid messages, and two of them back to back (Protobuf merges them): exactly the same.
     merged = [rng.choice(pool) + rng.choice(pool) for _ in range(len(pool))]
-    parsed, different = _compare_with_python(spark, udf_name, message_class, pool + merged)
-    assert parsed == 2 * len(pool) and different == []
+    parsed, different, mismatches = _compare_with_python(spark, udf_name, message_class, pool + merged)
+    assert parsed == 2 * len(pool) and different == [] and mismatches == 0
 
     # Damaged bytes: protobuf-java (whose CodedInputStream the decoder reads with) and upb read a
     # few malformed inputs differently: tags longer than 32 bits and junk in a varint's 10th byte
@@ -427,8 +506,9 @@ def _check_against_python(spark, udf_name: str, message_class, pool: list[bytes]
     # and the same result in nearly every case.
     damaged = [_mutated(rng.choice(pool), rng, pool) for _ in range(2000)]
     damaged.append(b"\x0b" * 50_000)  # deeply nested unknown groups: an error, not a stack overflow
-    parsed, different = _compare_with_python(spark, udf_name, message_class, damaged)
+    parsed, different, mismatches = _compare_with_python(spark, udf_name, message_class, damaged)
     assert 100 < parsed < len(damaged) - 100  # both outcomes well exercised
+    assert mismatches > 0  # and a field of the wrong wire type in well-formed bytes (12 to 27 of 2,000 here)
     assert len(different) <= len(damaged) // 100, different[:5]
 
 
@@ -568,3 +648,106 @@ def test_proto2_required_closed_enums_groups(spark, tmp_path):
     assert (rows[0].payload.note, rows[0].payload.extra, rows[0].payload.main) == (None, None, None)
     assert (rows[2].error_code, rows[2].error_detail) == ("CORRUPT_PAYLOAD", "id: missing required field")
     assert (rows[3].error_code, rows[3].error_detail) == ("CORRUPT_PAYLOAD", "parts.code: missing required field")
+
+
+def _field(number: int, wire_type: int, payload: bytes) -> bytes:
+    """One field on the wire: its tag, then ``payload`` (a length-delimited one's length included)."""
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    tag = _VarintBytes(number << 3 | wire_type)
+    return tag + (_VarintBytes(len(payload)) + payload if wire_type == 2 else payload)
+
+
+def test_a_field_with_the_wrong_wire_type_is_a_schema_mismatch_naming_it(spark, everything, tmp_path):
+    """A producer that changed a field's type sends it with another wire type: protobuf-java (and
+    this decoder before) skipped it as an unknown field, and the column held the default (0, "",
+    null) in silence. Now the record is SCHEMA_MISMATCH, naming the field's path and both wire
+    types, at any depth; the changes protobuf's spec calls compatible still read (a repeated
+    scalar packed or not), and a message that is also corrupt is CORRUPT_PAYLOAD (that check
+    comes first)."""
+    descriptor, Everything = everything
+    register_udf(spark, "test_decode_wire_types", descriptor, "lakehouse.test.Everything")
+    inner_label_varint = _field(1, 0, b"\x05")
+    cases = {
+        "small_unsigned: wire type 2 (length-delimited) where its declared type uint32 takes wire type 0 (varint)":
+            _field(3, 2, b"ab"),
+        "inner.label: wire type 0 (varint) where its declared type string takes wire type 2 (length-delimited)":
+            _field(8, 2, inner_label_varint),
+        "inners.numbers: wire type 5 (32-bit) where its declared type repeated int32 takes wire type 0 (varint)":
+            _field(9, 2, _field(1, 2, b"ok") + _field(2, 5, b"\x01\x00\x00\x00")),
+        "counts.value: wire type 2 (length-delimited) where its declared type int64 takes wire type 0 (varint)":
+            _field(2, 2, _field(1, 2, b"x") + _field(2, 2, b"7")),
+        "inner_by_id.key: wire type 2 (length-delimited) where its declared type int32 takes wire type 0 (varint)":
+            _field(10, 2, _field(1, 2, b"5")),
+        "inner_by_id.value.at.seconds: wire type 1 (64-bit) where its declared type int64 takes wire type 0 "
+        "(varint)": _field(10, 2, _field(1, 0, b"\x05") + _field(2, 2, _field(3, 2, _field(1, 1, bytes(8))))),
+        "wrapped_u32.value: wire type 2 (length-delimited) where its declared type uint32 takes wire type 0 "
+        "(varint)": _field(11, 2, _field(1, 2, b"\x07")),
+        "color: wire type 5 (32-bit) where its declared type enum lakehouse.test.Color takes wire type 0 (varint)":
+            _field(17, 5, b"\x01\x00\x00\x00"),
+        # a singular scalar sent as a packed list: not compatible by the spec ("not generally safe")
+        "maybe: wire type 2 (length-delimited) where its declared type int32 takes wire type 0 (varint)":
+            _field(5, 2, b"\x01\x02"),
+        "inner: wire type 0 (varint) where its declared type lakehouse.test.Inner takes wire type 2 "
+        "(length-delimited)": _field(8, 0, b"\x01"),
+    }
+    good = Everything(small_unsigned=9, maybe=1).SerializeToString()
+    packed_and_not = _field(8, 2, _field(2, 2, b"\x01\x02") + _field(2, 0, b"\x03"))  # inner.numbers = [1, 2, 3]
+    also_corrupt = _field(3, 2, b"ab") + b"\x0a\x09short"  # a mismatch, then a string cut short
+    end_group = _field(3, 4, b"")  # an end-group tag of a known field: a corrupt message, as before
+    values = [good + bytes(v) for v in cases.values()] + [packed_and_not, also_corrupt, end_group]
+    rows = _decode(spark, "test_decode_wire_types", values)
+
+    for (detail, _), row in zip(cases.items(), rows, strict=False):
+        assert (row.payload, row.error_code, row.error_detail) == (None, "SCHEMA_MISMATCH", detail)
+    assert rows[-3].error_code is None and rows[-3].payload.inner.numbers == [1, 2, 3]
+    assert (rows[-2].payload, rows[-2].error_code) == (None, "CORRUPT_PAYLOAD")
+    assert (rows[-1].payload, rows[-1].error_code) == (None, "CORRUPT_PAYLOAD")
+
+    # proto2: a required field sent with another wire type is a mismatch, not "missing"; a group
+    # sent as a length-delimited message is one too
+    legacy, Legacy = _compile(tmp_path, "legacy", LEGACY_PROTO, "lakehouse.test2.Legacy")
+    register_udf(spark, "test_decode_legacy_wire_types", legacy, "lakehouse.test2.Legacy")
+    wrong_id = _field(1, 2, b"12")
+    group_as_message = Legacy(id=1).SerializeToString() + _field(5, 2, _field(6, 0, b"\x01"))
+    id_row, group_row = _decode(spark, "test_decode_legacy_wire_types", [wrong_id, group_as_message])
+    assert (id_row.error_code, id_row.error_detail) == (
+        "SCHEMA_MISMATCH", "id: wire type 2 (length-delimited) where its declared type int64 takes wire type 0 "
+                           "(varint)")
+    assert (group_row.error_code, group_row.error_detail) == (
+        "SCHEMA_MISMATCH", "extra: wire type 2 (length-delimited) where its declared type group "
+                           "lakehouse.test2.Legacy.Extra takes wire type 3 (start-group)")
+
+
+def test_a_producer_type_change_is_a_schema_mismatch_of_the_stream_not_a_default(spark, employee_udf,
+                                                                                 employee_descriptor):
+    """The employees stream's decoding (ingestion/formats.py decode_protobuf): a producer that
+    made `employee_age` a plain int32 (it is a google.protobuf.Int32Value) sends a varint where a
+    message is declared; one that made `id` a string sends it length-delimited. Before, the
+    first landed with a null age and the second with id 0, in silence; now each is a dead row
+    SCHEMA_MISMATCH naming the field, and a corrupt message is still CORRUPT_PAYLOAD."""
+    from ingestion import formats
+    from lakehouse.contracts.streams import get_stream
+
+    spec = get_stream("employees")
+    rng = random.Random(3)
+    good = employees.make_employee(rng, NOW)
+    without_age, without_id = employees.make_employee(rng, NOW), employees.make_employee(rng, NOW)
+    without_age.ClearField("employee_age")
+    without_id.id = 0
+    values = [employees.encode(good), employees.encode(without_age) + _field(4, 0, b"\x2a"),
+              employees.encode(without_id) + _field(1, 2, b"1234"), b"\x0a\x09short"]
+    raw = spark.createDataFrame([(b"k", v, "employees", 0, i, NOW) for i, v in enumerate(values)],
+                                "key binary, value binary, topic string, partition int, offset long, "
+                                "timestamp timestamp")
+    columns = udf_result_schema(spark, employee_descriptor, employees.MESSAGE_NAME)["payload"].dataType
+    rows = formats.decode_protobuf(raw, employee_udf, columns, spec.required_columns, spec.event_time_column,
+                                   NOW).orderBy("offset").collect()
+    assert [(r._error_code, r._error_detail) for r in rows[:3]] == [
+        (None, None),
+        ("SCHEMA_MISMATCH", "wrong wire type for field employee_age: wire type 0 (varint) where its declared type "
+                            "google.protobuf.Int32Value takes wire type 2 (length-delimited)"),
+        ("SCHEMA_MISMATCH", "wrong wire type for field id: wire type 2 (length-delimited) where its declared type "
+                            "int32 takes wire type 0 (varint)")]
+    assert rows[0].id == good.id and rows[1].id is None and rows[2].id is None
+    assert rows[3]._error_code == "CORRUPT_PAYLOAD"

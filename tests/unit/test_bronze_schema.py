@@ -66,3 +66,31 @@ def test_a_dead_rows_columns_never_pass_into_silver_as_source_columns():
     skip_list = re.search(r"set skip = \[(.*?)\]", macro, re.S).group(1)
     skipped = set(re.findall(r"'([^']+)'", skip_list))
     assert {*DEAD_COLUMNS, *(name for name, _ in REPLAY_COLUMNS), "_ingested_at", "_batch_id"} <= skipped
+
+
+def test_a_decimals_precision_widens_in_place_and_its_scale_is_refused():
+    from pyspark.sql.types import DecimalType
+
+    assert schema_changes(struct(d=DecimalType(5, 2)), struct(d=DecimalType(9, 2))) == [
+        "alter column `d` type decimal(9,2)"]
+    with pytest.raises(LakehouseError, match=r"`d` changed type from decimal\(5,2\) to decimal\(6,3\)"):
+        schema_changes(struct(d=DecimalType(5, 2)), struct(d=DecimalType(6, 3)))
+
+
+def test_a_type_the_column_already_holds_exactly_changes_nothing():
+    from pyspark.sql.types import DecimalType, DoubleType
+
+    stored = struct(q=LongType(), p=DoubleType(), d=DecimalType(12, 2))
+    assert schema_changes(stored, struct(q=IntegerType(), p=IntegerType(), d=IntegerType())) == []
+
+
+def test_fields_added_inside_arrays_and_maps_of_structs_are_nested_columns():
+    from pyspark.sql.types import ArrayType, MapType
+
+    current = struct(items=ArrayType(struct(sku=StringType(), n=IntegerType())),
+                     prices=MapType(StringType(), struct(amount=IntegerType())))
+    wanted = struct(items=ArrayType(struct(n=LongType(), sku=StringType(), color=StringType())),
+                    prices=MapType(StringType(), struct(amount=IntegerType(), currency=StringType())))
+    assert schema_changes(current, wanted) == [
+        "alter column `items`.element.`n` type bigint", "add column `items`.element.`color` string",
+        "add column `prices`.value.`currency` string"]

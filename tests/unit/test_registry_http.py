@@ -1,14 +1,7 @@
 """The Confluent registry client against a registry speaking HTTP: request shapes and errors.
 
-The server below lives in the test and implements the endpoints the project calls, with the
-request and response bodies of Confluent's public Schema Registry API reference:
-
-    POST /subjects/{subject}/versions      {"schema": ..., "schemaType": ...} -> {"id": N}
-    GET  /schemas/ids/{id}                 -> {"schema": ..., "schemaType": ...}
-    GET  /subjects/{subject}/versions      -> [1, 2]
-    GET  /subjects/{subject}/versions/{v}  -> {"subject", "id", "version", "schema", "schemaType"}
-    errors                                 -> {"error_code": 40401|40403|409|42201|50001, "message": ...}
-
+The server (tests/support/registry_server.py) implements the endpoints the project calls, with
+the request and response bodies of Confluent's public Schema Registry API reference.
 Compatibility is the server's business; the client must turn its 409 into one clear line.
 The mock:// registry of confluent_kafka never exercises any of this (no HTTP at all).
 """
@@ -17,9 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from contextlib import ExitStack
 
 import pytest
 
@@ -27,125 +18,19 @@ from lakehouse.contracts.registry import ConfluentSchemaRegistry, SchemaNotFound
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.local_kafka import free_port
 from lakehouse.core.settings import Settings
+from tests.support.registry_server import CONTENT_TYPE, registry_server
 
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 V1 = json.dumps({"type": "record", "name": "Purchase", "fields": [{"name": "id", "type": "string"}]})
 V2 = json.dumps({"type": "record", "name": "Purchase", "fields": [
     {"name": "id", "type": "string"}, {"name": "coupon", "type": ["null", "string"], "default": None}]})
 INCOMPATIBLE = json.dumps({"type": "record", "name": "Purchase", "fields": [{"name": "id", "type": "long"}]})
 
 
-class Registry:
-    """The registry's state and the requests it saw."""
-
-    def __init__(self, password: str | None = None):
-        self.schemas: dict[int, tuple[str, str]] = {}  # id -> (schema, schemaType)
-        self.subjects: dict[str, list[int]] = {}
-        self.requests: list[dict] = []
-        self.password = password
-        self.fail_with_500 = False
-
-
-def handler_for(registry: Registry):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # keep pytest's output clean
-            pass
-
-        def _reply(self, status: int, body) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, status: int, code: int, message: str) -> None:
-            self._reply(status, {"error_code": code, "message": message})
-
-        def _handle(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            path = urlsplit(self.path).path
-            registry.requests.append({"method": method, "path": path, "query": urlsplit(self.path).query,
-                                      "content_type": self.headers.get("Content-Type"),
-                                      "accept": self.headers.get("Accept"),
-                                      "authorization": self.headers.get("Authorization"),
-                                      "body": json.loads(raw) if raw else None})
-            if registry.password is not None:
-                expected = "Basic " + base64.b64encode(f"lake:{registry.password}".encode()).decode()
-                if self.headers.get("Authorization") != expected:
-                    return self._error(401, 40101, "Unauthorized")
-            if registry.fail_with_500:
-                return self._error(500, 50001, "Error in the backend data store")
-            parts = [unquote(p) for p in path.strip("/").split("/")]
-            if method == "POST" and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-                return self._register(parts[1], json.loads(raw))
-            if method == "GET" and parts[:2] == ["schemas", "ids"] and len(parts) == 3:
-                found = registry.schemas.get(int(parts[2]))
-                if found is None:
-                    return self._error(404, 40403, "Schema not found")
-                return self._reply(200, {"schema": found[0], "schemaType": found[1]})
-            if method == "GET" and parts[0] == "subjects" and len(parts) in (3, 4) and parts[2] == "versions":
-                ids = registry.subjects.get(parts[1])
-                if ids is None:
-                    return self._error(404, 40401, f"Subject '{parts[1]}' not found.")
-                if len(parts) == 3:
-                    return self._reply(200, list(range(1, len(ids) + 1)))
-                version = len(ids) if parts[3] == "latest" else int(parts[3])
-                if not 1 <= version <= len(ids):
-                    return self._error(404, 40402, "Version not found.")
-                schema, kind = registry.schemas[ids[version - 1]]
-                return self._reply(200, {"subject": parts[1], "id": ids[version - 1], "version": version,
-                                         "schema": schema, "schemaType": kind})
-            return self._error(404, 404, "HTTP 404 Not Found")
-
-        def _register(self, subject: str, body: dict) -> None:
-            schema, kind = body.get("schema"), body.get("schemaType", "AVRO")
-            try:
-                parsed = json.loads(schema)
-            except (TypeError, json.JSONDecodeError):
-                return self._error(422, 42201, "Either the input schema or one of its references is invalid")
-            ids = registry.subjects.setdefault(subject, [])
-            latest = registry.schemas[ids[-1]][0] if ids else None
-            # BACKWARD compatibility, as far as this test's schemas go: a field may not change type.
-            if latest is not None:
-                before = {f["name"]: f["type"] for f in json.loads(latest)["fields"]}
-                if any(f["name"] in before and before[f["name"]] != f["type"] for f in parsed["fields"]):
-                    return self._error(409, 409, "Schema being registered is incompatible with an earlier schema "
-                                                 f"for subject \"{subject}\"")
-            known = next((i for i, (s, k) in registry.schemas.items() if json.loads(s) == parsed and k == kind), None)
-            schema_id = known or len(registry.schemas) + 1
-            registry.schemas[schema_id] = (schema, kind)
-            if schema_id not in ids:
-                ids.append(schema_id)
-            return self._reply(200, {"id": schema_id})
-
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            self._handle("GET")
-
-        def do_POST(self):  # noqa: N802
-            self._handle("POST")
-
-    return Handler
-
-
 @pytest.fixture
 def http_registry():
-    """(registry state, base URL, server) of a registry on a free loopback port."""
-    started = []
-
-    def start(password: str | None = None) -> tuple[Registry, str]:
-        registry = Registry(password)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(registry))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        userinfo = f"lake:{password}@" if password is not None else ""
-        return registry, f"http://{userinfo}127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    """Start a registry on a free loopback port: (registry state, base URL)."""
+    with ExitStack() as stack:
+        yield lambda password=None: stack.enter_context(registry_server(password))
 
 
 def test_register_sends_the_schema_as_the_api_reference_says_and_ids_follow_the_server(http_registry):
@@ -246,3 +131,31 @@ def test_the_purchases_producer_registers_through_the_configured_registry(http_r
     ids = purchases.register_schemas(client)  # what `lakehouse produce purchases` does first
     assert sorted(registry.subjects[purchases.SUBJECT]) == sorted(set(ids.values()))
     assert all(r["path"] == f"/subjects/{purchases.SUBJECT}/versions" for r in registry.requests)
+
+
+def test_the_server_is_backward_compatible_as_avro_resolves_and_none_accepts_anything(http_registry):
+    """What the integration tests rely on: a BACKWARD registry takes Avro's promotions (int to
+    double) and a nested record's fields in another order, refuses a type no promotion reaches;
+    a subject set to NONE takes it."""
+    registry, url = http_registry()
+    client = ConfluentSchemaRegistry(url)
+
+    def schema(quantity, nested_fields):
+        return json.dumps({"type": "record", "name": "P", "fields": [
+            {"name": "quantity", "type": quantity},
+            {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": nested_fields}],
+             "default": None}]})
+
+    city, zip_code = {"name": "city", "type": "string"}, {"name": "zip", "type": "string"}
+    client.register("p-value", schema("int", [city, zip_code]))
+    client.register("p-value", schema("double", [zip_code, city]))  # a promotion, fields by name
+    client.register("p-value", schema("double", [zip_code, city, {"name": "country", "type": ["null", "string"],
+                                                                  "default": None}]))
+    with pytest.raises(LakehouseError, match="incompatible"):
+        client.register("p-value", schema("string", [zip_code, city]))  # double is not read as a string
+    with pytest.raises(LakehouseError, match="incompatible"):  # a field added without a default
+        client.register("p-value", schema("double", [zip_code, city, {"name": "country", "type": "string"}]))
+    client.client.set_compatibility("p-value", "NONE")
+    assert registry.compatibility == {"p-value": "NONE"}
+    client.register("p-value", schema("string", [zip_code, city]))
+    assert len(registry.subjects["p-value"]) == 4

@@ -12,6 +12,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.Locale;
 import java.util.Map;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -47,6 +48,64 @@ final class FieldReaders {
             String message = getMessage();
             return new BadValue(field + (message.startsWith(":") ? "" : ".") + message);
         }
+    }
+
+    /**
+     * A field of the schema that came with a wire type its declared type cannot take: the message
+     * is SCHEMA_MISMATCH (a producer changed the field's type), not corrupt, and no value of it is
+     * read. Protobuf's own compatible changes keep the wire type (int32/int64/uint/bool/enum,
+     * sint32/sint64, fixed32/sfixed32, string/bytes/message, singular/repeated), so they never
+     * come here, and a repeated scalar sent packed or unpacked is read either way ({@link
+     * MessagePlan#parse}). protobuf-java would skip such a field as unknown, which left it at its
+     * default (or null) in silence.
+     */
+    static final class WrongWireType extends RuntimeException {
+        private final String path;
+        private final String detail;
+
+        WrongWireType(String path, String detail) {
+            super(path + ": " + detail, null, false, false); // no stack trace: thrown per bad row
+            this.path = path;
+            this.detail = detail;
+        }
+
+        /** The same mismatch, one field further out: "team.name: ...". */
+        WrongWireType at(String field) {
+            return new WrongWireType(field + "." + path, detail);
+        }
+    }
+
+    /**
+     * Set while {@link MessageDecoder} reads a message that had a wrong wire type again, to tell a
+     * mismatch from a corrupt message (which names the record first: CORRUPT_PAYLOAD comes before
+     * SCHEMA_MISMATCH): a wrong wire type is then skipped, as protobuf-java does. Read on the
+     * mismatch path only, so a good message never looks at it.
+     */
+    static final ThreadLocal<boolean[]> SKIPPING_WRONG_WIRE_TYPES = ThreadLocal.withInitial(() -> new boolean[1]);
+
+    private static final String[] WIRE_TYPE_NAMES = {"varint", "64-bit", "length-delimited", "start-group",
+        "end-group", "32-bit"};
+
+    static String wireTypeName(int wireType) {
+        return wireType + " (" + (wireType < WIRE_TYPE_NAMES.length ? WIRE_TYPE_NAMES[wireType] : "invalid") + ")";
+    }
+
+    /**
+     * A tag of a known field ({@code field}, declared as {@code declared}, whose wire type is
+     * {@code expected}) with another wire type: a {@link WrongWireType}, or skipped while a
+     * message is read again. An end-group tag or an invalid wire type is a corrupt message
+     * either way ({@link #skip} refuses it).
+     */
+    static void wrongWireType(CodedInputStream in, int tag, String field, String declared, int expected)
+            throws IOException {
+        int wireType = WireFormat.getTagWireType(tag);
+        boolean valid = wireType <= WireFormat.WIRETYPE_FIXED32 && wireType != WireFormat.WIRETYPE_END_GROUP;
+        if (!valid || SKIPPING_WRONG_WIRE_TYPES.get()[0]) {
+            skip(in, tag);
+            return;
+        }
+        throw new WrongWireType(field, "wire type " + wireTypeName(wireType) + " where its declared type "
+                + declared + " takes wire type " + wireTypeName(expected));
     }
 
     abstract static class FieldReader {
@@ -307,6 +366,10 @@ final class FieldReaders {
                     secondsAndNanos[0] = in.readInt64();
                 } else if (tag == NANOS_TAG) {
                     secondsAndNanos[1] = in.readInt32();
+                } else if (tag >>> 3 == 1) {
+                    wrongWireType(in, tag, "seconds", "int64", WireFormat.WIRETYPE_VARINT);
+                } else if (tag >>> 3 == 2) {
+                    wrongWireType(in, tag, "nanos", "int32", WireFormat.WIRETYPE_VARINT);
                 } else {
                     skip(in, tag);
                 }
@@ -338,15 +401,17 @@ final class FieldReaders {
     static final class WrapperReader extends FieldReader {
         private final FieldReader inner;
         private final int valueTag;
+        private final String valueType;
 
         WrapperReader(Descriptor wrapper) {
-            this(scalar(wrapper.findFieldByNumber(1)));
+            this(scalar(wrapper.findFieldByNumber(1)), typeName(wrapper.findFieldByNumber(1)));
         }
 
-        private WrapperReader(FieldReader inner) {
+        private WrapperReader(FieldReader inner, String valueType) {
             super(inner.type, WireFormat.WIRETYPE_LENGTH_DELIMITED, false);
             this.inner = inner;
             this.valueTag = tag(1, inner.wireType);
+            this.valueType = valueType;
         }
 
         @Override
@@ -356,6 +421,8 @@ final class FieldReaders {
             for (int tag = in.readTag(); tag != 0; tag = in.readTag()) {
                 if (tag == valueTag) {
                     value = inner.read(in, null);
+                } else if (tag >>> 3 == 1) {
+                    wrongWireType(in, tag, "value", valueType, inner.wireType);
                 } else {
                     skip(in, tag);
                 }
@@ -368,6 +435,18 @@ final class FieldReaders {
         Object defaultValue() {
             return inner.defaultValue();
         }
+    }
+
+    /** A field's declared type as a .proto names it: {@code int64}, {@code string}, {@code lakehouse.demo.Team}. */
+    static String typeName(FieldDescriptor field) {
+        FieldDescriptor.Type type = field.getType();
+        if (type == FieldDescriptor.Type.MESSAGE || type == FieldDescriptor.Type.GROUP) {
+            return (type == FieldDescriptor.Type.GROUP ? "group " : "") + field.getMessageType().getFullName();
+        }
+        if (type == FieldDescriptor.Type.ENUM) {
+            return "enum " + field.getEnumType().getFullName();
+        }
+        return type.name().toLowerCase(Locale.ROOT);
     }
 
     static int tag(int number, int wireType) {

@@ -14,6 +14,7 @@ import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.protobuf.StructProto;
 import com.google.protobuf.TimestampProto;
 import com.google.protobuf.WrappersProto;
+import io.github.lakehouse.protobuf.FieldReaders.WrongWireType;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
@@ -35,6 +36,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class MessageDecoder {
     private static final int DETAIL_MAX = 200;
     private static final UTF8String CORRUPT_PAYLOAD = UTF8String.fromString(ProtobufDecoder.CORRUPT_PAYLOAD);
+    private static final UTF8String SCHEMA_MISMATCH = UTF8String.fromString(ProtobufDecoder.SCHEMA_MISMATCH);
     private static final InternalRow NO_VALUE = new GenericInternalRow(
             new Object[] {null, CORRUPT_PAYLOAD, UTF8String.fromString("no value")});
 
@@ -77,18 +79,43 @@ final class MessageDecoder {
         return resultType;
     }
 
-    /** The result row ({@link #resultType}). Never throws for bad input: a value that does not decode gives an error row. */
+    /**
+     * The result row ({@link #resultType}). Never throws for bad input: a value that does not
+     * decode gives an error row, CORRUPT_PAYLOAD; one whose bytes are a message but with a field
+     * of the wrong wire type, SCHEMA_MISMATCH naming the field.
+     */
     InternalRow decode(byte[] value) {
         if (value == null) {
             return NO_VALUE;
         }
         try {
-            Object[] values = payload.newValues();
-            payload.parse(CodedInputStream.newInstance(value), values, 0);
-            return new GenericInternalRow(new Object[] {payload.finish(values), null, null});
+            return new GenericInternalRow(new Object[] {read(value), null, null});
+        } catch (WrongWireType e) {
+            // Corrupt bytes name the record first: read it again skipping the wrong wire types
+            // (what protobuf-java does); only the mismatch path pays for the second read.
+            boolean[] skipping = FieldReaders.SKIPPING_WRONG_WIRE_TYPES.get();
+            skipping[0] = true;
+            try {
+                read(value);
+            } catch (IOException | RuntimeException corrupt) {
+                return error(CORRUPT_PAYLOAD, corrupt);
+            } finally {
+                skipping[0] = false;
+            }
+            return error(SCHEMA_MISMATCH, e);
         } catch (IOException | RuntimeException e) {
-            return new GenericInternalRow(new Object[] {null, CORRUPT_PAYLOAD, UTF8String.fromString(detail(e))});
+            return error(CORRUPT_PAYLOAD, e);
         }
+    }
+
+    private InternalRow read(byte[] value) throws IOException {
+        Object[] values = payload.newValues();
+        payload.parse(CodedInputStream.newInstance(value), values, 0);
+        return payload.finish(values);
+    }
+
+    private static InternalRow error(UTF8String code, Exception e) {
+        return new GenericInternalRow(new Object[] {null, code, UTF8String.fromString(detail(e))});
     }
 
     private static String detail(Exception e) {

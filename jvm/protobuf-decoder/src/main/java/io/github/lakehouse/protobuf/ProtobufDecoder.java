@@ -11,12 +11,15 @@ import scala.collection.immutable.Seq;
  * Decodes Protobuf message bytes into Spark rows, with a descriptor set read at run time.
  *
  * <p>Stands in for spark-protobuf's {@code from_protobuf}, which the reachable Maven registry
- * does not serve. Bad input never fails a task: it yields a null payload and an error code.
+ * does not serve. Bad input never fails a task: it yields a null payload and an error code
+ * ({@link #CORRUPT_PAYLOAD}, or {@link #SCHEMA_MISMATCH} for a field of the wrong wire type).
  *
  * <p>Result struct: {@code struct<payload: struct<...>, error_code: string, error_detail: string>}.
  */
 public final class ProtobufDecoder {
     public static final String CORRUPT_PAYLOAD = "CORRUPT_PAYLOAD";
+    /** A field came with a wire type its declared type cannot take (the producer changed its type). */
+    public static final String SCHEMA_MISMATCH = "SCHEMA_MISMATCH";
 
     private ProtobufDecoder() {}
 
