@@ -26,6 +26,9 @@ from lakehouse.core.sql import quote, quote_table, sql_string
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
+# The writer lease the append was made under (ingestion/single_writer.py): the catalog commits it
+# only over a base that holds that lease (jvm/catalog WriterFence, ARCHITECTURE §8).
+LEASE_HOLDER_PROPERTY = "lakehouse.writer-lease-holder"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 # The partition field that keeps a stream's dead rows in files of their own (ARCHITECTURE §6):
 # identity on the reason, null for good rows, so `_error_code is null` prunes every dead file.
@@ -293,11 +296,14 @@ def _newest_summary(spark: SparkSession, table: str, query_id: str):
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
-           table_schema: StructType | None = None) -> None:
+           table_schema: StructType | None = None, lease_holder: str | None = None) -> None:
     """Append the rows in one snapshot that names the query and batch it comes from.
 
-    ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
-    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
-     .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
-     .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
-     .append())
+    ``table_schema``: the table's schema when the caller knows it (else it is loaded).
+    ``lease_holder``: the writer lease the job holds; the commit is then fenced by it."""
+    writer = (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
+              .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
+              .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id)))
+    if lease_holder is not None:
+        writer = writer.option(f"snapshot-property.{LEASE_HOLDER_PROPERTY}", lease_holder)
+    writer.append()

@@ -80,7 +80,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
-    tables = _BatchAppender(spark)
+    tables = _BatchAppender(spark, leases.holder if leases is not None else None)
     query_id: str | None = None
 
     def write(batch: DataFrame, batch_id: int) -> None:
@@ -98,7 +98,15 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables)
+        if fault_point == STOP_INSIDE_APPEND_COMMIT and settings.catalog_type == "rest":
+            _stop_driver_once(spark, f"{spec.name} batch {batch_id}")  # the commit runs in the server
+        try:
+            counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables)
+        except Exception as exc:
+            # The catalog's fence (ARCHITECTURE §8): another job holds the stream's lease now.
+            if leases is not None and single_writer.FENCE_REFUSED in str(exc):
+                raise leases.refused(spec, batch_id) from None
+            raise
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id,
@@ -155,8 +163,9 @@ class _BatchAppender:
     evolved the table, or when an append is refused because another writer evolved it.
     """
 
-    def __init__(self, spark: SparkSession):
+    def __init__(self, spark: SparkSession, lease_holder: str | None = None):
         self.spark = spark
+        self.lease_holder = lease_holder  # every append names it: the catalog fences it (ARCHITECTURE §8)
         self.last: dict[tuple[str, str], int | None] = {}
         self.schemas: dict[str, StructType] = {}
 
@@ -173,13 +182,13 @@ class _BatchAppender:
         known = table in self.schemas
         schema = self.schemas.get(table) or self.spark.table(table).schema
         try:
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, self.lease_holder)
         except AnalysisException:
             if not known:
                 raise
             # Refused before anything was written: evolved by someone else meanwhile.
             schema = self.spark.table(table).schema
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, self.lease_holder)
         self.schemas[table] = schema
         self.last[(table, query_id)] = batch_id
 
@@ -239,7 +248,13 @@ FAULT_POINT_VARIABLE = "LAKEHOUSE_FAULT_POINT"
 AFTER_ICEBERG_COMMIT = "after-iceberg-commit"  # the batch committed to bronze, the checkpoint not
 # `lakehouse dlq replay`: its first stream table's MERGE committed, the other streams' not
 AFTER_REPLAY_COMMIT = "after-replay-commit"
-FAULT_POINTS = (AFTER_ICEBERG_COMMIT, AFTER_REPLAY_COMMIT)
+# Not a kill: the first batch's append stops the driver (its JVM and this process) with SIGSTOP
+# inside the catalog's commit, its data files written, the commit's base read (jvm/catalog
+# WriterFence): a driver stalled mid-append, for the test of the writer fence to SIGCONT later.
+# On a REST catalog, whose commits run in its server, right before the append instead.
+STOP_INSIDE_APPEND_COMMIT = "stop-inside-append-commit"
+FAULT_POINTS = (AFTER_ICEBERG_COMMIT, AFTER_REPLAY_COMMIT, STOP_INSIDE_APPEND_COMMIT)
+JVM_FAULT_POINT_PROPERTY = "lakehouse.fault-point"  # the JVM system property WriterFence reads
 
 
 def read_fault_point(environ=os.environ) -> str | None:
@@ -250,6 +265,23 @@ def read_fault_point(environ=os.environ) -> str | None:
     if value not in FAULT_POINTS:
         raise LakehouseError(f"{FAULT_POINT_VARIABLE}={value!r} is not a fault point; known: {', '.join(FAULT_POINTS)}")
     return value
+
+
+_stopped_once: list[bool] = []
+
+
+def _stop_driver_once(spark: SparkSession, where: str) -> None:
+    """STOP_INSIDE_APPEND_COMMIT on a REST catalog, whose commits (and fence) run in its server,
+    not in this driver's JVM: the driver (its JVM, then this process) stops with SIGSTOP right
+    before the append, the first time only."""
+    if _stopped_once:
+        return
+    _stopped_once.append(True)
+    jvm_pid = spark.sparkContext._gateway.proc.pid
+    log.warning("%s: fault point %s: stopping this process and its JVM (%d) with SIGSTOP before the append "
+                "(%s is set, tests only)", where, STOP_INSIDE_APPEND_COMMIT, jvm_pid, FAULT_POINT_VARIABLE)
+    os.kill(jvm_pid, signal.SIGSTOP)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _crash_if(fault: str | None, point: str, spec: StreamSpec, batch_id: int) -> None:
@@ -407,6 +439,8 @@ def run(
             if spec.name in created:
                 for change in ensure_tables(spark, spec, decoders[spec.name]):
                     log.info("%s: %s", spec.name, change)
+        if fault_point == STOP_INSIDE_APPEND_COMMIT:  # set in this job's own JVM only
+            spark.sparkContext._jvm.java.lang.System.setProperty(JVM_FAULT_POINT_PROPERTY, fault_point)
         leases = single_writer.CatalogLeases(spark, settings, specs)
         leases.acquire()
         try:
@@ -436,6 +470,7 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
     advance = catch_up.enter_context(progress("catch-up: records read", show=available_now))
     counted: dict[str, int] = {}
     lags = _LagLog(specs, queries)
+    lost: single_writer.LeaseLost | None = None  # found by a renewal
     try:
         # Wait in short slices so a stop request is seen within a second. One failed query
         # stops them all; its error is reported below.
@@ -452,7 +487,17 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
                 advance(_records_of_new_batches(queries, counted))
             lags.log_changes()
             _observe(specs, queries)
-            leases.renew_if_due()  # LeaseLost: another job took the stream over; stop below
+            try:
+                leases.renew_if_due()
+            except single_writer.LeaseLost as exc:
+                lost = exc  # another job took the stream over: stop below
+                break
+        if lost is not None:
+            # A batch still running ends first: the catalog refuses its commit (the fence), and its
+            # error, which names the batch, is the one reported below.
+            for query in queries:
+                while query.isActive and query.status["isTriggerActive"]:
+                    time.sleep(0.2)
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
             for query in queries:
@@ -475,6 +520,8 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_raised_in_batch(query.exception())}")
+    if lost is not None:
+        raise lost
 
 
 def _observe(specs: list[StreamSpec], queries) -> None:
