@@ -245,6 +245,14 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
 _OLD_INSTANT_PREFIX = "lakehouse.committed-instant."
 
 
+def last_offsets(spark: SparkSession, table: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, the last offset the table holds, good and dead rows both (a new
+    checkpoint starts after them: ingestion/starting_offsets.py). Two columns read."""
+    rows = spark.sql(f"select _kafka_partition as partition, max(_kafka_offset) as offset "
+                     f"from {quote_table(table)} where _kafka_topic = {sql_string(topic)} group by 1").collect()
+    return {int(row.partition): int(row.offset) for row in rows}
+
+
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
     """The last batch of ``query_id`` in the table: from its snapshots, or from the marker
     maintenance left when it expired them (whichever is higher; batches commit in order)."""

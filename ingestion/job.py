@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
 from ingestion.formats import RESCUED_COLUMN, batch_instant, to_bronze
+from ingestion.starting_offsets import AFTER_BRONZE, MODES, resolve_starting_offsets
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core import metrics
 from lakehouse.core.console import progress
@@ -417,11 +418,12 @@ def run(
     available_now: bool = False,
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    starting_offsets: str = "earliest",
+    starting_offsets: str = AFTER_BRONZE,
     fault_point: str | None = None,
 ) -> None:
-    """Start one query per stream in this Spark application and wait for them. ``fault_point``:
-    tests only, where the job kills itself (`read_fault_point`; only `main` reads it)."""
+    """Start one query per stream in this Spark application and wait for them. ``starting_offsets``:
+    where a new checkpoint starts (ingestion/starting_offsets.py). ``fault_point``: tests only,
+    where the job kills itself (`read_fault_point`; only `main` reads it)."""
     specs = resolve_streams(names)
     with single_writer.local_locks(settings, specs):
         for spec in specs:
@@ -456,10 +458,13 @@ def run(
 
 def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec],
                  decoders: dict[str, StreamDecoder], leases: single_writer.CatalogLeases, available_now: bool,
-                 trigger: str | None, max_offsets_per_trigger: int | None, starting_offsets: str,
+                 trigger: str | None, max_offsets_per_trigger: int | None, start_mode: str,
                  fault_point: str | None) -> None:
+    # Read with the leases held: no other job writes bronze between this and the query's start.
+    starts = {spec.name: resolve_starting_offsets(spark, settings, spec, checkpoint_location(settings, spec),
+                                                  start_mode) for spec in specs}
     queries = [
-        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets,
+        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starts[spec.name],
                     decoders[spec.name], fault_point, leases).start()
         for spec in specs
     ]
@@ -645,8 +650,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
                         help=f"cap on records per micro-batch and stream, all partitions together (default: "
                              f"{BATCH_RECORDS:,})")
-    parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
-                        help="where a new query starts (a restarted one resumes from its checkpoint)")
+    parser.add_argument(
+        "--starting-offsets", default=AFTER_BRONZE, choices=MODES,
+        help="where a stream with a new checkpoint (none yet, or lost) starts reading its topic; a checkpoint that "
+             "started resumes where it stopped. after-bronze (default): after the last offset its bronze table "
+             "holds per partition (the earliest offset when bronze holds none), so nothing is ingested twice; "
+             "earliest: the whole topic again, on purpose (records bronze holds land twice); latest: only "
+             "records produced from now on")
 
 
 _TRIGGER = re.compile(r"^(\d+)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$")
