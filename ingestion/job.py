@@ -99,10 +99,13 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
+        before_append = None
         if fault_point == STOP_INSIDE_APPEND_COMMIT and settings.catalog_type == "rest":
-            _stop_driver_once(spark, f"{spec.name} batch {batch_id}")  # the commit runs in the server
+            # the commit runs in the server, not in this JVM: stop right before the append instead
+            def before_append():
+                _stop_driver_once(spark, f"{spec.name} batch {batch_id}")
         try:
-            counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables)
+            counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, before_append)
         except Exception as exc:
             # The catalog's fence (ARCHITECTURE §8): another job holds the stream's lease now.
             if leases is not None and single_writer.FENCE_REFUSED in str(exc):
@@ -195,13 +198,16 @@ class _BatchAppender:
 
 
 def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
-                tables: _BatchAppender) -> tuple[int, int, dict[str, int], int, str] | None:
+                tables: _BatchAppender, before_append=None) -> tuple[int, int, dict[str, int], int, str] | None:
     """The batch in one append to bronze, good and dead rows together (ARCHITECTURE §8): (records
     read, of which dead, dead by reason, records in bronze with fields the contract lacks in
-    ``_rescued``, those fields' names), or None when an earlier attempt committed it already."""
+    ``_rescued``, those fields' names), or None when an earlier attempt committed it already.
+    ``before_append``: tests only (a fault point)."""
     if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
     rows, observation = bronze_rows(decoder, batch, batch_id, datetime.now(UTC))
+    if before_append is not None:
+        before_append()
     tables.append(spec.bronze_table, rows, query_id, batch_id)
     metrics = observation.get
     reasons = {code: metrics[f"dead {code}"] for code in dead_letters.ERROR_CODES if metrics[f"dead {code}"]}
@@ -497,11 +503,14 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             except single_writer.LeaseLost as exc:
                 lost = exc  # another job took the stream over: stop below
                 break
-        if lost is not None:
-            # A batch still running ends first: the catalog refuses its commit (the fence), and its
-            # error, which names the batch, is the one reported below.
+        if lost is not None and settings.catalog_type == "jdbc":
+            # On the project's JDBC catalog a batch still running ends first (for the lease time
+            # at most): the catalog refuses its commit (the fence), and its error, which names the
+            # batch, is the one reported below. A REST catalog's server may not fence: stopping the
+            # queries at once cancels the batch's write (ARCHITECTURE §8).
+            deadline = time.monotonic() + settings.writer_lease_seconds
             for query in queries:
-                while query.isActive and query.status["isTriggerActive"]:
+                while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
                     time.sleep(0.2)
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
@@ -520,6 +529,11 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
         if query.exception() is not None:
             if single_writer.LeaseLost.__name__ in str(query.exception()):
                 raise LakehouseError(f"query {query.name} stopped: {_raised_in_batch(query.exception())}")
+            if CONCURRENT_LOG_UPDATE in str(query.exception()):
+                # Another job wrote the batch's checkpoint entry: it took the stream over while this
+                # one stalled (the batch itself was in bronze already, so this job skipped it).
+                raise LakehouseError(f"query {query.name} stopped: stream {spec.name}: another job wrote its "
+                                     f"checkpoint meanwhile, {leases.holder_text(spec)}: this job stops")
             location = checkpoint_location(settings, spec)
             problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
             if problem:
@@ -527,6 +541,9 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             raise LakehouseError(f"query {query.name} failed: {_raised_in_batch(query.exception())}")
     if lost is not None:
         raise lost
+
+
+CONCURRENT_LOG_UPDATE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error class: another writer of the checkpoint
 
 
 def _observe(specs: list[StreamSpec], queries) -> None:

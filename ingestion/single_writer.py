@@ -309,13 +309,18 @@ class CatalogLeases:
 
     def refused(self, spec: StreamSpec, batch_id: int) -> LeaseLost:
         """The one line for a batch whose commit the catalog's fence refused, naming who holds the lease."""
+        return LeaseLost(f"stream {spec.name} batch {batch_id}: commit refused, {self.holder_text(spec)}: this job "
+                         "stops (another job took the stream over)")
+
+    def holder_text(self, spec: StreamSpec) -> str:
+        """Who holds the stream's lease now, for an error line."""
         try:
             current = self._read(spec.bronze_table)[3]
-        except Exception:  # noqa: BLE001 - the refusal is the news; who holds the lease is a detail
-            current = None
-        holder = current.text() if current else "no job"
-        return LeaseLost(f"stream {spec.name} batch {batch_id}: commit refused, its lease is held by {holder}, "
-                         "not by this job: this job stops (another job took the stream over)")
+        except Exception:  # noqa: BLE001 - an error line is being written: say what is known
+            return "its lease could not be read"
+        if current is not None and current.holder == self.mine.holder:
+            return "its lease is still this job's"
+        return f"its lease is held by {current.text() if current else 'no job'}, not by this job"
 
     def renew_if_due(self) -> None:
         """Called by the job's wait loop (between and during batches): renews the leases every

@@ -34,7 +34,7 @@ import psutil
 import pytest
 import yaml
 
-from ingestion import job, single_writer
+from ingestion import bronze, job, single_writer
 from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.errors import LakehouseError
@@ -228,14 +228,16 @@ def test_a_driver_stalled_inside_its_append_cannot_commit_after_another_took_the
 
 @pytest.mark.cluster
 def test_the_rest_catalog_server_fences_a_stalled_driver(spark, settings, tmp_path_factory, tmp_path):
-    """The same on the REST catalog, whose server commits through the fence: the driver stops
-    right before its append (its commit runs in the server), resumes after the take-over, and the
-    server's refusal (HTTP 400) ends it with the same line."""
+    """The same on the REST catalog, whose server commits through the fence. The driver stops
+    right before its append (its commit runs in the server); after the take-over, an append that
+    names its lease, made through the REST catalog, is refused by the server (HTTP 400). Resumed,
+    the driver stops with one line: its commit refused, or its renewal finding the lease lost (a
+    job on a REST catalog stops its queries at once then, cancelling the batch's write)."""
     with own_lakehouse(spark, settings, tmp_path_factory, "single-writer-fence-rest", rest=True) as rest_lake:
-        stalled_driver(rest_lake, tmp_path, "single_writer_fence_rest")
+        stalled_driver(rest_lake, tmp_path, "single_writer_fence_rest", rest=True)
 
 
-def stalled_driver(lake, tmp_path: Path, stream: str) -> None:
+def stalled_driver(lake, tmp_path: Path, stream: str, rest: bool = False) -> None:
     own, session, _ = lake
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
@@ -254,6 +256,8 @@ def stalled_driver(lake, tmp_path: Path, stream: str) -> None:
         wait_for(lambda: psutil.Process(first.pid).status() == psutil.STATUS_STOPPED,
                  "the driver stopped in its append", first, log)
         assert "fault point stop-inside-append-commit" in log.read_text()
+        stalled = single_writer.parse_lease(
+            session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value)
 
         taken = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=elsewhere,
                                capture_output=True, text=True, timeout=600)
@@ -263,6 +267,10 @@ def stalled_driver(lake, tmp_path: Path, stream: str) -> None:
         assert "watching it; taken over if not renewed for 6 s (by this job's clock)" in output
         assert f"taking over the lease of pid {first.pid} on {socket.gethostname()}" in output
         assert_every_offset_once(session, own, stream, report.delivered)
+        if rest:  # the server's own check, without a race: an append under the stalled job's lease
+            with pytest.raises(Exception, match=single_writer.FENCE_REFUSED):
+                (session.table(f"bronze.{stream}").limit(1).writeTo(f"bronze.{stream}")
+                 .option(f"snapshot-property.{bronze.LEASE_HOLDER_PROPERTY}", stalled.holder).append())
 
         os.killpg(first.pid, signal.SIGCONT)
         first.wait(timeout=300)
@@ -274,8 +282,10 @@ def stalled_driver(lake, tmp_path: Path, stream: str) -> None:
     output = log.read_text()
     assert first.returncode == 1, output[-3000:]
     (line,) = error_lines(output)
-    assert line.startswith(f"error: query bronze_{stream} stopped: stream {stream} batch 0: commit refused, its "
-                           "lease is held by no job, not by this job"), line
+    refused = f"error: query bronze_{stream} stopped: stream {stream} batch 0: commit refused, its lease is held " \
+              "by no job, not by this job"
+    renewal = f"error: stream {stream}: its lease is held by no job, not by this job"
+    assert line.startswith(refused) or rest and line.startswith(renewal), line
 
 
 def test_a_stalled_holder_lapses_on_the_takers_clock_and_a_renewing_one_is_refused(lake, tmp_path, monkeypatch):
