@@ -529,6 +529,8 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
         if query.exception() is not None:
             if single_writer.LeaseLost.__name__ in str(query.exception()):
                 raise LakehouseError(f"query {query.name} stopped: {_raised_in_batch(query.exception())}")
+            if lost is not None:
+                continue  # stopped because the lease is lost: what the stop interrupted is no news
             if CONCURRENT_LOG_UPDATE in str(query.exception()):
                 # Another job wrote the batch's checkpoint entry: it took the stream over while this
                 # one stalled (the batch itself was in bronze already, so this job skipped it).
