@@ -27,6 +27,9 @@ from lakehouse.core.sql import quote, quote_table, sql_string
 
 WRITER_PROPERTY = "lakehouse.query-id"
 BATCH_PROPERTY = "lakehouse.batch-id"
+# The writer lease the append was made under (ingestion/single_writer.py): the catalog commits it
+# only over a base that holds that lease (jvm/catalog WriterFence, ARCHITECTURE §8).
+LEASE_HOLDER_PROPERTY = "lakehouse.writer-lease-holder"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 # The partition field that keeps a stream's dead rows in files of their own (ARCHITECTURE §6):
 # identity on the reason, null for good rows, so `_error_code is null` prunes every dead file.
@@ -259,6 +262,14 @@ def record_committed_batches(spark: SparkSession, table: str, live_query_ids: se
 _OLD_INSTANT_PREFIX = "lakehouse.committed-instant."
 
 
+def last_offsets(spark: SparkSession, table: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, the last offset the table holds, good and dead rows both (a new
+    checkpoint starts after them: ingestion/starting_offsets.py). Two columns read."""
+    rows = spark.sql(f"select _kafka_partition as partition, max(_kafka_offset) as offset "
+                     f"from {quote_table(table)} where _kafka_topic = {sql_string(topic)} group by 1").collect()
+    return {int(row.partition): int(row.offset) for row in rows}
+
+
 def last_committed_batch(spark: SparkSession, table: str, query_id: str) -> int | None:
     """The last batch of ``query_id`` in the table: from its snapshots, or from the marker
     maintenance left when it expired them (whichever is higher; batches commit in order)."""
@@ -310,11 +321,14 @@ def _newest_summary(spark: SparkSession, table: str, query_id: str):
 
 
 def append(spark: SparkSession, table: str, rows: DataFrame, query_id: str, batch_id: int,
-           table_schema: StructType | None = None) -> None:
+           table_schema: StructType | None = None, lease_holder: str | None = None) -> None:
     """Append the rows in one snapshot that names the query and batch it comes from.
 
-    ``table_schema``: the table's schema when the caller knows it (else it is loaded)."""
-    (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
-     .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
-     .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id))
-     .append())
+    ``table_schema``: the table's schema when the caller knows it (else it is loaded).
+    ``lease_holder``: the writer lease the job holds; the commit is then fenced by it."""
+    writer = (conform_to_schema(rows, table_schema or spark.table(table).schema).writeTo(table)
+              .option(f"snapshot-property.{WRITER_PROPERTY}", query_id)
+              .option(f"snapshot-property.{BATCH_PROPERTY}", str(batch_id)))
+    if lease_holder is not None:
+        writer = writer.option(f"snapshot-property.{LEASE_HOLDER_PROPERTY}", lease_holder)
+    writer.append()

@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
 from ingestion.formats import RESCUED_COLUMN, batch_instant, to_bronze
+from ingestion.starting_offsets import AFTER_BRONZE, MODES, resolve_starting_offsets
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core import metrics
 from lakehouse.core.console import progress
@@ -80,7 +81,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
     """
     decoder = decoder or decoder_for(spark, settings, spec)
     name = query_name(spec)
-    tables = _BatchAppender(spark)
+    tables = _BatchAppender(spark, leases.holder if leases is not None else None)
     query_id: str | None = None
 
     def write(batch: DataFrame, batch_id: int) -> None:
@@ -98,7 +99,18 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
             for change in bronze.evolve_table(spark, spec.bronze_table, decoder.bronze_schema()):
                 log.info("%s: %s", spec.name, change)
             tables.forget_schema(spec.bronze_table)
-        counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables)
+        before_append = None
+        if fault_point == STOP_INSIDE_APPEND_COMMIT and settings.catalog_type == "rest":
+            # the commit runs in the server, not in this JVM: stop right before the append instead
+            def before_append():
+                _stop_driver_once(spark, f"{spec.name} batch {batch_id}")
+        try:
+            counts = _write_once(spark, spec, decoder, batch, batch_id, query_id, tables, before_append)
+        except Exception as exc:
+            # The catalog's fence (ARCHITECTURE §8): another job holds the stream's lease now.
+            if leases is not None and single_writer.FENCE_REFUSED in str(exc):
+                raise leases.refused(spec, batch_id) from None
+            raise
         seconds = time.monotonic() - started
         if counts is None:
             log.info("%s batch %d: already committed: skipped", spec.name, batch_id,
@@ -155,8 +167,9 @@ class _BatchAppender:
     evolved the table, or when an append is refused because another writer evolved it.
     """
 
-    def __init__(self, spark: SparkSession):
+    def __init__(self, spark: SparkSession, lease_holder: str | None = None):
         self.spark = spark
+        self.lease_holder = lease_holder  # every append names it: the catalog fences it (ARCHITECTURE §8)
         self.last: dict[tuple[str, str], int | None] = {}
         self.schemas: dict[str, StructType] = {}
 
@@ -173,25 +186,28 @@ class _BatchAppender:
         known = table in self.schemas
         schema = self.schemas.get(table) or self.spark.table(table).schema
         try:
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, self.lease_holder)
         except AnalysisException:
             if not known:
                 raise
             # Refused before anything was written: evolved by someone else meanwhile.
             schema = self.spark.table(table).schema
-            bronze.append(self.spark, table, rows, query_id, batch_id, schema)
+            bronze.append(self.spark, table, rows, query_id, batch_id, schema, self.lease_holder)
         self.schemas[table] = schema
         self.last[(table, query_id)] = batch_id
 
 
 def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id, query_id,
-                tables: _BatchAppender) -> tuple[int, int, dict[str, int], int, str] | None:
+                tables: _BatchAppender, before_append=None) -> tuple[int, int, dict[str, int], int, str] | None:
     """The batch in one append to bronze, good and dead rows together (ARCHITECTURE §8): (records
     read, of which dead, dead by reason, records in bronze with fields the contract lacks in
-    ``_rescued``, those fields' names), or None when an earlier attempt committed it already."""
+    ``_rescued``, those fields' names), or None when an earlier attempt committed it already.
+    ``before_append``: tests only (a fault point)."""
     if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
     rows, observation = bronze_rows(decoder, batch, batch_id, datetime.now(UTC))
+    if before_append is not None:
+        before_append()
     tables.append(spec.bronze_table, rows, query_id, batch_id)
     metrics = observation.get
     reasons = {code: metrics[f"dead {code}"] for code in dead_letters.ERROR_CODES if metrics[f"dead {code}"]}
@@ -240,7 +256,13 @@ FAULT_POINT_VARIABLE = "LAKEHOUSE_FAULT_POINT"
 AFTER_ICEBERG_COMMIT = "after-iceberg-commit"  # the batch committed to bronze, the checkpoint not
 # `lakehouse dlq replay`: its first stream table's MERGE committed, the other streams' not
 AFTER_REPLAY_COMMIT = "after-replay-commit"
-FAULT_POINTS = (AFTER_ICEBERG_COMMIT, AFTER_REPLAY_COMMIT)
+# Not a kill: the first batch's append stops the driver (its JVM and this process) with SIGSTOP
+# inside the catalog's commit, its data files written, the commit's base read (jvm/catalog
+# WriterFence): a driver stalled mid-append, for the test of the writer fence to SIGCONT later.
+# On a REST catalog, whose commits run in its server, right before the append instead.
+STOP_INSIDE_APPEND_COMMIT = "stop-inside-append-commit"
+FAULT_POINTS = (AFTER_ICEBERG_COMMIT, AFTER_REPLAY_COMMIT, STOP_INSIDE_APPEND_COMMIT)
+JVM_FAULT_POINT_PROPERTY = "lakehouse.fault-point"  # the JVM system property WriterFence reads
 
 
 def read_fault_point(environ=os.environ) -> str | None:
@@ -251,6 +273,23 @@ def read_fault_point(environ=os.environ) -> str | None:
     if value not in FAULT_POINTS:
         raise LakehouseError(f"{FAULT_POINT_VARIABLE}={value!r} is not a fault point; known: {', '.join(FAULT_POINTS)}")
     return value
+
+
+_stopped_once: list[bool] = []
+
+
+def _stop_driver_once(spark: SparkSession, where: str) -> None:
+    """STOP_INSIDE_APPEND_COMMIT on a REST catalog, whose commits (and fence) run in its server,
+    not in this driver's JVM: the driver (its JVM, then this process) stops with SIGSTOP right
+    before the append, the first time only."""
+    if _stopped_once:
+        return
+    _stopped_once.append(True)
+    jvm_pid = spark.sparkContext._gateway.proc.pid
+    log.warning("%s: fault point %s: stopping this process and its JVM (%d) with SIGSTOP before the append "
+                "(%s is set, tests only)", where, STOP_INSIDE_APPEND_COMMIT, jvm_pid, FAULT_POINT_VARIABLE)
+    os.kill(jvm_pid, signal.SIGSTOP)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _crash_if(fault: str | None, point: str, spec: StreamSpec, batch_id: int) -> None:
@@ -386,11 +425,12 @@ def run(
     available_now: bool = False,
     trigger: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    starting_offsets: str = "earliest",
+    starting_offsets: str = AFTER_BRONZE,
     fault_point: str | None = None,
 ) -> None:
-    """Start one query per stream in this Spark application and wait for them. ``fault_point``:
-    tests only, where the job kills itself (`read_fault_point`; only `main` reads it)."""
+    """Start one query per stream in this Spark application and wait for them. ``starting_offsets``:
+    where a new checkpoint starts (ingestion/starting_offsets.py). ``fault_point``: tests only,
+    where the job kills itself (`read_fault_point`; only `main` reads it)."""
     specs = resolve_streams(names)
     with single_writer.local_locks(settings, specs):
         for spec in specs:
@@ -408,6 +448,8 @@ def run(
             if spec.name in created:
                 for change in ensure_tables(spark, spec, decoders[spec.name]):
                     log.info("%s: %s", spec.name, change)
+        if fault_point == STOP_INSIDE_APPEND_COMMIT:  # set in this job's own JVM only
+            spark.sparkContext._jvm.java.lang.System.setProperty(JVM_FAULT_POINT_PROPERTY, fault_point)
         leases = single_writer.CatalogLeases(spark, settings, specs)
         leases.acquire()
         try:
@@ -423,10 +465,13 @@ def run(
 
 def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec],
                  decoders: dict[str, StreamDecoder], leases: single_writer.CatalogLeases, available_now: bool,
-                 trigger: str | None, max_offsets_per_trigger: int | None, starting_offsets: str,
+                 trigger: str | None, max_offsets_per_trigger: int | None, start_mode: str,
                  fault_point: str | None) -> None:
+    # Read with the leases held: no other job writes bronze between this and the query's start.
+    starts = {spec.name: resolve_starting_offsets(spark, settings, spec, checkpoint_location(settings, spec),
+                                                  start_mode) for spec in specs}
     queries = [
-        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starting_offsets,
+        build_query(spark, settings, spec, available_now, trigger, max_offsets_per_trigger, starts[spec.name],
                     decoders[spec.name], fault_point, leases).start()
         for spec in specs
     ]
@@ -437,6 +482,7 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
     advance = catch_up.enter_context(progress("catch-up: records read", show=available_now))
     counted: dict[str, int] = {}
     lags = _LagLog(specs, queries)
+    lost: single_writer.LeaseLost | None = None  # found by a renewal
     try:
         # Wait in short slices so a stop request is seen within a second. One failed query
         # stops them all; its error is reported below.
@@ -453,7 +499,20 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
                 advance(_records_of_new_batches(queries, counted))
             lags.log_changes()
             _observe(specs, queries)
-            leases.renew_if_due()  # LeaseLost: another job took the stream over; stop below
+            try:
+                leases.renew_if_due()
+            except single_writer.LeaseLost as exc:
+                lost = exc  # another job took the stream over: stop below
+                break
+        if lost is not None and settings.catalog_type == "jdbc":
+            # On the project's JDBC catalog a batch still running ends first (for the lease time
+            # at most): the catalog refuses its commit (the fence), and its error, which names the
+            # batch, is the one reported below. A REST catalog's server may not fence: stopping the
+            # queries at once cancels the batch's write (ARCHITECTURE §8).
+            deadline = time.monotonic() + settings.writer_lease_seconds
+            for query in queries:
+                while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+                    time.sleep(0.2)
         if stop.requested:
             log.info("stop requested: finishing the running micro-batch (Ctrl-C again to stop at once)")
             for query in queries:
@@ -471,11 +530,23 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
         if query.exception() is not None:
             if single_writer.LeaseLost.__name__ in str(query.exception()):
                 raise LakehouseError(f"query {query.name} stopped: {_raised_in_batch(query.exception())}")
+            if lost is not None:
+                continue  # stopped because the lease is lost: what the stop interrupted is no news
+            if CONCURRENT_LOG_UPDATE in str(query.exception()):
+                # Another job wrote the batch's checkpoint entry: it took the stream over while this
+                # one stalled (the batch itself was in bronze already, so this job skipped it).
+                raise LakehouseError(f"query {query.name} stopped: stream {spec.name}: another job wrote its "
+                                     f"checkpoint meanwhile, {leases.holder_text(spec)}: this job stops")
             location = checkpoint_location(settings, spec)
             problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
             raise LakehouseError(f"query {query.name} failed: {_raised_in_batch(query.exception())}")
+    if lost is not None:
+        raise lost
+
+
+CONCURRENT_LOG_UPDATE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error class: another writer of the checkpoint
 
 
 def _observe(specs: list[StreamSpec], queries) -> None:
@@ -599,8 +670,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
                         help=f"cap on records per micro-batch and stream, all partitions together (default: "
                              f"{BATCH_RECORDS:,})")
-    parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"],
-                        help="where a new query starts (a restarted one resumes from its checkpoint)")
+    parser.add_argument(
+        "--starting-offsets", default=AFTER_BRONZE, choices=MODES,
+        help="where a stream with a new checkpoint (none yet, or lost) starts reading its topic; a checkpoint that "
+             "started resumes where it stopped. after-bronze (default): after the last offset its bronze table "
+             "holds per partition (the earliest offset when bronze holds none), so nothing is ingested twice; "
+             "earliest: the whole topic again, on purpose (records bronze holds land twice); latest: only "
+             "records produced from now on")
 
 
 _TRIGGER = re.compile(r"^(\d+)\s*(ms|milliseconds?|s|seconds?|m|minutes?|h|hours?)$")

@@ -150,7 +150,11 @@ def _add_ingest(sub) -> None:
                                         "the reason it cannot be read; the view bronze.dead_letters lists them). "
                                         "With LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port "
                                         "(/metrics: per stream records read, good rows, dead rows by reason, "
-                                        "batch duration, lag, last commit, query state).")
+                                        "batch duration, lag, last commit, query state). One job "
+                                        "per stream: a stream another job holds is refused once that job is "
+                                        "seen renewing its lease, and taken over when the lease stays "
+                                        "unchanged for LAKEHOUSE_WRITER_LEASE_SECONDS; a job that lost the "
+                                        "stream cannot commit a batch (the catalog refuses it).")
     job.add_arguments(parser)
     parser.set_defaults(func=job.main)
 

@@ -66,6 +66,11 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
 
     One consumer per process and broker list, kept: jobs ask after every micro-batch.
     """
+    return {partition: high for partition, (_, high) in watermarks(settings, topic).items()}
+
+
+def watermarks(settings: Settings, topic: str) -> dict[int, tuple[int, int]]:
+    """{partition: (its first offset still held, the offset of its next message)} of a topic."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = _consumers.get(settings.kafka_bootstrap_servers)
@@ -78,8 +83,8 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
         if metadata is None or metadata.error is not None:
             raise LakehouseError(f"topic {topic!r} does not exist on {settings.kafka_bootstrap_servers}")
         return {
-            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                      timeout=CONNECT_TIMEOUT_S, cached=False)[1]
+            partition: tuple(consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                            timeout=CONNECT_TIMEOUT_S, cached=False))
             for partition in sorted(metadata.partitions)
         }
     except KafkaException:

@@ -92,6 +92,11 @@ SETTINGS: dict[str, Setting] = {
                                lambda home: f"{home}/checkpoints"),
     "trigger_interval": Setting("TRIGGER_INTERVAL", "processing-time trigger of streaming jobs",
                                 lambda home: "30 seconds"),
+    "writer_lease_seconds": Setting(
+        "WRITER_LEASE_SECONDS", "a stream's writer lease lapses when a starting job saw it not renewed for this "
+        "long (by that job's own clock)", lambda home: "120"),
+    "writer_renew_seconds": Setting("WRITER_RENEW_SECONDS", "how often a running job renews its writer leases",
+                                    lambda home: "30"),
     "thrift_host": Setting("THRIFT_HOST", "Spark Thrift Server host (dbt target `cluster`)",
                            lambda home: "localhost"),
     "thrift_port": Setting("THRIFT_PORT", "Spark Thrift Server port", lambda home: "10000"),
@@ -235,6 +240,8 @@ class Settings:
     thrift_host: str
     thrift_port: int
     kafka_options: dict[str, str] = field(default_factory=dict)
+    writer_lease_seconds: float = 120.0
+    writer_renew_seconds: float = 30.0
     quality_dead_letter_rate_warn: float = 0.02
     quality_dead_letter_rate_critical: float = 0.10
     quality_dead_letter_window_hours: float = 24.0
@@ -279,6 +286,11 @@ class Settings:
         if not math.isfinite(max_lag) or max_lag != int(max_lag):
             raise LakehouseError(f"{PREFIX}STATUS_MAX_LAG must be a whole number of records, "
                                  f"got {raw['status_max_lag']!r}")
+        lease, renew = (_positive_number(name, raw[name]) for name in ("writer_lease_seconds", "writer_renew_seconds"))
+        if not (0 < renew and 2 * renew <= lease < math.inf):
+            # a taker watches the lease for the lapse: a live holder must renew at least once within it
+            raise LakehouseError(f"{PREFIX}WRITER_RENEW_SECONDS ({raw['writer_renew_seconds']}) must be above 0 and at "
+                                 f"most half of {PREFIX}WRITER_LEASE_SECONDS ({raw['writer_lease_seconds']})")
         kafka_options = {
             key[len(KAFKA_OPTION_PREFIX):].lower().replace("_", "."): value
             for key, value in env.items()
@@ -310,6 +322,8 @@ class Settings:
             thrift_host=raw["thrift_host"],
             thrift_port=thrift_port,
             kafka_options=kafka_options,
+            writer_lease_seconds=lease,
+            writer_renew_seconds=renew,
             **quality,
             log_format=log_form,
             status_max_lag=int(max_lag),

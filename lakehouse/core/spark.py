@@ -26,14 +26,23 @@ LOG4J_FILE = "log4j2-spark.properties"
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
+# Iceberg's JDBC catalog whose commits carry the single-writer fence (jvm/catalog, ARCHITECTURE
+# §8 "One writer per stream"): a bronze append made under a stream's writer lease commits only
+# while the table's lease is still that job's. Named as the implementation, in place of `type`
+# (Iceberg refuses both).
+FENCED_JDBC_CATALOG = "io.github.lakehouse.catalog.FencedJdbcCatalog"
+
+
 def catalog_conf(inputs: dict[str, str]) -> dict[str, str]:
     """The Iceberg catalog `lake`: JDBC on SQLite (this machine) or REST (a cluster)."""
     prefix = f"spark.sql.catalog.{CATALOG_NAME}"
-    conf = {
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": inputs["catalog_type"],
-        f"{prefix}.uri": inputs["catalog_uri"],
-    }
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    if inputs["catalog_type"] == "jdbc":
+        conf[f"{prefix}.catalog-impl"] = FENCED_JDBC_CATALOG
+    else:
+        # a REST catalog: the fence runs on its server, when that serves the catalog above
+        conf[f"{prefix}.type"] = inputs["catalog_type"]
+    conf[f"{prefix}.uri"] = inputs["catalog_uri"]
     if inputs["catalog_type"] == "jdbc":
         conf.update({
             # V1 adds the iceberg_type column pyiceberg's SqlCatalog understands: both open one database.
@@ -138,7 +147,7 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
 
 def get_spark(settings: Settings, app_name: str = "lakehouse"):
     """The active SparkSession, created from the settings if there is none yet."""
-    missing = [p for p in ("iceberg-spark-runtime", "sqlite-jdbc", "spark-sql-kafka")
+    missing = [p for p in ("iceberg-spark-runtime", "sqlite-jdbc", "spark-sql-kafka", "lakehouse-catalog")
                if not list((settings.jars_dir / "spark").glob(f"{p}*.jar"))]
     if missing:
         raise LakehouseError(
@@ -205,6 +214,9 @@ def session_on(spark, settings: Settings):
     """
     session = spark.newSession()
     conf = spark_conf(settings.spark_inputs(), str(PACKAGE_DIR))
+    for kind in ("type", "catalog-impl"):  # a catalog of the other kind: Iceberg refuses both set
+        if f"spark.sql.catalog.{CATALOG_NAME}.{kind}" not in conf:
+            session.conf.unset(f"spark.sql.catalog.{CATALOG_NAME}.{kind}")
     for key, value in conf.items():
         if key.startswith(f"spark.sql.catalog.{CATALOG_NAME}") or key == "spark.sql.shuffle.partitions":
             session.conf.set(key, value)

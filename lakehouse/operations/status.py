@@ -593,7 +593,8 @@ def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | N
 
     The job's own marks (ingestion/single_writer.py), read, never taken: the holder file beside
     its lock in this state folder (its process alive: same pid and start time), else the writer
-    lease in the bronze table's properties (a live lease: a job of another host, renewed lately).
+    lease in the bronze table's properties (a job of another host whose lease looks renewed
+    lately: an estimate that compares that host's clock with this one, for the report only).
     """
     from ingestion import single_writer
 
@@ -606,7 +607,7 @@ def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | N
         pass
     if bronze_table is not None:
         lease = single_writer.parse_lease(bronze_table.properties.get(single_writer.LEASE_PROPERTY))
-        if lease is not None and single_writer.is_live(lease, time.time()):
+        if lease is not None and single_writer.looks_live(lease, time.time(), settings.writer_lease_seconds):
             return lease.text()
     return None
 

@@ -1,8 +1,10 @@
 """An Iceberg REST catalog server on this machine, for the tests of the cluster profile.
 
 It is Iceberg's own RESTCatalogServer (jvm/rest-catalog: the iceberg-open-api test fixtures,
-the server the apache/iceberg-rest-fixture image of docker-compose.yml runs), serving a
-JDBC catalog on SQLite over the REST protocol, with a file:// warehouse. Spark, dbt's Thrift
+the server the apache/iceberg-rest-fixture image of docker-compose.yml runs), serving the
+project's JDBC catalog on SQLite (FencedJdbcCatalog, jvm/catalog: table commits behind the
+single-writer fence of ARCHITECTURE §8, checked here on the server) over the REST protocol,
+with a file:// warehouse. Spark, dbt's Thrift
 Server and pyiceberg then reach the catalog only over HTTP, as on a cluster.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from lakehouse.commands.cluster import spark_home
 from lakehouse.core.local_kafka import free_port
+from lakehouse.core.spark import FENCED_JDBC_CATALOG
 from tests.integration.processes import http_answers, running, wait_until
 
 SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
@@ -32,11 +35,13 @@ def rest_catalog(jars_dir: Path, folder: Path, warehouse: str, s3=None) -> Itera
     extra += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
     # The AWS SDK for S3FileIO (iceberg-aws, in rest-catalog/): the bundle the Spark jobs use.
     extra += [str(p) for p in (jars_dir / "spark").glob("iceberg-aws-bundle-*.jar")]
+    # The catalog it serves: the project's fenced JDBC catalog (lakehouse/core/spark.py's too).
+    extra += [str(p) for p in (jars_dir / "spark").glob("lakehouse-catalog-*.jar")]
     port = free_port()
     env = {
         **os.environ,
         # CATALOG_<PROPERTY>: `__` is `-`, `_` is `.` (Iceberg's RCKUtils).
-        "CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "CATALOG_CATALOG__IMPL": FENCED_JDBC_CATALOG,
         "CATALOG_URI": f"jdbc:sqlite:{folder}/rest-catalog.db",
         "CATALOG_JDBC_SCHEMA__VERSION": "V1",
         "CATALOG_WAREHOUSE": warehouse,

@@ -3,10 +3,15 @@
 A `lakehouse ingest` job streams; a second one started on the same stream must be refused with
 one `error:` line naming the running one: from the same state folder by the folder's lock
 (before Spark starts), from another state folder sharing the catalog and the checkpoints (as
-drivers on two machines of a cluster do) by the lease in the bronze table's properties. The
-first killed with SIGKILL, the second takes the stream over at once (the holder's process is
-gone) and finishes it: every offset of the topic once in bronze or the dead letters. A job
-whose lease another job took over stops instead of writing beside it.
+drivers on two machines of a cluster do) by the lease in the bronze table's properties, as soon
+as it sees the running job renew it. The first killed with SIGKILL, the second takes the stream
+over at once (the holder's process is gone) and finishes it: every offset of the topic once in
+bronze or the dead letters. A job whose lease another job took over stops instead of writing
+beside it. The fence: a driver stopped (SIGSTOP) inside its append, its lease taken over once it
+stayed unchanged for the lease time by the taker's clock, the taker's batches committed, then
+resumed (SIGCONT): its commit is refused by the catalog, one line, every offset once.
+
+The lease times are a few seconds here (LAKEHOUSE_WRITER_LEASE_SECONDS, ..._RENEW_SECONDS).
 
 The catalog is JDBC (SQLite) in the default run; the same drivers on the Iceberg REST catalog
 of the cluster profile are in the `cluster` run.
@@ -14,6 +19,7 @@ of the cluster profile are in the `cluster` run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -24,14 +30,16 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
-from ingestion import job, single_writer
+from ingestion import bronze, job, single_writer
 from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import end_offsets
+from lakehouse.core.settings import Settings
 from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
@@ -41,6 +49,7 @@ pytestmark = pytest.mark.integration
 
 FAULTS = FaultRates(duplicate=0.0, corrupt=0.01, invalid=0.01)
 MESSAGES = 6_000
+LEASE = {"LAKEHOUSE_WRITER_LEASE_SECONDS": "6", "LAKEHOUSE_WRITER_RENEW_SECONDS": "2"}
 
 
 def write_pipeline(path: Path, stream: str) -> None:
@@ -99,7 +108,7 @@ def two_drivers(lake, tmp_path: Path, stream: str) -> None:
     report = produce_to_topic(own, stream, employees.messages(MESSAGES, 7, None, FAULTS), FAULTS,
                               total=MESSAGES, progress=False)
     assert report.failed == 0
-    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}
     elsewhere = second_job_elsewhere(own, env, tmp_path / "other-machine")
     checkpoint = own.checkpoint_root / f"bronze_{stream}"
     log = tmp_path / "first.log"
@@ -119,13 +128,16 @@ def two_drivers(lake, tmp_path: Path, stream: str) -> None:
         assert output[0].startswith(f"error: stream {stream} is already being ingested from this state folder")
         assert f"pid {first.pid} on {socket.gethostname()}" in output[0]
 
-        # another state folder on the same catalog and checkpoints: refused by the catalog's lease
+        # another state folder on the same catalog and checkpoints: refused by the catalog's lease,
+        # once it saw the running job renew it (it watches the lease on its own clock)
         other = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=elsewhere,
                                capture_output=True, text=True, timeout=300)
         assert other.returncode == 1, other.stdout + other.stderr
         (line,) = error_lines(other.stdout + other.stderr)
         assert line.startswith(f"error: stream {stream} is already being ingested by pid {first.pid} "
                                f"on {socket.gethostname()} (state folder {own.home},"), line
+        assert "its lease was renewed" in line, line
+        assert "watching it; taken over if not renewed for 6 s" in other.stdout + other.stderr
         assert first.poll() is None, "the running job stopped"
         # and the running job goes on: batches after the refusals
         wait_for(lambda: committed_batches(checkpoint) > batches_before + 1, "batches after the refusals", first, log)
@@ -173,7 +185,7 @@ def test_a_job_whose_lease_another_job_took_over_stops(lake, tmp_path, monkeypat
     report = produce_to_topic(own, stream, employees.messages(MESSAGES, 8, None, FAULTS), FAULTS,
                               total=MESSAGES, progress=False)
     assert report.failed == 0
-    monkeypatch.setattr(single_writer, "RENEW_SECONDS", 0.0)  # every batch reads its lease
+    own = dataclasses.replace(own, writer_renew_seconds=0.0)  # every batch reads its lease
     checkpoint = own.checkpoint_root / f"bronze_{stream}"
     spec = get_stream(stream)
     taken_over = threading.Event()
@@ -187,7 +199,7 @@ def test_a_job_whose_lease_another_job_took_over_stops(lake, tmp_path, monkeypat
         # Compare-and-swap: a batch the job commits between the read and the write refuses the
         # write (the table's metadata moved on); read again, as a job taking over would.
         for _ in range(20):
-            operations, base, _ = leases._read(spec.bronze_table)
+            operations, base, _, _ = leases._read(spec.bronze_table)
             if leases._write(operations, base, stranger):
                 taken_over.set()
                 return
@@ -202,3 +214,128 @@ def test_a_job_whose_lease_another_job_took_over_stops(lake, tmp_path, monkeypat
     assert 0 < written < report.delivered, "the job went on after its lease was taken over"
     value = session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value
     assert json.loads(value)["holder"] == "someone-else", "the job that lost its lease released the other's"
+
+
+def test_a_driver_stalled_inside_its_append_cannot_commit_after_another_took_the_stream_over(lake, tmp_path):
+    """The fence (ARCHITECTURE §8): the first job stops itself with SIGSTOP inside the catalog's
+    commit of its first batch (the fault point: data files written, the commit's base read, the
+    lease still its own). A job of another state folder watches its lease stay unchanged for the
+    lease time (the holder alive but stalled, on this host) and takes the stream over: it replays
+    that batch and ingests the topic. SIGCONT: the first job's commit, refused by the catalog,
+    ends it with one line; every offset once in bronze."""
+    stalled_driver(lake, tmp_path, "single_writer_fence")
+
+
+@pytest.mark.cluster
+def test_the_rest_catalog_server_fences_a_stalled_driver(spark, settings, tmp_path_factory, tmp_path):
+    """The same on the REST catalog, whose server commits through the fence. The driver stops
+    right before its append (its commit runs in the server); after the take-over, an append that
+    names its lease, made through the REST catalog, is refused by the server (HTTP 400). Resumed,
+    the driver stops with one line: its commit refused, or its renewal finding the lease lost (a
+    job on a REST catalog stops its queries at once then, cancelling the batch's write)."""
+    with own_lakehouse(spark, settings, tmp_path_factory, "single-writer-fence-rest", rest=True) as rest_lake:
+        stalled_driver(rest_lake, tmp_path, "single_writer_fence_rest", rest=True)
+
+
+def stalled_driver(lake, tmp_path: Path, stream: str, rest: bool = False) -> None:
+    own, session, _ = lake
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    messages = 2_000
+    report = produce_to_topic(own, stream, employees.messages(messages, 9, None, FAULTS), FAULTS,
+                              total=messages, progress=False)
+    assert report.failed == 0
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}
+    env.pop("LAKEHOUSE_FAULT_POINT", None)
+    elsewhere = second_job_elsewhere(own, env, tmp_path / "other-machine")
+    log = tmp_path / "first.log"
+    first = subprocess.Popen([lakehouse_command(), "ingest", stream, "--trigger", "1s", "--max-offsets-per-trigger",
+                              "500"], env={**env, "LAKEHOUSE_FAULT_POINT": job.STOP_INSIDE_APPEND_COMMIT},
+                             stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: psutil.Process(first.pid).status() == psutil.STATUS_STOPPED,
+                 "the driver stopped in its append", first, log)
+        assert "fault point stop-inside-append-commit" in log.read_text()
+        stalled = single_writer.parse_lease(
+            session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value)
+
+        taken = subprocess.run([lakehouse_command(), "ingest", stream, "--available-now"], env=elsewhere,
+                               capture_output=True, text=True, timeout=600)
+        output = taken.stdout + taken.stderr
+        assert taken.returncode == 0, output[-3000:]
+        assert f"its lease is held by pid {first.pid} on {socket.gethostname()}" in output
+        assert "watching it; taken over if not renewed for 6 s (by this job's clock)" in output
+        assert f"taking over the lease of pid {first.pid} on {socket.gethostname()}" in output
+        assert_every_offset_once(session, own, stream, report.delivered)
+        if rest:  # the server's own check, without a race: an append under the stalled job's lease
+            with pytest.raises(Exception, match=single_writer.FENCE_REFUSED):
+                (session.table(f"bronze.{stream}").limit(1).writeTo(f"bronze.{stream}")
+                 .option(f"snapshot-property.{bronze.LEASE_HOLDER_PROPERTY}", stalled.holder).append())
+
+        os.killpg(first.pid, signal.SIGCONT)
+        first.wait(timeout=300)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert_every_offset_once(session, own, stream, report.delivered)  # the stalled batch did not land
+    output = log.read_text()
+    assert first.returncode == 1, output[-3000:]
+    (line,) = error_lines(output)
+    refused = f"error: query bronze_{stream} stopped: stream {stream} batch 0: commit refused, its lease is held " \
+              "by no job, not by this job"
+    renewal = f"error: stream {stream}: its lease is held by no job, not by this job"
+    assert line.startswith(refused) or rest and line.startswith(renewal), line
+
+
+def test_a_stalled_holder_lapses_on_the_takers_clock_and_a_renewing_one_is_refused(lake, tmp_path, monkeypatch):
+    """The lapse (ARCHITECTURE §8), never by comparing clocks: a real job holds the stream; a taker
+    of another state folder on this host (this test's process, through the job's own lease code)
+    is refused as soon as it sees the job renew its lease. The job stopped with SIGSTOP (alive,
+    not renewing), a taker watches the lease stay unchanged for the lease time on its own clock
+    and takes it over; resumed, the job finds its lease lost and stops with one line."""
+    own, session, _ = lake
+    stream = "single_writer_lapse"
+    pipeline = tmp_path / "pipeline.yml"
+    write_pipeline(pipeline, stream)
+    report = produce_to_topic(own, stream, employees.messages(1_000, 10, None, FAULTS), FAULTS, total=1_000,
+                              progress=False)
+    assert report.failed == 0
+    env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}
+    env.pop("LAKEHOUSE_FAULT_POINT", None)
+    checkpoint = own.checkpoint_root / f"bronze_{stream}"
+    log = tmp_path / "holder.log"
+    holder = subprocess.Popen([lakehouse_command(), "ingest", stream, "--trigger", "1s"], env=env,
+                              stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    # another state folder on this host, on the same catalog, with the lease times of LEASE
+    elsewhere = Settings.from_env({**env, "LAKEHOUSE_HOME": str(tmp_path / "other-machine")})
+    monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
+    spec = get_stream(stream)
+    try:
+        wait_for(lambda: committed_batches(checkpoint) >= 1, "a committed batch", holder, log)
+        # renewing: refused at the first renewal it sees, well within the lease time
+        started = time.monotonic()
+        with pytest.raises(LakehouseError, match=rf"^stream {stream} is already being ingested by pid {holder.pid} "
+                                                 rf"on {socket.gethostname()} .*: its lease was renewed \d+ s after"):
+            single_writer.CatalogLeases(session, elsewhere, [spec]).acquire()
+        assert time.monotonic() - started < 6.0, "refused only after the lease time: no renewal was seen"
+
+        os.killpg(holder.pid, signal.SIGSTOP)  # alive, on this host, and renewing no more
+        taker = single_writer.CatalogLeases(session, elsewhere, [spec])
+        started = time.monotonic()
+        taker.acquire()
+        assert time.monotonic() - started >= 6.0, "taken over before the lease time"
+        value = session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value
+        assert single_writer.parse_lease(value).holder == taker.holder
+
+        os.killpg(holder.pid, signal.SIGCONT)
+        holder.wait(timeout=300)
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+    output = log.read_text()
+    assert holder.returncode == 1, output[-3000:]
+    (line,) = error_lines(output)
+    assert f"its lease is held by pid {os.getpid()} on {socket.gethostname()}" in line, line
+    taker.release()

@@ -15,7 +15,9 @@ def _conf(settings: Settings) -> dict[str, str]:
 def test_local_settings_build_the_jdbc_catalog_and_ship_nothing():
     settings = Settings.from_env({"LAKEHOUSE_HOME": "/h"})
     conf = _conf(settings)
-    assert conf["spark.sql.catalog.lake.type"] == "jdbc"
+    # Iceberg's JDBC catalog behind the writer fence (jvm/catalog), named in place of `type`
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "io.github.lakehouse.catalog.FencedJdbcCatalog"
+    assert "spark.sql.catalog.lake.type" not in conf
     assert conf["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
     assert not any(".s3." in key or key.endswith("io-impl") for key in conf)
     assert conf["spark.driver.extraClassPath"] == "/h/jars/spark/*"
@@ -30,6 +32,7 @@ def test_cluster_profile_builds_a_rest_catalog_on_s3_without_secrets(tmp_path):
         (tmp_path / "spark" / jar).write_bytes(b"")
     conf = _conf(settings)
     assert conf["spark.sql.catalog.lake.type"] == "rest"
+    assert "spark.sql.catalog.lake.catalog-impl" not in conf
     assert conf["spark.sql.catalog.lake.uri"] == "http://iceberg-rest:8181"
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
     assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"

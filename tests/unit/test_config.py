@@ -167,3 +167,16 @@ def test_lakehouse_config_prints_no_secret():
         result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "config", *extra], env=env,
                                 capture_output=True, text=True, check=True)
         assert "hunter2" not in result.stdout and "user:***@registry.example" in result.stdout
+
+
+def test_the_writer_lease_times_are_settings_and_a_renewal_fits_twice_in_the_lease():
+    """LAKEHOUSE_WRITER_LEASE_SECONDS / _RENEW_SECONDS (ingestion/single_writer.py): a job watching
+    a lease must see a live holder renew it within the lease time."""
+    defaults = Settings.from_env({})
+    assert (defaults.writer_lease_seconds, defaults.writer_renew_seconds) == (120.0, 30.0)
+    short = Settings.from_env({"LAKEHOUSE_WRITER_LEASE_SECONDS": "6", "LAKEHOUSE_WRITER_RENEW_SECONDS": "2"})
+    assert (short.writer_lease_seconds, short.writer_renew_seconds) == (6.0, 2.0)
+    for lease, renew in (("6", "4"), ("6", "0"), ("x", "2"), ("inf", "2"), ("6", "-1")):
+        with pytest.raises(LakehouseError, match="LAKEHOUSE_WRITER_") as refused:
+            Settings.from_env({"LAKEHOUSE_WRITER_LEASE_SECONDS": lease, "LAKEHOUSE_WRITER_RENEW_SECONDS": renew})
+        assert "\n" not in str(refused.value)
