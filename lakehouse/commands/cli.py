@@ -257,9 +257,12 @@ def _add_dlq(sub) -> None:
 def _add_dbt(sub) -> None:
     parser = sub.add_parser(
         "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
-        description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
-                    "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
-                    "running MERGE. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
+        description="`lakehouse dbt run` is `dbt run` at the project root with the lakehouse's configuration "
+                    "(the LAKEHOUSE_* variables, LAKEHOUSE_CONFIG_FILE and LAKEHOUSE_PROFILE resolved into the "
+                    "variables profiles.yml reads). A command that writes (run, build, seed, snapshot, ...) "
+                    "holds the dbt-tables lock: two runs never append the same rows twice, and `lakehouse "
+                    "maintain` never compacts a table under a running MERGE; a plain `dbt run` is refused for "
+                    "that reason. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
                     "runs dbt on a cadence in one process, its Spark session kept warm (`lakehouse dbt loop "
                     "--help`).")
     parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")

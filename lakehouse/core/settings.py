@@ -36,6 +36,10 @@ LOCAL_PROFILE = "local"  # the built-in defaults; every other profile is a file 
 CATALOG_NAME = "lake"
 NAMESPACES = ("bronze", "silver", "gold")
 QUALITY_NAMESPACE = "quality"  # the history of quality runs (expectations.history)
+# Set by `lakehouse dbt` in the environment of the dbt it starts (lakehouse.operations.dbt.dbt_env):
+# every LAKEHOUSE_* variable profiles.yml reads holds this configuration's value, so the
+# LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE also in that environment are resolved, not ignored.
+SETTINGS_RESOLVED = PREFIX + "SETTINGS_RESOLVED"
 
 
 @dataclass(frozen=True)
