@@ -5,7 +5,9 @@ Every metric is declared here, once, in one registry: the alert rules and the da
 starts the endpoint on LAKEHOUSE_METRICS_PORT; nothing is served when it is unset. The
 values are handed in as plain data by the processes that know them: the job's batch counts
 and Spark's own StreamingQueryProgress (`observe_query`), the dbt loop's run results and the
-last quality verdict. Instants are exported as Unix timestamps (`*_timestamp_seconds`), the
+last quality verdict. The maintenance metrics are read from the maintenance log of the state
+folder when scraped (`lakehouse maintain` is a command that ends, not a server), by every
+endpoint. Instants are exported as Unix timestamps (`*_timestamp_seconds`), the
 Prometheus convention: "seconds since" is `time() - metric` in a query, true at any scrape.
 """
 
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
+from lakehouse.core import maintenance_log
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import PREFIX, Settings
 
@@ -64,6 +68,12 @@ QUALITY_FAILED = Gauge("lakehouse_quality_checks_failed", "Checks that failed in
 QUALITY_LAST_RUN = Gauge("lakehouse_quality_last_run_timestamp_seconds", "When the last quality run ran "
                          "(Unix time)", registry=REGISTRY)
 
+# --- table maintenance (`lakehouse maintain`), read from its log at each scrape (_MaintenanceLog) -
+MAINTENANCE_LAST_SUCCESS = Gauge("lakehouse_maintenance_last_success_timestamp_seconds", "When the table's last "
+                                 "maintenance pass with no failed step ended (Unix time)", ["table"], registry=None)
+MAINTENANCE_FAILED_STEPS = Gauge("lakehouse_maintenance_failed_steps", "Steps that failed in the table's last "
+                                 "maintenance pass (0: none failed)", ["table"], registry=None)
+
 _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum", "_created")}
 
 
@@ -77,6 +87,62 @@ def served_names() -> set[str]:
 # The endpoint
 # --------------------------------------------------------------------------------------------
 
+class _MaintenanceLog:
+    """The maintenance gauges, set from the maintenance log of the state folder the endpoint
+    serves (`watch`) whenever the log changed since the last scrape; nothing before `watch`."""
+
+    metrics = (MAINTENANCE_LAST_SUCCESS, MAINTENANCE_FAILED_STEPS)
+
+    def __init__(self) -> None:
+        self.home: Any = None
+        self.seen: tuple | None = None
+
+    def watch(self, home) -> None:
+        self.home, self.seen = home, None
+
+    def describe(self):
+        return [family for metric in self.metrics for family in metric.describe()]
+
+    def collect(self):
+        if self.home is None:
+            return
+        try:
+            self._refresh()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail for the other metrics' sake
+            log.warning("maintenance metrics not updated: %s: %s", type(exc).__name__, exc)
+        for metric in self.metrics:
+            yield from metric.collect()
+
+    def _refresh(self) -> None:
+        path = maintenance_log.log_path(self.home)
+        try:
+            stat = path.stat()
+            seen = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            seen = None
+        if seen == self.seen and seen is not None:
+            return
+        passes = maintenance_log.read(self.home) if seen is not None else {}
+        for metric in self.metrics:
+            metric.clear()
+        for table, table_passes in passes.items():
+            MAINTENANCE_FAILED_STEPS.labels(table).set(len(maintenance_log.failures(table_passes.last)))
+            ended = _unix_time(table_passes.last_success.get("finished_at")) if table_passes.last_success else None
+            if ended is not None:
+                MAINTENANCE_LAST_SUCCESS.labels(table).set(ended)
+        self.seen = seen
+
+
+def _unix_time(iso: Any) -> float | None:
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+_maintenance = _MaintenanceLog()
+REGISTRY.register(_maintenance)
 _served: dict[int, Any] = {}
 
 
@@ -86,6 +152,7 @@ def serve(settings: Settings) -> bool:
     port = settings.metrics_port
     if port is None:
         return False
+    _maintenance.watch(settings.home)
     if port not in _served:
         try:
             _served[port] = start_http_server(port, registry=REGISTRY)

@@ -117,6 +117,10 @@ SETTINGS: dict[str, Setting] = {
     "status_max_model_age_minutes": Setting(
         "STATUS_MAX_MODEL_AGE_MINUTES", "`lakehouse status --check`: minutes since a dbt model's last success "
         "after which it is stale", lambda home: "60"),
+    "status_max_maintenance_age_hours": Setting(
+        "STATUS_MAX_MAINTENANCE_AGE_HOURS", "`lakehouse status --check`: hours since a table's last successful "
+        "`lakehouse maintain` pass (never maintained: since its oldest snapshot) after which its maintenance is "
+        "overdue", lambda home: "48"),
     "metrics_port": Setting("METRICS_PORT", "port of the Prometheus metrics endpoint of `lakehouse ingest` and "
                             "`lakehouse dbt loop` (unset: no endpoint)", lambda home: ""),
 }
@@ -246,6 +250,7 @@ class Settings:
     log_format: str = "text"
     status_max_lag: int = 100_000
     status_max_model_age_minutes: float = 60.0
+    status_max_maintenance_age_hours: float = 48.0
     metrics_port: int | None = None  # None: no metrics endpoint
 
     @classmethod
@@ -319,6 +324,8 @@ class Settings:
             status_max_lag=int(max_lag),
             status_max_model_age_minutes=_positive_number("status_max_model_age_minutes",
                                                           raw["status_max_model_age_minutes"]),
+            status_max_maintenance_age_hours=_positive_number("status_max_maintenance_age_hours",
+                                                              raw["status_max_maintenance_age_hours"]),
             metrics_port=_port_or_none("metrics_port", raw["metrics_port"]),
         )
 

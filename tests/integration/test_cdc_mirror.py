@@ -307,7 +307,7 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
     results = [result for one_pass in passes for result in one_pass]
     assert {"bronze.customers", "bronze.accounts", "silver.customers_mirror", "silver.accounts_mirror"} <= \
         {r.table for r in results}
-    failed = [f"{r.table}: {p}" for r in results for p in r.problems if "failed" in p or "skipped" in p]
+    failed = maintenance.failed_or_skipped(results)
     assert not failed, failed
 
     # Every rewrite kept its parent's rows exactly, and left fewer data files.
