@@ -2,7 +2,9 @@
 
 Every metric is declared here, once, in one registry: the alert rules and the dashboard
 (ops/) may only name metrics of `served_names` (tests/unit/test_metrics_files.py). `serve`
-starts the endpoint on LAKEHOUSE_METRICS_PORT; nothing is served when it is unset. The
+starts the endpoint on LAKEHOUSE_METRICS_PORT, listening on LAKEHOUSE_METRICS_BIND_ADDRESS (this
+machine's loopback unless set: the metrics name every stream and table, and nothing authenticates
+a scrape); nothing is served when the port is unset. The
 values are handed in as plain data by the processes that know them: the job's batch counts
 and Spark's own StreamingQueryProgress (`observe_query`), the dbt loop's run results and the
 last quality verdict. The maintenance metrics are read from the maintenance log of the state
@@ -13,6 +15,7 @@ Prometheus convention: "seconds since" is `time() - metric` in a query, true at 
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -147,19 +150,23 @@ _served: dict[int, Any] = {}
 
 
 def serve(settings: Settings) -> bool:
-    """Serve /metrics on LAKEHOUSE_METRICS_PORT (all interfaces) from a daemon thread, once per
-    process and port; False when the setting is unset. A port in use is a user error."""
-    port = settings.metrics_port
+    """Serve /metrics on LAKEHOUSE_METRICS_PORT at LAKEHOUSE_METRICS_BIND_ADDRESS from a daemon
+    thread, once per process and port; False when the port is unset. A port in use, or an address
+    this machine does not have, is a user error."""
+    port, address = settings.metrics_port, settings.metrics_bind_address
     if port is None:
         return False
     _maintenance.watch(settings.home)
     if port not in _served:
         try:
-            _served[port] = start_http_server(port, registry=REGISTRY)
+            _served[port] = start_http_server(port, addr=address, registry=REGISTRY)
         except OSError as exc:
-            raise LakehouseError(f"cannot serve metrics on port {port} ({PREFIX}METRICS_PORT): "
-                                 f"{exc.strerror or exc}: pick a free port or unset it") from None
-        log.info("metrics on http://0.0.0.0:%d/metrics", port)
+            if exc.errno == errno.EADDRINUSE:
+                raise LakehouseError(f"cannot serve metrics on port {port} ({PREFIX}METRICS_PORT): "
+                                     f"{exc.strerror or exc}: pick a free port or unset it") from None
+            raise LakehouseError(f"cannot serve metrics at {address}:{port} ({PREFIX}METRICS_BIND_ADDRESS): "
+                                 f"{exc.strerror or exc}: give an address of this machine") from None
+        log.info("metrics on http://%s:%d/metrics", address, port)
     return True
 
 

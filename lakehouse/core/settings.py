@@ -123,6 +123,9 @@ SETTINGS: dict[str, Setting] = {
         "overdue", lambda home: "48"),
     "metrics_port": Setting("METRICS_PORT", "port of the Prometheus metrics endpoint of `lakehouse ingest` and "
                             "`lakehouse dbt loop` (unset: no endpoint)", lambda home: ""),
+    "metrics_bind_address": Setting("METRICS_BIND_ADDRESS", "address the metrics endpoint listens on (0.0.0.0: "
+                                    "every interface, e.g. in a container whose port is published)",
+                                    lambda home: "127.0.0.1"),
 }
 
 
@@ -252,6 +255,7 @@ class Settings:
     status_max_model_age_minutes: float = 60.0
     status_max_maintenance_age_hours: float = 48.0
     metrics_port: int | None = None  # None: no metrics endpoint
+    metrics_bind_address: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -327,6 +331,7 @@ class Settings:
             status_max_maintenance_age_hours=_positive_number("status_max_maintenance_age_hours",
                                                               raw["status_max_maintenance_age_hours"]),
             metrics_port=_port_or_none("metrics_port", raw["metrics_port"]),
+            metrics_bind_address=raw["metrics_bind_address"].strip(),
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

@@ -232,6 +232,10 @@ BROKEN_COMPOSE = {
     "worker too small": (_worker_option("--memory", "2g"), "the workers offer 4 cores and 2048 MB"),
     "application without a core cap": (_drop_env("ingest", "LAKEHOUSE_SPARK_CORES_MAX"),
                                        "ingest: no LAKEHOUSE_SPARK_CORES_MAX"),
+    "metrics published on every interface": (_set("ingest", "ports", ["9108:9108"]),
+                                             "ingest: publishes 9108:9108 on every interface of the host"),
+    "metrics endpoint on the container's loopback": (_drop_env("ingest", "LAKEHOUSE_METRICS_BIND_ADDRESS"),
+                                                     "ingest: publishes its metrics port 9108, but the endpoint"),
 }
 
 
