@@ -35,7 +35,8 @@ DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 MAKEFILE = REPO_ROOT / "Makefile"
 
 # What .env would hold: the required variables, with values no check mistakes for real ones.
-SAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "sample-access-key", "AWS_SECRET_ACCESS_KEY": "sample-secret-key"}
+SAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "sample-access-key", "AWS_SECRET_ACCESS_KEY": "sample-secret-key",
+              "LAKEHOUSE_THRIFT_PASSWORD": "sample-thrift-password"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
 S3_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 REST_CATALOG_IMAGE = "apache/iceberg-rest-fixture"
@@ -465,7 +466,8 @@ def _cycle_errors(compose: dict) -> list[str]:
 
 def _exposure_errors(compose: dict) -> list[str]:
     """Every port is published on the host's loopback only, and a lakehouse endpoint published
-    from a container listens beyond the container's own loopback (or nothing reaches it)."""
+    from a container listens beyond the container's own loopback (or nothing reaches it); the
+    Thrift Server, reached from other containers, with its password."""
     errors = []
     for name, service in services(compose).items():
         for address, spec in published_on(service):
@@ -473,6 +475,15 @@ def _exposure_errors(compose: dict) -> list[str]:
                 errors.append(f"{name}: publishes {spec} on every interface of the host: publish it on "
                               "127.0.0.1 like the other ports")
         env = environment(service)
+        cmd = lakehouse_command(service) or []
+        if cmd[1:3] == ["cluster", "thrift-server"]:
+            host = option(cmd, "--host") or "127.0.0.1"
+            if host in ("127.0.0.1", "localhost", "::1"):
+                errors.append(f"{name}: the Thrift Server listens on its container's loopback ({host}): the other "
+                              "containers and the published port cannot reach it (--host 0.0.0.0)")
+            elif referenced_names(env.get("LAKEHOUSE_THRIFT_PASSWORD") or "") != {"LAKEHOUSE_THRIFT_PASSWORD"}:
+                errors.append(f"{name}: the Thrift Server listens on {host} without LAKEHOUSE_THRIFT_PASSWORD "
+                              "from .env: `lakehouse cluster thrift-server` refuses to start so")
         metrics_port = str(env.get("LAKEHOUSE_METRICS_PORT") or "")
         if metrics_port.isdigit() and int(metrics_port) in {container for _, container in published(service)} \
                 and env.get("LAKEHOUSE_METRICS_BIND_ADDRESS") != "0.0.0.0":

@@ -17,7 +17,7 @@ from lakehouse.core import local_kafka
 from lakehouse.core.entry import add_log_format_argument, run_command
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
-from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, Settings
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, THRIFT_PASSWORD, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
 from lakehouse.operations import dlq, maintenance, migrate, status
 from lakehouse.operations.dbt import loop_main, run_dbt
@@ -443,15 +443,19 @@ def _add_cluster(sub) -> None:
         "cluster", help="run a Spark standalone master/worker or the Thrift Server; set up a fresh platform",
         description="The processes of a Spark cluster, from PySpark's own launcher (bin/spark-class, "
                     "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
-                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
-                    "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
+                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `lakehouse dbt "
+                    "--target cluster`: on 127.0.0.1 unless --host says otherwise; with LAKEHOUSE_THRIFT_PASSWORD "
+                    "in its environment a login needs LAKEHOUSE_THRIFT_USER and that password, and without it "
+                    "the server is refused anywhere but on loopback), and `init`: wait for Kafka and the "
+                    "catalog, create every stream's topic and "
                     "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
                     "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
                     "every address comes from lakehouse/core/profiles/cluster.env (the docker-compose services).")
     parser.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
     parser.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
     parser.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
-                                       "thrift-server: bind address (default 0.0.0.0)")
+                                       "thrift-server: bind address (default 127.0.0.1; 0.0.0.0 needs "
+                                       "LAKEHOUSE_THRIFT_PASSWORD)")
     parser.add_argument("--port", type=int, help="master: port (default 7077); thrift-server: port "
                                                  "(default LAKEHOUSE_THRIFT_PORT)")
     parser.add_argument("--webui-port", type=int, help="web UI port (master 8080, worker 8081)")
@@ -473,11 +477,16 @@ def _cluster(args, settings: Settings) -> int:
         return _exec(cluster.worker_command(args.master or settings.spark_master, args.cores, args.memory,
                                             args.webui_port or 8081, work_dir, args.host), env)
     if args.action == "thrift-server":
+        host = args.host or cluster.THRIFT_DEFAULT_HOST
+        authenticate = cluster.thrift_authentication(settings, host, env)
         cluster.check_submission(settings)
         cluster.ensure_session_namespace(settings)
         (settings.home / "thrift-server").mkdir(parents=True, exist_ok=True)
-        return _exec(cluster.thrift_server_command(settings, args.port or settings.thrift_port,
-                                                   args.host or "0.0.0.0"), env)
+        if not authenticate:
+            print(f"warning: no {THRIFT_PASSWORD}: every user of this machine can use the Thrift Server on "
+                  f"{host}", file=sys.stderr)
+        return _exec(cluster.thrift_server_command(settings, args.port or settings.thrift_port, host,
+                                                   authenticate), env)
     created = cluster.init_platform(settings)
     print(f"topics: {', '.join(created['topics'])}")
     print(f"namespaces: {', '.join(created['namespaces'])} in catalog {settings.catalog_uri}")

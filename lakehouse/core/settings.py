@@ -40,6 +40,9 @@ QUALITY_NAMESPACE = "quality"  # the history of quality runs (expectations.histo
 # every LAKEHOUSE_* variable profiles.yml reads holds this configuration's value, so the
 # LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE also in that environment are resolved, not ignored.
 SETTINGS_RESOLVED = PREFIX + "SETTINGS_RESOLVED"
+# The Thrift Server's password (dbt's `cluster` target): a secret, so the environment only, never a
+# Setting (never printed, never read from a file); lakehouse/commands/cluster.py, profiles.yml.
+THRIFT_PASSWORD = PREFIX + "THRIFT_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ SETTINGS: dict[str, Setting] = {
     "thrift_host": Setting("THRIFT_HOST", "Spark Thrift Server host (dbt target `cluster`)",
                            lambda home: "localhost"),
     "thrift_port": Setting("THRIFT_PORT", "Spark Thrift Server port", lambda home: "10000"),
+    "thrift_user": Setting("THRIFT_USER", "user dbt's `cluster` target logs in to the Thrift Server as, with the "
+                           "password LAKEHOUSE_THRIFT_PASSWORD (environment only); the user the server accepts",
+                           lambda home: "lakehouse"),
     "quality_dead_letter_rate_warn": Setting(
         "QUALITY_DEAD_LETTER_RATE_WARN", "share of a stream's records in dead letters that is a quality warning",
         lambda home: "0.02"),
@@ -162,8 +168,10 @@ def _url_has_password(url: str) -> bool:
 
 
 def secrets_in(values: Mapping[str, str]) -> list[str]:
-    """The variables of `values` that carry a secret (a Kafka password, a URL with a password)."""
-    found = [key for key in values if key.startswith(KAFKA_OPTION_PREFIX) and _SECRET_OPTION.search(key)]
+    """The variables of `values` that carry a secret (a Kafka password, the Thrift Server's, a URL
+    with a password)."""
+    found = [key for key in values if (key.startswith(KAFKA_OPTION_PREFIX) and _SECRET_OPTION.search(key))
+             or key == THRIFT_PASSWORD]
     return found + [key for key, value in values.items()
                     if key == PREFIX + "SCHEMA_REGISTRY_URL" and _url_has_password(value)]
 
@@ -245,6 +253,7 @@ class Settings:
     trigger_interval: str
     thrift_host: str
     thrift_port: int
+    thrift_user: str = "lakehouse"
     kafka_options: dict[str, str] = field(default_factory=dict)
     quality_dead_letter_rate_warn: float = 0.02
     quality_dead_letter_rate_critical: float = 0.10
@@ -322,6 +331,7 @@ class Settings:
             trigger_interval=raw["trigger_interval"],
             thrift_host=raw["thrift_host"],
             thrift_port=thrift_port,
+            thrift_user=raw["thrift_user"],
             kafka_options=kafka_options,
             **quality,
             log_format=log_form,

@@ -17,6 +17,7 @@ from lakehouse.core.settings import (
     PREFIX,
     SETTINGS,
     SETTINGS_RESOLVED,
+    THRIFT_PASSWORD,
     Settings,
     jinja_spark_inputs,
 )
@@ -252,6 +253,9 @@ DBT_PROFILE_HEADER = """\
 # `cluster`: dbt sends its SQL to a Spark Thrift Server (method: thrift), which holds the
 # catalog settings itself (`lakehouse cluster thrift-server`, the docker-compose service
 # spark-thrift). `lakehouse dbt run --target cluster`; LAKEHOUSE_THRIFT_HOST/_PORT say where it is.
+# It logs in as LAKEHOUSE_THRIFT_USER with LAKEHOUSE_THRIFT_PASSWORD (SASL PLAIN, HiveServer2's
+# CUSTOM mode); without a password it sends a placeholder, which only a server without
+# authentication (on loopback) takes.
 #
 # Run dbt as `lakehouse dbt ...`: it resolves LAKEHOUSE_CONFIG_FILE and LAKEHOUSE_PROFILE into
 # the variables below, which dbt alone cannot read, and holds the dbt-tables lock. A plain
@@ -261,7 +265,10 @@ DBT_PROFILE_HEADER = """\
 
 # The settings the profile reads: `lakehouse dbt` (dbt_env) puts each into dbt's environment.
 DBT_PROFILE_SETTINGS = ("home", "jars_dir", "spark_master", "spark_driver_memory", "jvm_options",
-                        "shuffle_partitions", "catalog_uri", "warehouse", "thrift_host", "thrift_port")
+                        "shuffle_partitions", "catalog_uri", "warehouse", "thrift_host", "thrift_port", "thrift_user")
+# What the `cluster` target sends as the password when LAKEHOUSE_THRIFT_PASSWORD is unset: SASL PLAIN
+# needs one, and a server without authentication takes any (PyHive sends "x" there).
+NO_THRIFT_PASSWORD = "none"
 
 
 def _unresolved_settings_check() -> str:
@@ -296,7 +303,7 @@ def render_dbt_profile() -> str:
     ]
     for key, value in conf.items():
         lines.append(f'        {key}: "{value}"')
-    thrift = {name: SETTINGS[name] for name in ("thrift_host", "thrift_port")}
+    thrift = {name: SETTINGS[name] for name in ("thrift_host", "thrift_port", "thrift_user")}
     lines += [
         "    cluster:",
         "      type: spark",
@@ -305,7 +312,11 @@ def render_dbt_profile() -> str:
         f"'{thrift['thrift_host'].default('')}') }}}}\"",
         f"      port: \"{{{{ env_var('{PREFIX}{thrift['thrift_port'].env}', "
         f"'{thrift['thrift_port'].default('')}') | as_number }}}}\"",
-        "      user: lakehouse",
+        f"      user: \"{{{{ env_var('{PREFIX}{thrift['thrift_user'].env}', "
+        f"'{thrift['thrift_user'].default('')}') }}}}\"",
+        # HiveServer2's CUSTOM mode (lakehouse/commands/cluster.py): SASL PLAIN, user and password
+        "      auth: CUSTOM",
+        f"      password: \"{{{{ env_var('{THRIFT_PASSWORD}', '') or '{NO_THRIFT_PASSWORD}' }}}}\"",
         "      schema: silver",
         "      threads: 1",
         # A server that is still starting (compose, the test's fixture) is waited for.
