@@ -564,8 +564,29 @@ def _add_log_format_everywhere(sub) -> None:
                 _add_log_format_everywhere(action)
 
 
+def _dbt_arguments(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """(`lakehouse`'s own arguments through `dbt`, dbt's) when the command is `dbt`, else None.
+
+    Everything after `lakehouse dbt` is dbt's, options first included (`lakehouse dbt --debug run`,
+    `lakehouse dbt --version`), which argparse would take for options of `lakehouse dbt` itself."""
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):
+        index += 2 if argv[index] == "--log-format" else 1  # `lakehouse`'s own options, before the command
+    if index < len(argv) and argv[index] == "dbt":
+        return argv[:index + 1], argv[index + 1:]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    dbt = _dbt_arguments(argv)
+    # `lakehouse dbt --help` is this command's help (the lock, the loop); `lakehouse dbt run --help` dbt's
+    if dbt is not None and not {"-h", "--help"} & set(dbt[0]) and dbt[1] not in (["-h"], ["--help"]):
+        args = parser.parse_args(dbt[0])
+        args.dbt_args = dbt[1]
+    else:
+        args = parser.parse_args(argv)
     return run_command(args.func, args)
 
 

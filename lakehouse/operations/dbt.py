@@ -71,7 +71,10 @@ def dbt_command(args: list[str]) -> str | None:
 
 
 def writes(args: list[str]) -> bool:
-    """Whether `dbt <args>` may write tables, so must hold the dbt-tables lock."""
+    """Whether `dbt <args>` may write tables, so must hold the dbt-tables lock: a command not known
+    to only read does (options alone, `--version`, run no command)."""
+    if all(arg.startswith("-") for arg in args):
+        return False
     return dbt_command(args) not in READ_ONLY_COMMANDS
 
 

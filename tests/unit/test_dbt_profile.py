@@ -115,7 +115,8 @@ def test_lakehouse_dbt_gives_dbt_every_variable_the_profile_reads_from_the_confi
 
 @pytest.mark.parametrize(("args", "locked"), [
     (["run", "--select", "purchases"], True), (["build"], True), (["seed"], True), (["snapshot"], True),
-    (["--debug", "run"], True), (["run-operation", "m"], True), (["retry"], True), (["--version"], True),
+    (["--debug", "run"], True), (["run-operation", "m"], True), (["retry"], True), (["some-new-command"], True),
+    (["--version"], False),
     (["test"], False), (["ls", "--select", "run"], False), (["docs", "serve"], False), (["compile"], False),
     (["show", "--inline", "select 1"], False), (["source", "freshness"], False),
 ])
