@@ -324,7 +324,7 @@ def check_ok_line(report: StatusReport, settings: Settings) -> str:
     parts.append(f"{len(models)} dbt model(s) fresh" if report.dbt else "no dbt run recorded")
     tables = [t for t in report.tables if t.kind == "table"]
     if tables:
-        parts.append(f"{len(tables)} table(s) maintained in time")
+        parts.append(f"{len(tables)} table(s), no maintenance failed or overdue")
     parts.append(f"quality {report.quality['verdict']}" if report.quality else "no quality run recorded")
     return "ok: " + "; ".join(parts)
 

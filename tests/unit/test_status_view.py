@@ -215,6 +215,10 @@ def test_a_failed_maintenance_pass_and_overdue_maintenance_are_each_a_check_line
     assert [line.split(":")[0] for line in s.check_problems(report, longer, NOW)] == ["table silver.a"]
     text = s.format_report(report, settings, NOW)
     assert "1 step(s) FAILED" in text and "note: maintenance overdue: never maintained" in text
+    healthy = s.StatusReport(streams=[], tables=[tables[3], tables[5]], dbt=None, quality=None, problems={})
+    assert s.check_problems(healthy, settings, NOW) == []
+    assert s.check_ok_line(healthy, settings) == "ok: 0 stream(s) running; no dbt run recorded; 1 table(s), no " \
+                                                 "maintenance failed or overdue; no quality run recorded"
 
 
 def test_the_log_tells_each_tables_last_pass_and_last_success_older_entries_included():
