@@ -44,7 +44,8 @@ jars: $(JARS_STAMP) ## Fetch the Kafka broker, Iceberg runtime, connectors, JDBC
 $(JARS_STAMP): jvm/pom.xml jvm/spark/pom.xml jvm/kafka/pom.xml jvm/rest-catalog/pom.xml jvm/s3-store/pom.xml jvm/settings.xml \
 		jvm/protobuf-decoder/pom.xml $(shell find jvm/protobuf-decoder/src -name '*.java') \
 		jvm/json-decoder/pom.xml $(shell find jvm/json-decoder/src -name '*.java') \
-		jvm/catalog/pom.xml $(shell find jvm/catalog/src -name '*.java')
+		jvm/catalog/pom.xml $(shell find jvm/catalog/src -name '*.java') \
+		jvm/thrift-auth/pom.xml $(shell find jvm/thrift-auth/src -name '*.java')
 	@$(PYTHON) lakehouse/core/preflight.py java
 	@$(PYTHON) lakehouse/core/preflight.py mvn
 	@echo "fetching JVM artifacts into $(STATE)/jars (first time: a few minutes)"

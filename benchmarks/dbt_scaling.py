@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._bronze_rows import append_rows  # noqa: E402
 from benchmarks._spark_events import event_log_env, newest_event_log, sql_breakdown  # noqa: E402
 from benchmarks.merge_scaling import ProcessSampler, bench_settings, iso_text  # noqa: E402
+from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
 
@@ -375,13 +376,14 @@ def run_dbt(settings: Settings, args: list[str], home: Path) -> dict:
     """`dbt <args>` as `lakehouse dbt` runs it, with Spark's event log; models, statements, usage."""
     target = home / "dbt-target"
     events = home / "spark-events" / f"{int(time.time() * 1000)}"
-    env = {**dbt_env(settings, target), **event_log_env(events)}
     sampler = ProcessSampler()
     sampler.start()
     started = time.perf_counter()
     began = datetime.now(UTC)
-    with subprocess.Popen([dbt_executable(), *args], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True) as process:
+    with dbt_run_lock(settings) as holder, \
+            subprocess.Popen([dbt_executable(), *args], cwd=PROJECT_ROOT,
+                             env={**dbt_env(settings, target), **event_log_env(events), **holder},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         sampler.dbt_pid = process.pid
         output, _ = process.communicate()
     wall = time.perf_counter() - started

@@ -347,10 +347,10 @@ def run_dbt(settings: Settings, number: int, sampler: MemorySampler, roots: dict
     log_path = settings.home / "dbt-logs" / f"run-{number:03d}.log"
     log_path.parent.mkdir(exist_ok=True)
     sampler.window("dbt")
-    with dbt_run_lock(settings), open(log_path, "wb") as out:
+    with dbt_run_lock(settings) as holder, open(log_path, "wb") as out:
         started = time.time()
         process = subprocess.Popen([dbt_executable(), "run", "--select", *DBT_SELECT], cwd=PROJECT_ROOT,
-                                   env=dbt_env(settings, target), stdout=out, stderr=subprocess.STDOUT,
+                                   env={**dbt_env(settings, target), **holder}, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         roots["dbt"] = [process.pid]
         try:

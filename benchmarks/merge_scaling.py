@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._bronze_rows import append_rows  # noqa: E402
 from benchmarks._spark_events import event_log_env, sql_breakdown  # noqa: E402
+from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
 
@@ -338,8 +339,9 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
     sampler = ProcessSampler()
     sampler.start()
     started = time.perf_counter()
-    with subprocess.Popen([dbt_executable(), *args], cwd=project_dir, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as process:
+    with dbt_run_lock(settings) as holder, \
+            subprocess.Popen([dbt_executable(), *args], cwd=project_dir, env={**env, **holder},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         sampler.dbt_pid = process.pid
         stdout, stderr = process.communicate()
     wall = time.perf_counter() - started

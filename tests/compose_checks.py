@@ -4,7 +4,8 @@
   specification it uses (unknown keys of a service are errors, so a typo fails);
 * :func:`semantic_errors`: what a schema cannot say (dependencies exist, named volumes are
   declared, every service that runs until stopped has a healthcheck, every ``${VAR}`` is
-  documented in .env.example, no literal secret);
+  documented in .env.example, no literal secret, every port published on the host's loopback
+  only);
 * :func:`profile_errors`: agreement with the ``cluster`` configuration profile (every host and
   port it names is a compose service listening there, the warehouse bucket is created, the
   credentials reach the services that need them, the state folder is a volume);
@@ -34,7 +35,8 @@ DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 MAKEFILE = REPO_ROOT / "Makefile"
 
 # What .env would hold: the required variables, with values no check mistakes for real ones.
-SAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "sample-access-key", "AWS_SECRET_ACCESS_KEY": "sample-secret-key"}
+SAMPLE_ENV = {"AWS_ACCESS_KEY_ID": "sample-access-key", "AWS_SECRET_ACCESS_KEY": "sample-secret-key",
+              "LAKEHOUSE_THRIFT_PASSWORD": "sample-thrift-password"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
 S3_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 REST_CATALOG_IMAGE = "apache/iceberg-rest-fixture"
@@ -221,6 +223,15 @@ def named_volume_at(service: dict, path: str) -> str | None:
             if best is None or len(target) > len(best[1]):
                 best = (source, target)
     return best[0] if best else None
+
+
+def published_on(service: dict) -> list[tuple[str | None, str]]:
+    """``(host address or None for every interface, spec)`` of the short-syntax published ports."""
+    found = []
+    for spec in service.get("ports") or []:
+        parts = str(spec).split("/")[0].rsplit(":", 2)
+        found.append((parts[0] if len(parts) == 3 else None, str(spec)))
+    return found
 
 
 def published(service: dict) -> list[tuple[int, int]]:
@@ -441,6 +452,7 @@ def semantic_errors(compose: dict, env_example_text: str) -> list[str]:
                           "(service_completed_successfully): `up --wait` reports its exit as a failure")
 
     errors += _cycle_errors(compose)
+    errors += _exposure_errors(compose)
     errors += _persistence_errors(compose)
     errors += _variable_errors(compose, env_example_text)
     errors += _secret_errors(compose, env_example_text)
@@ -450,6 +462,34 @@ def semantic_errors(compose: dict, env_example_text: str) -> list[str]:
 def _cycle_errors(compose: dict) -> list[str]:
     return [f"{name}: depends on itself through depends_on" for name in services(compose)
             if depends_transitively(compose, name, name)]
+
+
+def _exposure_errors(compose: dict) -> list[str]:
+    """Every port is published on the host's loopback only, and a lakehouse endpoint published
+    from a container listens beyond the container's own loopback (or nothing reaches it); the
+    Thrift Server, reached from other containers, with its password."""
+    errors = []
+    for name, service in services(compose).items():
+        for address, spec in published_on(service):
+            if address not in ("127.0.0.1", "[::1]", "::1"):
+                errors.append(f"{name}: publishes {spec} on every interface of the host: publish it on "
+                              "127.0.0.1 like the other ports")
+        env = environment(service)
+        cmd = lakehouse_command(service) or []
+        if cmd[1:3] == ["cluster", "thrift-server"]:
+            host = option(cmd, "--host") or "127.0.0.1"
+            if host in ("127.0.0.1", "localhost", "::1"):
+                errors.append(f"{name}: the Thrift Server listens on its container's loopback ({host}): the other "
+                              "containers and the published port cannot reach it (--host 0.0.0.0)")
+            elif referenced_names(env.get("LAKEHOUSE_THRIFT_PASSWORD") or "") != {"LAKEHOUSE_THRIFT_PASSWORD"}:
+                errors.append(f"{name}: the Thrift Server listens on {host} without LAKEHOUSE_THRIFT_PASSWORD "
+                              "from .env: `lakehouse cluster thrift-server` refuses to start so")
+        metrics_port = str(env.get("LAKEHOUSE_METRICS_PORT") or "")
+        if metrics_port.isdigit() and int(metrics_port) in {container for _, container in published(service)} \
+                and env.get("LAKEHOUSE_METRICS_BIND_ADDRESS") != "0.0.0.0":
+            errors.append(f"{name}: publishes its metrics port {metrics_port}, but the endpoint listens on the "
+                          "container's loopback only: set LAKEHOUSE_METRICS_BIND_ADDRESS: 0.0.0.0")
+    return errors
 
 
 def _persistence_errors(compose: dict) -> list[str]:

@@ -17,7 +17,7 @@ from lakehouse.core import local_kafka
 from lakehouse.core.entry import add_log_format_argument, run_command
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
-from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, Settings
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, THRIFT_PASSWORD, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
 from lakehouse.operations import dlq, maintenance, migrate, status
 from lakehouse.operations.dbt import loop_main, run_dbt
@@ -263,9 +263,12 @@ def _add_dlq(sub) -> None:
 def _add_dbt(sub) -> None:
     parser = sub.add_parser(
         "dbt", help="run dbt with the lakehouse's settings, holding the lock maintenance respects",
-        description="`lakehouse dbt run` is `dbt run` at the project root with the LAKEHOUSE_* settings, "
-                    "holding the dbt-tables lock so `lakehouse maintain` never compacts a table under a "
-                    "running MERGE. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
+        description="`lakehouse dbt run` is `dbt run` at the project root with the lakehouse's configuration "
+                    "(the LAKEHOUSE_* variables, LAKEHOUSE_CONFIG_FILE and LAKEHOUSE_PROFILE resolved into the "
+                    "variables profiles.yml reads). A command that writes (run, build, seed, snapshot, ...) "
+                    "holds the dbt-tables lock: two runs never append the same rows twice, and `lakehouse "
+                    "maintain` never compacts a table under a running MERGE; a plain `dbt run` is refused for "
+                    "that reason. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
                     "runs dbt on a cadence in one process, its Spark session kept warm (`lakehouse dbt loop "
                     "--help`).")
     parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")
@@ -446,15 +449,19 @@ def _add_cluster(sub) -> None:
         "cluster", help="run a Spark standalone master/worker or the Thrift Server; set up a fresh platform",
         description="The processes of a Spark cluster, from PySpark's own launcher (bin/spark-class, "
                     "spark-submit), in the foreground: `master` and `worker` (standalone cluster), "
-                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `dbt --target "
-                    "cluster`), and `init`: wait for Kafka and the catalog, create every stream's topic and "
+                    "`thrift-server` (the Spark Thrift Server on the lakehouse catalog, for `lakehouse dbt "
+                    "--target cluster`: on 127.0.0.1 unless --host says otherwise; with LAKEHOUSE_THRIFT_PASSWORD "
+                    "in its environment a login needs LAKEHOUSE_THRIFT_USER and that password, and without it "
+                    "the server is refused anywhere but on loopback), and `init`: wait for Kafka and the "
+                    "catalog, create every stream's topic and "
                     "the namespaces bronze, silver, gold, quality and default (the one Thrift clients open "
                     "their sessions in), idempotent. With LAKEHOUSE_PROFILE=cluster "
                     "every address comes from lakehouse/core/profiles/cluster.env (the docker-compose services).")
     parser.add_argument("action", choices=["master", "worker", "thrift-server", "init"])
     parser.add_argument("master", nargs="?", help="worker: the master URL (default: LAKEHOUSE_SPARK_MASTER)")
     parser.add_argument("--host", help="master/worker: address to listen on (master default 127.0.0.1); "
-                                       "thrift-server: bind address (default 0.0.0.0)")
+                                       "thrift-server: bind address (default 127.0.0.1; 0.0.0.0 needs "
+                                       "LAKEHOUSE_THRIFT_PASSWORD)")
     parser.add_argument("--port", type=int, help="master: port (default 7077); thrift-server: port "
                                                  "(default LAKEHOUSE_THRIFT_PORT)")
     parser.add_argument("--webui-port", type=int, help="web UI port (master 8080, worker 8081)")
@@ -476,11 +483,16 @@ def _cluster(args, settings: Settings) -> int:
         return _exec(cluster.worker_command(args.master or settings.spark_master, args.cores, args.memory,
                                             args.webui_port or 8081, work_dir, args.host), env)
     if args.action == "thrift-server":
+        host = args.host or cluster.THRIFT_DEFAULT_HOST
+        authenticate = cluster.thrift_authentication(settings, host, env)
         cluster.check_submission(settings)
         cluster.ensure_session_namespace(settings)
         (settings.home / "thrift-server").mkdir(parents=True, exist_ok=True)
-        return _exec(cluster.thrift_server_command(settings, args.port or settings.thrift_port,
-                                                   args.host or "0.0.0.0"), env)
+        if not authenticate:
+            print(f"warning: no {THRIFT_PASSWORD}: every user of this machine can use the Thrift Server on "
+                  f"{host}", file=sys.stderr)
+        return _exec(cluster.thrift_server_command(settings, args.port or settings.thrift_port, host,
+                                                   authenticate), env)
     created = cluster.init_platform(settings)
     print(f"topics: {', '.join(created['topics'])}")
     print(f"namespaces: {', '.join(created['namespaces'])} in catalog {settings.catalog_uri}")
@@ -558,8 +570,29 @@ def _add_log_format_everywhere(sub) -> None:
                 _add_log_format_everywhere(action)
 
 
+def _dbt_arguments(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """(`lakehouse`'s own arguments through `dbt`, dbt's) when the command is `dbt`, else None.
+
+    Everything after `lakehouse dbt` is dbt's, options first included (`lakehouse dbt --debug run`,
+    `lakehouse dbt --version`), which argparse would take for options of `lakehouse dbt` itself."""
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):
+        index += 2 if argv[index] == "--log-format" else 1  # `lakehouse`'s own options, before the command
+    if index < len(argv) and argv[index] == "dbt":
+        return argv[:index + 1], argv[index + 1:]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    dbt = _dbt_arguments(argv)
+    # `lakehouse dbt --help` is this command's help (the lock, the loop); `lakehouse dbt run --help` dbt's
+    if dbt is not None and not {"-h", "--help"} & set(dbt[0]) and dbt[1] not in (["-h"], ["--help"]):
+        args = parser.parse_args(dbt[0])
+        args.dbt_args = dbt[1]
+    else:
+        args = parser.parse_args(argv)
     return run_command(args.func, args)
 
 

@@ -23,7 +23,16 @@ import pyspark
 from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, topic_names
-from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
+from lakehouse.core.settings import (
+    CATALOG_NAME,
+    NAMESPACES,
+    PREFIX,
+    PROJECT_ROOT,
+    QUALITY_NAMESPACE,
+    SETTINGS,
+    THRIFT_PASSWORD,
+    Settings,
+)
 from lakehouse.core.spark import (
     JIT_OPTIONS,
     LOG4J_FILE,
@@ -39,6 +48,12 @@ from producers.delivery import ensure_topic
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 THRIFT_SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+# The Thrift Server's login check (jvm/thrift-auth): HiveServer2's CUSTOM authentication, the user
+# and password of the server's environment. Spark 4.0's server also knows NONE, NOSASL, LDAP,
+# KERBEROS and PAM; CUSTOM needs no directory service and no PAM module on the host.
+THRIFT_AUTHENTICATOR_CLASS = "io.github.lakehouse.thrift.EnvironmentPasswordAuthenticator"
+THRIFT_AUTH_JAR = "lakehouse-thrift-auth-"
+THRIFT_DEFAULT_HOST = "127.0.0.1"  # `lakehouse cluster thrift-server` listens on loopback unless told
 JOB_PACKAGES = ("lakehouse", "ingestion", "producers", "expectations")
 JOB_ENTRY_POINT = PROJECT_ROOT / "ingestion" / "__main__.py"
 PACKAGE_NAME = "lakehouse-jobs.zip"
@@ -65,6 +80,8 @@ def daemon_env(settings: Settings, base: dict[str, str] | None = None) -> dict[s
     # Executors and the driver run the project's Python (the virtualenv's or the image's).
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The Thrift Server's login check reads the user from its environment (a config file's included).
+    env[PREFIX + SETTINGS["thrift_user"].env] = settings.thrift_user
     return env
 
 
@@ -115,8 +132,37 @@ def submit_command(settings: Settings, job_args: list[str], package: Path) -> li
     ]
 
 
-def thrift_server_command(settings: Settings, port: int, bind_host: str) -> list[str]:
-    """The Spark Thrift Server on the lakehouse catalog, for dbt's `cluster` target."""
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def thrift_authentication(settings: Settings, bind_host: str, environ: dict[str, str]) -> bool:
+    """Whether the Thrift Server checks a password (LAKEHOUSE_THRIFT_PASSWORD is set); refuses, in
+    one line, a server without one listening beyond loopback (any host that reaches it could read
+    and write every table of the catalog), and one whose login check is not built."""
+    if environ.get(THRIFT_PASSWORD):
+        if not any(jar.name.startswith(THRIFT_AUTH_JAR) for jar in spark_jars(settings)):
+            raise LakehouseError(f"no {THRIFT_AUTH_JAR}*.jar in {settings.jars_dir / 'spark'} (the Thrift Server's "
+                                 f"password check): run `make setup` (or set {PREFIX}JARS_DIR)")
+        return True
+    if not is_loopback(bind_host):
+        raise LakehouseError(f"the Thrift Server would let anyone who reaches {bind_host} read and write the "
+                             f"catalog: set {THRIFT_PASSWORD} (clients log in as {PREFIX}THRIFT_USER "
+                             f"{settings.thrift_user!r} with it), or listen on {THRIFT_DEFAULT_HOST} (--host)")
+    return False
+
+
+def thrift_server_command(settings: Settings, port: int, bind_host: str, authenticate: bool = False) -> list[str]:
+    """The Spark Thrift Server on the lakehouse catalog, for dbt's `cluster` target. With
+    ``authenticate``, a login needs the user and password of the server's environment (the
+    password is never on this command line, which every user of the host can read)."""
     state = settings.home / "thrift-server"
     conf = submit_conf(settings)
     conf.update({
@@ -139,6 +185,11 @@ def thrift_server_command(settings: Settings, port: int, bind_host: str) -> list
         "spark-internal",
         "--hiveconf", f"hive.server2.thrift.port={port}",
         "--hiveconf", f"hive.server2.thrift.bind.host={bind_host}",
+        # HiveServer2 reads --hiveconf as Java system properties, which the CUSTOM mode's own
+        # configuration (a new HiveConf per login) reads too
+        *(["--hiveconf", "hive.server2.authentication=CUSTOM",
+            "--hiveconf", f"hive.server2.custom.authentication.class={THRIFT_AUTHENTICATOR_CLASS}"]
+          if authenticate else ["--hiveconf", "hive.server2.authentication=NONE"]),
     ]
 
 

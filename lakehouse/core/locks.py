@@ -6,12 +6,19 @@ locks here needs one. ``file_lock`` and ``lock_or_refuse`` are the building bloc
 command that must run alone (e.g. one `lakehouse dlq replay` at a time).
 
 The dbt-tables lock keeps `lakehouse maintain` from rewriting a dbt table while dbt merges
-into it. Iceberg's optimistic commits make most concurrent work safe, but not this pair: a
-MERGE that writes position deletes against data files a compaction has just replaced fails
-at commit ("missing data files"). So dbt runs started by the project (`lakehouse dbt`, the
-demo, the tests) and maintenance of silver and gold tables take one file lock in the state
-folder; ingestion never needs it (appends do not conflict with compaction). A `dbt run`
-started by hand does not take it: schedule maintenance between such runs.
+into it, and two dbt runs from writing the same tables at once. Iceberg's optimistic commits
+make most concurrent work safe, but not these: a MERGE that writes position deletes against
+data files a compaction has just replaced fails at commit ("missing data files"), and two runs
+of an append model that read the same increment both append it (macros/first_occurrences.sql
+drops only the ids already committed). So every dbt run that writes (`lakehouse dbt`, its loop,
+the demo, the tests) and maintenance of silver and gold tables take one file lock in the state
+folder; ingestion never needs it (appends do not conflict with compaction).
+
+A `dbt` started by hand cannot take it: dbt's Jinja has no file access, and a lock taken from
+SQL in dbt's Spark JVM (Java's FileChannel.lock, an fcntl lock) never meets this flock on Linux.
+So the holder tells the dbt it starts, by the variable ``DBT_LOCK_HOLDER``, and the project's
+`on-run-start` hook (macros/lakehouse_dbt_only.sql) refuses a run, build, seed or snapshot
+without it, in one line naming `lakehouse dbt` with the same arguments (ARCHITECTURE §4).
 
 dbt runs back to back (a scheduler loop) would re-take the lock the moment they release
 it, starving a maintenance pass that waits for it. A second lock, the turnstile, prevents
@@ -21,6 +28,7 @@ turnstile before it takes the lock, so the next dbt run queues behind the waitin
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -32,6 +40,9 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
 POLL_SECONDS = 0.2
+# Set by a holder of the dbt-tables lock in the environment of the dbt it runs: the project's
+# on-run-start hook refuses a writing dbt command without it (macros/lakehouse_dbt_only.sql).
+DBT_LOCK_HOLDER = "LAKEHOUSE_DBT_LOCK_HOLDER"
 
 
 def file_lock(path: Path, timeout: float = -1) -> FileLock:
@@ -64,12 +75,13 @@ def _turnstile(settings: Settings, timeout: float = -1) -> FileLock:
 
 
 @contextmanager
-def dbt_run_lock(settings: Settings) -> Iterator[None]:
-    """Held by a dbt run for its whole length; waits behind a maintenance pass that asked first."""
+def dbt_run_lock(settings: Settings) -> Iterator[dict[str, str]]:
+    """Held by a dbt run for its whole length; waits behind a maintenance pass that asked first.
+    Yields the variable to put in that dbt's environment: the sign the hook asks for."""
     with _turnstile(settings):
         pass
     with file_lock(dbt_lock_path(settings)):
-        yield
+        yield {DBT_LOCK_HOLDER: f"pid {os.getpid()}"}
 
 
 @contextmanager

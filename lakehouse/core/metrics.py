@@ -2,22 +2,29 @@
 
 Every metric is declared here, once, in one registry: the alert rules and the dashboard
 (ops/) may only name metrics of `served_names` (tests/unit/test_metrics_files.py). `serve`
-starts the endpoint on LAKEHOUSE_METRICS_PORT; nothing is served when it is unset. The
+starts the endpoint on LAKEHOUSE_METRICS_PORT, listening on LAKEHOUSE_METRICS_BIND_ADDRESS (this
+machine's loopback unless set: the metrics name every stream and table, and nothing authenticates
+a scrape); nothing is served when the port is unset. The
 values are handed in as plain data by the processes that know them: the job's batch counts
 and Spark's own StreamingQueryProgress (`observe_query`), the dbt loop's run results and the
-last quality verdict. Instants are exported as Unix timestamps (`*_timestamp_seconds`), the
+last quality verdict. The maintenance metrics are read from the maintenance log of the state
+folder when scraped (`lakehouse maintain` is a command that ends, not a server), by every
+endpoint. Instants are exported as Unix timestamps (`*_timestamp_seconds`), the
 Prometheus convention: "seconds since" is `time() - metric` in a query, true at any scrape.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
+from lakehouse.core import maintenance_log
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import PREFIX, Settings
 
@@ -66,6 +73,12 @@ QUALITY_FAILED = Gauge("lakehouse_quality_checks_failed", "Checks that failed in
 QUALITY_LAST_RUN = Gauge("lakehouse_quality_last_run_timestamp_seconds", "When the last quality run ran "
                          "(Unix time)", registry=REGISTRY)
 
+# --- table maintenance (`lakehouse maintain`), read from its log at each scrape (_MaintenanceLog) -
+MAINTENANCE_LAST_SUCCESS = Gauge("lakehouse_maintenance_last_success_timestamp_seconds", "When the table's last "
+                                 "maintenance pass with no failed step ended (Unix time)", ["table"], registry=None)
+MAINTENANCE_FAILED_STEPS = Gauge("lakehouse_maintenance_failed_steps", "Steps that failed in the table's last "
+                                 "maintenance pass (0: none failed)", ["table"], registry=None)
+
 _SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum", "_created")}
 
 
@@ -79,22 +92,83 @@ def served_names() -> set[str]:
 # The endpoint
 # --------------------------------------------------------------------------------------------
 
+class _MaintenanceLog:
+    """The maintenance gauges, set from the maintenance log of the state folder the endpoint
+    serves (`watch`) whenever the log changed since the last scrape; nothing before `watch`."""
+
+    metrics = (MAINTENANCE_LAST_SUCCESS, MAINTENANCE_FAILED_STEPS)
+
+    def __init__(self) -> None:
+        self.home: Any = None
+        self.seen: tuple | None = None
+
+    def watch(self, home) -> None:
+        self.home, self.seen = home, None
+
+    def describe(self):
+        return [family for metric in self.metrics for family in metric.describe()]
+
+    def collect(self):
+        if self.home is None:
+            return
+        try:
+            self._refresh()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail for the other metrics' sake
+            log.warning("maintenance metrics not updated: %s: %s", type(exc).__name__, exc)
+        for metric in self.metrics:
+            yield from metric.collect()
+
+    def _refresh(self) -> None:
+        path = maintenance_log.log_path(self.home)
+        try:
+            stat = path.stat()
+            seen = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            seen = None
+        if seen == self.seen and seen is not None:
+            return
+        passes = maintenance_log.read(self.home) if seen is not None else {}
+        for metric in self.metrics:
+            metric.clear()
+        for table, table_passes in passes.items():
+            MAINTENANCE_FAILED_STEPS.labels(table).set(len(maintenance_log.failures(table_passes.last)))
+            ended = _unix_time(table_passes.last_success.get("finished_at")) if table_passes.last_success else None
+            if ended is not None:
+                MAINTENANCE_LAST_SUCCESS.labels(table).set(ended)
+        self.seen = seen
+
+
+def _unix_time(iso: Any) -> float | None:
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+_maintenance = _MaintenanceLog()
+REGISTRY.register(_maintenance)
 _served: dict[int, Any] = {}
 
 
 def serve(settings: Settings) -> bool:
-    """Serve /metrics on LAKEHOUSE_METRICS_PORT (all interfaces) from a daemon thread, once per
-    process and port; False when the setting is unset. A port in use is a user error."""
-    port = settings.metrics_port
+    """Serve /metrics on LAKEHOUSE_METRICS_PORT at LAKEHOUSE_METRICS_BIND_ADDRESS from a daemon
+    thread, once per process and port; False when the port is unset. A port in use, or an address
+    this machine does not have, is a user error."""
+    port, address = settings.metrics_port, settings.metrics_bind_address
     if port is None:
         return False
+    _maintenance.watch(settings.home)
     if port not in _served:
         try:
-            _served[port] = start_http_server(port, registry=REGISTRY)
+            _served[port] = start_http_server(port, addr=address, registry=REGISTRY)
         except OSError as exc:
-            raise LakehouseError(f"cannot serve metrics on port {port} ({PREFIX}METRICS_PORT): "
-                                 f"{exc.strerror or exc}: pick a free port or unset it") from None
-        log.info("metrics on http://0.0.0.0:%d/metrics", port)
+            if exc.errno == errno.EADDRINUSE:
+                raise LakehouseError(f"cannot serve metrics on port {port} ({PREFIX}METRICS_PORT): "
+                                     f"{exc.strerror or exc}: pick a free port or unset it") from None
+            raise LakehouseError(f"cannot serve metrics at {address}:{port} ({PREFIX}METRICS_BIND_ADDRESS): "
+                                 f"{exc.strerror or exc}: give an address of this machine") from None
+        log.info("metrics on http://%s:%d/metrics", address, port)
     return True
 
 

@@ -36,6 +36,13 @@ LOCAL_PROFILE = "local"  # the built-in defaults; every other profile is a file 
 CATALOG_NAME = "lake"
 NAMESPACES = ("bronze", "silver", "gold")
 QUALITY_NAMESPACE = "quality"  # the history of quality runs (expectations.history)
+# Set by `lakehouse dbt` in the environment of the dbt it starts (lakehouse.operations.dbt.dbt_env):
+# every LAKEHOUSE_* variable profiles.yml reads holds this configuration's value, so the
+# LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE also in that environment are resolved, not ignored.
+SETTINGS_RESOLVED = PREFIX + "SETTINGS_RESOLVED"
+# The Thrift Server's password (dbt's `cluster` target): a secret, so the environment only, never a
+# Setting (never printed, never read from a file); lakehouse/commands/cluster.py, profiles.yml.
+THRIFT_PASSWORD = PREFIX + "THRIFT_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,9 @@ SETTINGS: dict[str, Setting] = {
     "thrift_host": Setting("THRIFT_HOST", "Spark Thrift Server host (dbt target `cluster`)",
                            lambda home: "localhost"),
     "thrift_port": Setting("THRIFT_PORT", "Spark Thrift Server port", lambda home: "10000"),
+    "thrift_user": Setting("THRIFT_USER", "user dbt's `cluster` target logs in to the Thrift Server as, with the "
+                           "password LAKEHOUSE_THRIFT_PASSWORD (environment only); the user the server accepts",
+                           lambda home: "lakehouse"),
     "quality_dead_letter_rate_warn": Setting(
         "QUALITY_DEAD_LETTER_RATE_WARN", "share of a stream's records in dead letters that is a quality warning",
         lambda home: "0.02"),
@@ -118,8 +128,15 @@ SETTINGS: dict[str, Setting] = {
     "status_max_model_age_minutes": Setting(
         "STATUS_MAX_MODEL_AGE_MINUTES", "`lakehouse status --check`: minutes since a dbt model's last success "
         "after which it is stale", lambda home: "60"),
+    "status_max_maintenance_age_hours": Setting(
+        "STATUS_MAX_MAINTENANCE_AGE_HOURS", "`lakehouse status --check`: hours since a table's last successful "
+        "`lakehouse maintain` pass (never maintained: since its oldest snapshot) after which its maintenance is "
+        "overdue", lambda home: "48"),
     "metrics_port": Setting("METRICS_PORT", "port of the Prometheus metrics endpoint of `lakehouse ingest` and "
                             "`lakehouse dbt loop` (unset: no endpoint)", lambda home: ""),
+    "metrics_bind_address": Setting("METRICS_BIND_ADDRESS", "address the metrics endpoint listens on (0.0.0.0: "
+                                    "every interface, e.g. in a container whose port is published)",
+                                    lambda home: "127.0.0.1"),
 }
 
 
@@ -156,8 +173,10 @@ def _url_has_password(url: str) -> bool:
 
 
 def secrets_in(values: Mapping[str, str]) -> list[str]:
-    """The variables of `values` that carry a secret (a Kafka password, a URL with a password)."""
-    found = [key for key in values if key.startswith(KAFKA_OPTION_PREFIX) and _SECRET_OPTION.search(key)]
+    """The variables of `values` that carry a secret (a Kafka password, the Thrift Server's, a URL
+    with a password)."""
+    found = [key for key in values if (key.startswith(KAFKA_OPTION_PREFIX) and _SECRET_OPTION.search(key))
+             or key == THRIFT_PASSWORD]
     return found + [key for key, value in values.items()
                     if key == PREFIX + "SCHEMA_REGISTRY_URL" and _url_has_password(value)]
 
@@ -239,6 +258,7 @@ class Settings:
     trigger_interval: str
     thrift_host: str
     thrift_port: int
+    thrift_user: str = "lakehouse"
     kafka_options: dict[str, str] = field(default_factory=dict)
     writer_lease_seconds: float = 120.0
     writer_renew_seconds: float = 30.0
@@ -249,7 +269,9 @@ class Settings:
     log_format: str = "text"
     status_max_lag: int = 100_000
     status_max_model_age_minutes: float = 60.0
+    status_max_maintenance_age_hours: float = 48.0
     metrics_port: int | None = None  # None: no metrics endpoint
+    metrics_bind_address: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -321,6 +343,7 @@ class Settings:
             trigger_interval=raw["trigger_interval"],
             thrift_host=raw["thrift_host"],
             thrift_port=thrift_port,
+            thrift_user=raw["thrift_user"],
             kafka_options=kafka_options,
             writer_lease_seconds=lease,
             writer_renew_seconds=renew,
@@ -329,7 +352,10 @@ class Settings:
             status_max_lag=int(max_lag),
             status_max_model_age_minutes=_positive_number("status_max_model_age_minutes",
                                                           raw["status_max_model_age_minutes"]),
+            status_max_maintenance_age_hours=_positive_number("status_max_maintenance_age_hours",
+                                                              raw["status_max_maintenance_age_hours"]),
             metrics_port=_port_or_none("metrics_port", raw["metrics_port"]),
+            metrics_bind_address=raw["metrics_bind_address"].strip(),
         )
 
     # Folders inside the state folder. Created on demand by whoever writes there.

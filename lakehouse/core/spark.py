@@ -11,7 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, SETTINGS, Settings, jinja_spark_inputs
+from lakehouse.core.settings import (
+    CATALOG_NAME,
+    NAMESPACES,
+    PREFIX,
+    SETTINGS,
+    SETTINGS_RESOLVED,
+    THRIFT_PASSWORD,
+    Settings,
+    jinja_spark_inputs,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LOG4J_FILE = "log4j2-spark.properties"
@@ -255,12 +264,42 @@ DBT_PROFILE_HEADER = """\
 #
 # `cluster`: dbt sends its SQL to a Spark Thrift Server (method: thrift), which holds the
 # catalog settings itself (`lakehouse cluster thrift-server`, the docker-compose service
-# spark-thrift). `dbt run --target cluster`; LAKEHOUSE_THRIFT_HOST/_PORT say where it is.
+# spark-thrift). `lakehouse dbt run --target cluster`; LAKEHOUSE_THRIFT_HOST/_PORT say where it is.
+# It logs in as LAKEHOUSE_THRIFT_USER with LAKEHOUSE_THRIFT_PASSWORD (SASL PLAIN, HiveServer2's
+# CUSTOM mode); without a password it sends a placeholder, which only a server without
+# authentication (on loopback) takes.
+#
+# Run dbt as `lakehouse dbt ...`: it resolves LAKEHOUSE_CONFIG_FILE and LAKEHOUSE_PROFILE into
+# the variables below, which dbt alone cannot read, and holds the dbt-tables lock. A plain
+# `dbt` with either of them set is refused here (the `host` of each target), whatever the
+# command; a plain run, build, seed or snapshot is refused by the project's on-run-start hook.
 """
+
+# The settings the profile reads: `lakehouse dbt` (dbt_env) puts each into dbt's environment.
+DBT_PROFILE_SETTINGS = ("home", "jars_dir", "spark_master", "spark_driver_memory", "jvm_options",
+                        "shuffle_partitions", "catalog_uri", "warehouse", "thrift_host", "thrift_port", "thrift_user")
+# What the `cluster` target sends as the password when LAKEHOUSE_THRIFT_PASSWORD is unset: SASL PLAIN
+# needs one, and a server without authentication takes any (PyHive sends "x" there).
+NO_THRIFT_PASSWORD = "none"
+
+
+def _unresolved_settings_check() -> str:
+    """A Jinja expression that renders to nothing, or stops dbt when LAKEHOUSE_CONFIG_FILE or a
+    LAKEHOUSE_PROFILE is set and `lakehouse dbt` did not resolve them (SETTINGS_RESOLVED).
+
+    A profile can only read variables (env_var) and has no error function: asking for a
+    variable that cannot exist, named by the message, is how it stops dbt with that line."""
+    config, profile = f"{PREFIX}CONFIG_FILE", f"{PREFIX}{SETTINGS['profile'].env}"
+    unresolved = (f"not env_var('{SETTINGS_RESOLVED}', '') and (env_var('{config}', '') or "
+                  f"env_var('{profile}', 'local') not in ('', 'local'))")
+    message = (f"('{config}' if env_var('{config}', '') else '{profile}') ~ ' is set, and a plain dbt does "
+               f"not read it: run it as `lakehouse ' ~ flags.INVOCATION_COMMAND ~ '`'")
+    return "{{ env_var(" + message + ") if " + unresolved + " else '' }}"
 
 
 def render_dbt_profile() -> str:
     conf = spark_conf(jinja_spark_inputs(), "{{ env_var('PWD', '.') }}/lakehouse/core")
+    check = _unresolved_settings_check()
     lines = [
         DBT_PROFILE_HEADER.rstrip("\n"),
         "lakehouse:",
@@ -269,23 +308,27 @@ def render_dbt_profile() -> str:
         "    local:",
         "      type: spark",
         "      method: session",
-        "      host: localhost",
+        f'      host: "{check}localhost"',
         "      schema: silver",
         "      threads: 1",
         "      server_side_parameters:",
     ]
     for key, value in conf.items():
         lines.append(f'        {key}: "{value}"')
-    thrift = {name: SETTINGS[name] for name in ("thrift_host", "thrift_port")}
+    thrift = {name: SETTINGS[name] for name in ("thrift_host", "thrift_port", "thrift_user")}
     lines += [
         "    cluster:",
         "      type: spark",
         "      method: thrift",
-        f"      host: \"{{{{ env_var('{PREFIX}{thrift['thrift_host'].env}', "
+        f"      host: \"{check}{{{{ env_var('{PREFIX}{thrift['thrift_host'].env}', "
         f"'{thrift['thrift_host'].default('')}') }}}}\"",
         f"      port: \"{{{{ env_var('{PREFIX}{thrift['thrift_port'].env}', "
         f"'{thrift['thrift_port'].default('')}') | as_number }}}}\"",
-        "      user: lakehouse",
+        f"      user: \"{{{{ env_var('{PREFIX}{thrift['thrift_user'].env}', "
+        f"'{thrift['thrift_user'].default('')}') }}}}\"",
+        # HiveServer2's CUSTOM mode (lakehouse/commands/cluster.py): SASL PLAIN, user and password
+        "      auth: CUSTOM",
+        f"      password: \"{{{{ env_var('{THRIFT_PASSWORD}', '') or '{NO_THRIFT_PASSWORD}' }}}}\"",
         "      schema: silver",
         "      threads: 1",
         # A server that is still starting (compose, the test's fixture) is waited for.

@@ -1,7 +1,12 @@
-"""Running dbt from the lakehouse's own commands (demo, tests) exactly as a user would.
+"""`lakehouse dbt`: dbt with the lakehouse's configuration, holding the dbt-tables lock.
 
 dbt runs as its own process at the project root, so it reads the root profiles.yml and
-builds its own Spark session there; it is pointed at the same state folder by variable.
+builds its own Spark session there; it is pointed at the same state folder by variable:
+every setting profiles.yml reads is resolved here (LAKEHOUSE_CONFIG_FILE, LAKEHOUSE_PROFILE,
+the defaults) and put in its environment (`dbt_env`), with SETTINGS_RESOLVED saying so. A
+command that writes tables runs holding the dbt-tables lock, its holder named in
+LAKEHOUSE_DBT_LOCK_HOLDER: the project's on-run-start hook refuses a writing command without it,
+and profiles.yml a dbt whose configuration variables nobody resolved (ARCHITECTURE §4).
 `lakehouse dbt loop` (run_loop) is the exception: dbt on a cadence inside one process, whose
 Spark session stays warm between runs.
 """
@@ -19,13 +24,15 @@ import sys
 import threading
 import time
 from collections import Counter
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 from lakehouse.core import metrics
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
-from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings
+from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
+from lakehouse.core.spark import DBT_PROFILE_SETTINGS
 
 log = logging.getLogger("lakehouse.dbt")
 
@@ -35,16 +42,21 @@ def dbt_executable() -> str:
     return str(candidate) if candidate.exists() else "dbt"
 
 
+# dbt's commands that only read: they run without the dbt-tables lock (a `docs serve` would hold it
+# for as long as it serves). Any other command, or one not recognised, takes it.
+READ_ONLY_COMMANDS = frozenset({"clean", "compile", "debug", "deps", "docs", "init", "list", "ls", "parse", "show",
+                                "source", "test"})
+DBT_COMMANDS = READ_ONLY_COMMANDS | {"build", "clone", "retry", "run", "run-operation", "seed", "snapshot"}
+
+
 def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a dbt run on this configuration: every LAKEHOUSE_* variable profiles.yml
+    reads holds the setting's value, wherever it came from (environment, LAKEHOUSE_CONFIG_FILE,
+    LAKEHOUSE_PROFILE, default), and SETTINGS_RESOLVED says so."""
     env = dict(os.environ)
-    env[PREFIX + "HOME"] = str(settings.home)
-    env[PREFIX + "SPARK_MASTER"] = settings.spark_master
-    env[PREFIX + "CATALOG_URI"] = settings.catalog_uri
-    env[PREFIX + "WAREHOUSE"] = settings.warehouse
-    env[PREFIX + "SHUFFLE_PARTITIONS"] = str(settings.shuffle_partitions)
-    env[PREFIX + "JARS_DIR"] = str(settings.jars_dir)
-    env[PREFIX + "THRIFT_HOST"] = settings.thrift_host
-    env[PREFIX + "THRIFT_PORT"] = str(settings.thrift_port)
+    for name in DBT_PROFILE_SETTINGS:
+        env[PREFIX + SETTINGS[name].env] = str(getattr(settings, name))
+    env[SETTINGS_RESOLVED] = "1"
     env["PWD"] = str(PROJECT_ROOT)  # the profile resolves project paths from PWD
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     if target_dir is not None:
@@ -53,17 +65,31 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
     return env
 
 
+def dbt_command(args: list[str]) -> str | None:
+    """dbt's command among its arguments (`run` in `--debug run -s x`); None if none is known."""
+    return next((arg for arg in args if arg in DBT_COMMANDS), None)
+
+
+def writes(args: list[str]) -> bool:
+    """Whether `dbt <args>` may write tables, so must hold the dbt-tables lock: a command not known
+    to only read does (options alone, `--version`, run no command)."""
+    if all(arg.startswith("-") for arg in args):
+        return False
+    return dbt_command(args) not in READ_ONLY_COMMANDS
+
+
 def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             capture: bool = False) -> subprocess.CompletedProcess:
     """Run `dbt <args>` at the project root; raise with dbt's own error lines if it fails.
 
-    Holds the dbt-tables lock (lakehouse/core/locks.py) so maintenance never compacts a table
-    under a running MERGE.
+    A command that writes holds the dbt-tables lock (lakehouse/core/locks.py) for its whole
+    length, so maintenance never compacts a table under a running MERGE and two runs never
+    append the same increment; the dbt it starts is told so (the hook's variable).
     """
 
-    with dbt_run_lock(settings):
+    with dbt_run_lock(settings) if writes(args) else nullcontext({}) as holder:
         result = subprocess.run(
-            [dbt_executable(), *args], cwd=PROJECT_ROOT, env=dbt_env(settings, target_dir),
+            [dbt_executable(), *args], cwd=PROJECT_ROOT, env={**dbt_env(settings, target_dir), **holder},
             capture_output=capture, text=True,
         )
     if result.returncode != 0:
@@ -181,8 +207,13 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
             break
         next_start = time.monotonic() + every
         started = time.time()
-        with dbt_run_lock(settings):
-            result = runner.invoke([*dbt_args, *project])
+        with dbt_run_lock(settings) as holder:
+            os.environ.update(holder)  # what the project's on-run-start hook asks for
+            try:
+                result = runner.invoke([*dbt_args, *project])
+            finally:
+                for key in holder:
+                    os.environ.pop(key, None)
         if serving:
             try:
                 _record_metrics(settings, started, result)

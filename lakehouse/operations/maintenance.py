@@ -16,7 +16,12 @@ Policies come from lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANC
 optimistic commits keep ingestion safe during a pass (appends never conflict with a
 rewrite); dbt tables are rewritten only while holding the dbt-tables lock
 (lakehouse/core/locks.py). What each pass did is printed and appended to
-<home>/maintenance/log.jsonl, where `lakehouse status` finds the last maintenance.
+<home>/maintenance/log.jsonl, where `lakehouse status` and the metrics endpoint find each
+table's last pass and last successful one (lakehouse/core/maintenance_log.py).
+
+A step that fails does not stop the other steps or tables; it is a failure of the pass: one
+`error:` line per failed step and exit status 1, recorded in the log (``failures``), so
+`lakehouse status --check` and the alert rules see it until a later pass succeeds.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, date, datetime, timedelta
@@ -36,6 +42,7 @@ import yaml
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ingestion import bronze
+from lakehouse.core import maintenance_log
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import append_atomically
@@ -231,7 +238,9 @@ class TableResult:
     committed_markers: int = 0
     seconds: float = 0.0
     actions: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # notes: nothing failed (a race lost, left for later)
+    failures: list[str] = field(default_factory=list)  # steps that failed: "<step> failed: <reason>"
+    skipped: str | None = None  # why the table was left alone (the dbt-tables lock was not free)
     finished_at: str = ""
 
     @property
@@ -250,7 +259,7 @@ class TableResult:
             "snapshots_before": self.before.snapshots, "snapshots_after": after.snapshots,
             "snapshots_expired": self.snapshots_expired, "orphan_files_removed": self.orphan_files_removed,
             "bytes_reclaimed": self.bytes_reclaimed, "seconds": round(self.seconds, 1),
-            "actions": self.actions, "problems": self.problems,
+            "actions": self.actions, "problems": self.problems, "failures": self.failures, "skipped": self.skipped,
         }
 
     def to_dict(self) -> dict:
@@ -283,6 +292,8 @@ def format_result(result: TableResult) -> str:
             + f" ({result.seconds:.1f}s)"]
     lines += [f"    {action}" for action in result.actions]
     lines += [f"    note: {problem}" for problem in result.problems]
+    lines += [f"    skipped: {result.skipped}"] if result.skipped else []
+    lines += [f"    FAILED: {failure}" for failure in result.failures]
     return "\n".join(lines)
 
 
@@ -473,14 +484,19 @@ class TableMaintenance:
         self.result.files_rewritten += row.rewritten_data_files_count
         self.result.files_added += row.added_data_files_count
         failed = getattr(row, "failed_data_files_count", 0) or 0
-        self.result.actions.append(
-            f"compaction: {row.rewritten_data_files_count:,} files -> {row.added_data_files_count:,}"
-            + (f" in {self.result.partitions_compacted} partition(s)" if where else "")
-            if row.rewritten_data_files_count else
-            f"compaction: no partition has {self.policy.min_input_files}+ files to combine")
+        if row.rewritten_data_files_count:
+            self.result.actions.append(
+                f"compaction: {row.rewritten_data_files_count:,} files -> {row.added_data_files_count:,}"
+                + (f" in {self.result.partitions_compacted} partition(s)" if where else ""))
+        elif not failed:
+            self.result.actions.append(f"compaction: no partition has {self.policy.min_input_files}+ files to combine")
         if failed:
-            self.result.problems.append(f"compaction: {failed:,} files lost a race with a concurrent commit; "
-                                        "they are retried next pass")
+            # Partial progress: the groups that could not be rewritten are left as they were and the
+            # others commit. Whether a group lost a race with a concurrent commit (the next pass
+            # succeeds) or cannot read a file (every pass fails), only Iceberg's log line says: a
+            # failure either way, until a pass rewrites them.
+            raise LakehouseError(f"{failed:,} data files could not be rewritten (Iceberg's warning \"Failure "
+                                 "during rewrite group\" in the Spark log says why); the next pass tries them again")
 
     def rewrite_position_deletes(self) -> None:
         deletes = _single_row(self.spark, f"select count(*) as n from {quote_table(self.table)}.delete_files").n
@@ -578,18 +594,23 @@ class TableMaintenance:
             try:
                 step()
             except Exception as exc:  # one failed step must not stop the others or other tables
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                self.result.problems.append(f"{step.__name__.replace('_', ' ')} failed: {_first_line(exc)}")
+                self.result.failures.append(f"{_step_name(step.__name__)} failed: {_first_line(exc)}")
         if not self.dry_run:
-            self.result.after = table_stats(self.spark, self.table, self.policy)
+            try:
+                self.result.after = table_stats(self.spark, self.table, self.policy)
+            except Exception as exc:  # noqa: BLE001 - the steps' results are still reported and logged
+                self.result.failures.append(f"read the table after the pass failed: {_first_line(exc)}")
         self.result.seconds = time.monotonic() - started
         self.result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         return self.result
 
 
+def _step_name(method: str) -> str:
+    return method.replace("_", " ")
+
+
 def log_path(settings: Settings) -> Path:
-    return settings.home / "maintenance" / "log.jsonl"
+    return maintenance_log.log_path(settings.home)
 
 
 def append_log(settings: Settings, results: list[TableResult]) -> None:
@@ -623,8 +644,16 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
     def run(table: str) -> None:
         log.info("maintaining %s (%d of %d)%s", table, len(results) + 1, len(chosen), " [dry run]" if dry_run else "")
         advance(0, description=f"maintain {table}")
-        results.append(TableMaintenance(spark, settings, table, policies.for_table(table), dry_run=dry_run,
-                                        all_partitions=all_partitions, now=now).run())
+        try:
+            maintained = TableMaintenance(spark, settings, table, policies.for_table(table), dry_run=dry_run,
+                                          all_partitions=all_partitions, now=now)
+        except Exception as exc:  # noqa: BLE001 - a table that cannot be read must not stop the others
+            unread = TableResult(table, table_kind(table), dry_run, TableStats(),
+                                 finished_at=datetime.now(UTC).isoformat(timespec="seconds"))
+            unread.failures.append(f"read the table failed: {_first_line(exc)}")
+            results.append(unread)
+        else:
+            results.append(maintained.run())
         advance()
 
     with progress("maintain", len(chosen)) as advance:
@@ -642,7 +671,7 @@ def maintain(spark, settings: Settings, tables: list[str] | None = None, *, dry_
                         run(table)
                         continue
                     skipped = TableResult(table, "dbt", dry_run, table_stats(spark, table, policies.for_table(table)))
-                    skipped.problems.append(f"skipped: a dbt run held the dbt-tables lock for {lock_wait_seconds:g}s")
+                    skipped.skipped = f"a dbt run held the dbt-tables lock for {lock_wait_seconds:g}s"
                     skipped.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
                     results.append(skipped)
                     advance()
@@ -667,7 +696,25 @@ def format_summary(results: list[TableResult]) -> str:
     problems = sum(len(r.problems) for r in results)
     if problems:
         lines.append(f"{problems} note(s) above: nothing was lost; those steps are retried by the next pass")
+    skipped = [r.table for r in results if r.skipped]
+    if skipped:
+        lines.append(f"{len(skipped)} table(s) skipped: {', '.join(skipped)}")
+    failed = sum(len(r.failures) for r in results)
+    if failed:
+        lines.append(f"{failed} step(s) FAILED in {sum(1 for r in results if r.failures)} table(s): "
+                     "`lakehouse status --check` reports them until a later pass succeeds")
     return "\n".join(lines)
+
+
+def failure_lines(results: list[TableResult]) -> list[str]:
+    """One line per failed step, naming its table: what `lakehouse maintain` prints as errors."""
+    return [f"{result.table}: {failure}" for result in results for failure in result.failures]
+
+
+def failed_or_skipped(results: list[TableResult]) -> list[str]:
+    """One line per failed step and per table left alone, naming its table."""
+    return failure_lines(results) + [f"{result.table}: skipped: {result.skipped}" for result in results
+                                      if result.skipped]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -693,4 +740,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
     else:
         print(format_summary(results))
-    return 0
+    failed = failure_lines(results)
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if failed else 0

@@ -12,7 +12,8 @@ Four parts, each read from files or through pyiceberg only:
 
 ``--check`` turns the report into a health check (``check_problems``): one line per thing
 that needs attention (a stream stopped, a lag over its limit, a quality run failed, a dbt
-model failed or stale) and exit status 3, or one ``ok`` line and 0. Every key of ``--json``
+model failed or stale, a table whose last maintenance pass failed or whose maintenance is
+overdue) and exit status 3, or one ``ok`` line and 0. Every key of ``--json``
 is documented in docs/operations.md (a test compares the two).
 
 Each part may be missing (no run yet, broker stopped, no catalog): that part says so and
@@ -38,12 +39,13 @@ from ingestion import checkpoint
 from ingestion.checkpoint import records_of_batch
 from ingestion.job import checkpoint_location
 from lakehouse.contracts.streams import resolve_streams
+from lakehouse.core import maintenance_log
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, PREFIX, PROJECT_ROOT, QUALITY_NAMESPACE, Settings
 
 QUALITY_RESULTS_TABLE = f"{QUALITY_NAMESPACE}.results"  # expectations.history.RESULTS_TABLE
-MAINTENANCE_LOG = Path("maintenance") / "log.jsonl"  # under the state folder, appended by `lakehouse maintain`
+MAINTENANCE_LOG = maintenance_log.LOG  # under the state folder, appended by `lakehouse maintain`
 DBT_FAILED_STATUSES = ("error", "fail", "runtime error")
 BROKER_PROBE_TIMEOUT_S = 2.0
 NEEDS_ATTENTION = 3  # exit status of `status --check` with problems (as `kafka status` for a broker down)
@@ -94,7 +96,9 @@ class TableStatus:
     average_file_bytes: int | None = None
     snapshots: int | None = None
     updated_at: str | None = None  # commit time of the current snapshot
+    oldest_snapshot_at: str | None = None  # commit time of its oldest snapshot kept (its creation, if none expired)
     last_maintenance: dict[str, Any] | None = None  # the last non-dry-run entry of the maintenance log
+    last_maintenance_success: str | None = None  # when its last successful maintenance pass ended
     problems: list[str] = field(default_factory=list)
 
 
@@ -174,16 +178,30 @@ def table_figures(summary: dict[str, str]) -> dict[str, int | None]:
 
 def last_maintenance_by_table(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The last real (not dry-run) entry per table of the maintenance log; bad lines are skipped."""
-    last: dict[str, dict[str, Any]] = {}
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(entry, dict) or not isinstance(entry.get("table"), str) or entry.get("dry_run"):
-            continue
-        last[entry["table"]] = entry  # the log is appended in time order: later lines win
-    return last
+    return {table: passes.last for table, passes in maintenance_log.passes_by_table(lines).items()}
+
+
+def maintenance_problems(table: TableStatus, max_age_hours: float, now: datetime) -> list[str]:
+    """What needs attention in a table's maintenance, one line each: its last pass failed (until
+    a later one succeeds), or its last successful pass is older than ``max_age_hours`` (never
+    maintained: its oldest snapshot is). A view, or a table that never had a snapshot, has none."""
+    if table.kind != "table":
+        return []
+    problems = []
+    last = table.last_maintenance
+    if last is not None and (failed := maintenance_log.failures(last)):
+        problems.append(f"the last maintenance pass ({human_time(last.get('finished_at'))}) failed: "
+                        + "; ".join(failed))
+    since = parse_time(table.last_maintenance_success) if table.last_maintenance_success else None
+    if since is not None:
+        what = f"last successful maintenance pass {human_time(table.last_maintenance_success)}"
+    else:
+        since = parse_time(table.oldest_snapshot_at) if table.oldest_snapshot_at else None
+        what = f"never maintained successfully, oldest snapshot {human_time(table.oldest_snapshot_at)}"
+    if since is not None and (now - since).total_seconds() > max_age_hours * 3600:
+        problems.append(f"maintenance overdue: {what}, more than {max_age_hours:g} hours ago "
+                        f"({PREFIX}STATUS_MAX_MAINTENANCE_AGE_HOURS; `lakehouse maintain`)")
+    return problems
 
 
 def summarize_run_results(results: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +297,9 @@ def check_problems(report: StatusReport, settings: Settings, now: datetime, name
         problems.append(f"quality: the last run ({human_time(report.quality['run_at'])}) failed "
                         f"{report.quality['critical_failed']:,} critical check(s)"
                         + (": " + "; ".join(failures) if failures else ""))
+    for table in report.tables:
+        problems += [f"table {table.table}: {problem}" for problem in
+                     maintenance_problems(table, settings.status_max_maintenance_age_hours, now)]
     if report.dbt is not None:
         limit = settings.status_max_model_age_minutes
         for name, model in sorted((report.dbt.get("models") or {}).items()):
@@ -301,6 +322,9 @@ def check_ok_line(report: StatusReport, settings: Settings) -> str:
                                                       f"{settings.status_max_lag:,})" if lags else "")]
     models = (report.dbt or {}).get("models") or {}
     parts.append(f"{len(models)} dbt model(s) fresh" if report.dbt else "no dbt run recorded")
+    tables = [t for t in report.tables if t.kind == "table"]
+    if tables:
+        parts.append(f"{len(tables)} table(s), no maintenance failed or overdue")
     parts.append(f"quality {report.quality['verdict']}" if report.quality else "no quality run recorded")
     return "ok: " + "; ".join(parts)
 
@@ -390,7 +414,8 @@ def field_notes(s: StreamStatus) -> list[str]:
     return notes
 
 
-def format_tables(tables: list[TableStatus]) -> str:
+def format_tables(tables: list[TableStatus], settings: Settings | None = None, now: datetime | None = None) -> str:
+    """The tables part; with ``settings`` and ``now``, each table's maintenance problems as notes."""
     if not tables:
         return "  no tables yet"
     rows = [["table", "rows", "data files", "avg file", "delete files", "snapshots", "last maintenance"]]
@@ -402,7 +427,9 @@ def format_tables(tables: list[TableStatus]) -> str:
             rows.append([t.table, human_number(t.rows), human_number(t.data_files), human_bytes(t.average_file_bytes),
                          human_number(t.delete_files), human_number(t.snapshots),
                          format_maintenance(t.last_maintenance)])
-        notes[len(rows) - 1] = t.problems
+        late = maintenance_problems(t, settings.status_max_maintenance_age_hours, now) \
+            if settings is not None and now is not None else []
+        notes[len(rows) - 1] = [*t.problems, *late]
     lines = []
     for index, line in enumerate(aligned(rows, right=(1, 2, 3, 4, 5))):
         lines.append(line)
@@ -420,7 +447,11 @@ def format_maintenance(entry: dict[str, Any] | None) -> str:
     if entry.get("snapshots_expired"):
         text += f", {entry['snapshots_expired']:,} snapshots expired"
     if entry.get("problems"):
-        text += f", {len(entry['problems'])} problem(s)"
+        text += f", {len(entry['problems'])} note(s)"
+    if maintenance_log.skipped(entry):
+        text += ", skipped"
+    if failed := maintenance_log.failures(entry):
+        text += f", {len(failed)} step(s) FAILED"
     return text
 
 
@@ -445,10 +476,10 @@ def format_quality(quality: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def format_report(report: StatusReport) -> str:
+def format_report(report: StatusReport, settings: Settings | None = None, now: datetime | None = None) -> str:
     sections = [
         ("Streams", format_streams(report.streams)),
-        ("Tables", format_tables(report.tables)),
+        ("Tables", format_tables(report.tables, settings, now)),
         ("dbt", format_dbt(report.dbt)),
         ("Quality", format_quality(report.quality)),
     ]
@@ -663,15 +694,10 @@ def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], 
     return dead_letter_counts(streams, codes, replayed)
 
 
-def read_maintenance_log(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The last maintenance per table; {} when `lakehouse maintain` never ran."""
-    try:
-        text = (settings.home / MAINTENANCE_LOG).read_text(errors="replace")
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise LakehouseError(f"cannot read {settings.home / MAINTENANCE_LOG}: {exc.strerror}") from None
-    return last_maintenance_by_table(text.splitlines())
+def read_maintenance_log(settings: Settings) -> dict[str, maintenance_log.TablePasses]:
+    """The last maintenance pass and the last successful one per table; {} when `lakehouse
+    maintain` never ran."""
+    return maintenance_log.read(settings.home)
 
 
 def table_status(settings: Settings, catalog) -> list[TableStatus]:
@@ -687,7 +713,10 @@ def table_status(settings: Settings, catalog) -> list[TableStatus]:
             continue
         for identifier in identifiers:
             name = ".".join(identifier)
-            status = TableStatus(name, last_maintenance=maintenance.get(name))
+            passes = maintenance.get(name)
+            success = passes.last_success if passes else None
+            status = TableStatus(name, last_maintenance=passes.last if passes else None,
+                                 last_maintenance_success=success.get("finished_at") if success else None)
             _guarded(status.problems, "", lambda status=status: _fill_table(catalog, status))
             result.append(status)
         result.extend(TableStatus(".".join(view), kind="view") for view in _views(catalog, namespace))
@@ -709,6 +738,9 @@ def _fill_table(catalog, status: TableStatus) -> None:
         status.problems.append("no longer in the catalog")
         return
     status.snapshots = len(table.metadata.snapshots)
+    if table.metadata.snapshots:
+        oldest = min(snapshot.timestamp_ms for snapshot in table.metadata.snapshots)
+        status.oldest_snapshot_at = datetime.fromtimestamp(oldest / 1000, UTC).isoformat(timespec="seconds")
     snapshot = table.current_snapshot()
     if snapshot is None:
         status.rows, status.data_files, status.delete_files = 0, 0, 0
@@ -806,7 +838,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="a health check: one line per problem (a stream stopped or lagging over "
                              f"{PREFIX}STATUS_MAX_LAG, the last quality run failed, a dbt model failed or not "
-                             f"rebuilt for {PREFIX}STATUS_MAX_MODEL_AGE_MINUTES) and exit status "
+                             f"rebuilt for {PREFIX}STATUS_MAX_MODEL_AGE_MINUTES, a table's last maintenance "
+                             f"pass failed or none succeeded for {PREFIX}STATUS_MAX_MAINTENANCE_AGE_HOURS) "
+                             "and exit status "
                              f"{NEEDS_ATTENTION}, or one `ok` line and 0. A stream must run when named here or "
                              "once ingested. With --json: the report plus its `check`")
 
@@ -822,6 +856,6 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     elif args.check:
         print("\n".join(problems) if problems else check_ok_line(report, settings))
     else:
-        print(format_report(report))
+        print(format_report(report, settings, datetime.now(UTC)))
     return NEEDS_ATTENTION if problems else 0
 

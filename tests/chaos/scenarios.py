@@ -263,7 +263,7 @@ def maintain_while_streaming(lake: Lake, changes: int, events: int, rate: float,
     join(producers, errors)
     stop_cleanly(lake, process, streams)
     results = [result for one_pass in passes for result in one_pass]
-    failed = [f"{r.table}: {p}" for r in results for p in r.problems if "failed" in p or "skipped" in p]
+    failed = maintenance.failed_or_skipped(results)
     assert not failed, failed
     return {"maintenance_passes": len(passes), "dbt_runs": runs,
             "files_rewritten": sum(r.files_rewritten for r in results),

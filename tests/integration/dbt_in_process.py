@@ -61,9 +61,10 @@ class _Project:
     def invoke(self, args: list[str]):
         from dbt.cli.main import dbtRunner
 
-        # the lock run_dbt holds: maintenance never compacts a table under a running MERGE
-        with dbt_run_lock(self.settings), _environment(dbt_env(self.settings, self.target_dir)), \
-                _first_session(self.session):
+        # the lock run_dbt holds: maintenance never compacts a table under a running MERGE, and the
+        # project's on-run-start hook sees its holder
+        with dbt_run_lock(self.settings) as holder, \
+                _environment({**dbt_env(self.settings, self.target_dir), **holder}), _first_session(self.session):
             if self._runner is None:
                 parsed = dbtRunner().invoke(["parse", *self.flags])
                 if not parsed.success:

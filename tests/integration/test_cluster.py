@@ -8,8 +8,11 @@ process reaches it over HTTP only, and the warehouse is s3:// on an S3-compatibl
 `lakehouse cluster init` creates topics and namespaces; the ingestion job is submitted with
 `lakehouse submit` (spark-submit, client mode), so the Kafka reads, the decoders and the
 Iceberg writes run in an executor JVM the worker starts, not in the driver.
-Then a Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same catalog and
-`dbt build --target cluster` runs every model and test through it (method: thrift).
+Then a Spark Thrift Server (`lakehouse cluster thrift-server`) opens the same catalog, on
+loopback only and with a password from its environment (LAKEHOUSE_THRIFT_PASSWORD): a login
+without it or with another is refused, and `lakehouse dbt build --target cluster` runs every
+model and test through it (method: thrift) with the password the profile takes from the
+same variable.
 
 Real components only: the broker, Spark's master/worker/executor processes, Iceberg's REST
 catalog server, an S3 API server, the Thrift Server, Iceberg tables read back through Spark
@@ -41,6 +44,7 @@ from tests.integration.processes import running, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+THRIFT_PASSWORD = "correct horse battery staple"  # the Thrift Server's and dbt's, from the environment
 COUNTS = {"user_events": 400, "employees": 200, "purchases": 300, "customers": 150, "accounts": 150}
 
 
@@ -198,17 +202,53 @@ def thrift_server(lakehouse, submitted, tmp_path_factory):
     own, _, _ = lakehouse
     logs = tmp_path_factory.mktemp("thrift-logs")
     port = free_port()
-    env = {**cli_env(own), "LAKEHOUSE_SPARK_MASTER": "local[2]"}
-    command = [LAKEHOUSE, "cluster", "thrift-server", "--port", str(port), "--host", "127.0.0.1"]
+    env = {**cli_env(own), "LAKEHOUSE_SPARK_MASTER": "local[2]", "LAKEHOUSE_THRIFT_PASSWORD": THRIFT_PASSWORD}
+    command = [LAKEHOUSE, "cluster", "thrift-server", "--port", str(port)]  # the default address
     with running(command, env, logs / "thrift.log") as process:
         wait_until(lambda: port_open(port), "Thrift Server", logs / "thrift.log", timeout_s=240, process=process)
-        yield port
+        yield port, process
 
 
-def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server):
+def thrift_login(port: int, **auth) -> list:
+    """`select 1` through a PyHive session (dbt-spark's thrift method) with these credentials."""
+    from pyhive import hive
+
+    connection = hive.connect(host="127.0.0.1", port=port, **auth)
+    try:
+        cursor = connection.cursor()
+        cursor.execute("select 1")
+        return cursor.fetchall()
+    finally:
+        connection.close()
+
+
+def test_the_thrift_server_listens_on_loopback_and_refuses_a_login_without_the_password(thrift_server):
+    import ipaddress
+
+    import psutil
+    from thrift.transport.TTransport import TTransportException
+
+    port, process = thrift_server
+    server = psutil.Process(process.pid)  # `lakehouse cluster thrift-server` execs spark-submit, which execs java
+    listening = {c.laddr.ip for p in (server, *server.children(recursive=True)) for c in p.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    # Java listens on IPv6 sockets: 127.0.0.1 shows as ::ffff:127.0.0.1, every interface as ::
+    addresses = {ipaddress.ip_address(ip) for ip in listening}
+    assert {str(getattr(a, "ipv4_mapped", None) or a) for a in addresses} == {"127.0.0.1"}, listening
+    for refused in ({"username": "lakehouse"},  # no password: PyHive's anonymous login
+                    {"username": "lakehouse", "auth": "CUSTOM", "password": "wrong"},
+                    {"username": "someone", "auth": "CUSTOM", "password": THRIFT_PASSWORD}):
+        with pytest.raises(TTransportException):
+            thrift_login(port, **refused)
+    assert thrift_login(port, username="lakehouse", auth="CUSTOM", password=THRIFT_PASSWORD) == [(1,)]
+
+
+def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server, monkeypatch):
     own, session, dbt_target = lakehouse
+    port, _ = thrift_server
+    monkeypatch.setenv("LAKEHOUSE_THRIFT_PASSWORD", THRIFT_PASSWORD)  # dbt's profile reads it
     thrift = Settings.from_env({**cli_env(own), "LAKEHOUSE_THRIFT_HOST": "127.0.0.1",
-                                "LAKEHOUSE_THRIFT_PORT": str(thrift_server)})
+                                "LAKEHOUSE_THRIFT_PORT": str(port)})
     run_dbt(thrift, ["build", "--target", "cluster"], target_dir=dbt_target, capture=True)
     results = json.loads((dbt_target / "run_results.json").read_text())
     assert results["args"]["target"] == "cluster"
@@ -216,7 +256,8 @@ def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server):
     # Every seed, model, data test and unit test of the project ran, and each succeeded; the
     # exposure (the quality report) is in the build too, as dbt reports it: nothing to run.
     manifest = json.loads((dbt_target / "manifest.json").read_text())
-    expected = {uid for uid in manifest["nodes"] if uid.split(".")[0] in ("seed", "model", "test")}
+    # (and the project's on-run-start hook, an operation node: `lakehouse dbt` held the lock, so it passed)
+    expected = {uid for uid in manifest["nodes"] if uid.split(".")[0] in ("seed", "model", "test", "operation")}
     assert manifest["exposures"], "the project declares its exposure (models/_exposures.yml)"
     assert set(statuses) == expected | set(manifest["unit_tests"]) | set(manifest["exposures"])
     assert {statuses[uid] for uid in manifest["exposures"]} == {"no-op"}
@@ -252,6 +293,6 @@ def test_maintenance_on_the_object_store_removes_an_old_orphan(lakehouse, thrift
                             text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     [table] = json.loads(result.stdout)
-    assert table["problems"] == [] and table["orphan_files_removed"] == 1, table
+    assert table["problems"] == table["failures"] == [] and table["orphan_files_removed"] == 1, table
     assert not orphan.exists()
     assert session.table("bronze.purchases").count() == rows

@@ -113,7 +113,8 @@ def test_check_passes_while_the_job_runs(watched):
     assert result.returncode == 0, result.stdout + result.stderr
     (line,) = result.stdout.splitlines()
     assert line.startswith("ok: 1 stream(s) running, lag at most "), line
-    assert line.endswith("no dbt run recorded; no quality run recorded"), line
+    assert line.endswith("no dbt run recorded; 1 table(s), no maintenance failed or overdue; no quality run "
+                         "recorded"), line
 
 
 def test_check_fails_once_the_job_stopped_one_line_per_problem(watched):

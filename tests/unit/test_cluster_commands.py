@@ -3,7 +3,10 @@ master, worker, Thrift Server and the ingestion job's submission."""
 
 import zipfile
 
+import pytest
+
 from lakehouse.commands import cluster
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import cluster_conf, spark_conf
 
@@ -68,8 +71,9 @@ def test_thrift_server_runs_the_server_class_on_the_lakehouse_catalog(tmp_path):
     command = cluster.thrift_server_command(settings, 10001, "127.0.0.1")
     after = dict(zip(command, command[1:], strict=False))
     assert after["--class"] == cluster.THRIFT_SERVER_CLASS
-    assert command[-5:] == ["spark-internal", "--hiveconf", "hive.server2.thrift.port=10001",
-                            "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]
+    assert command[-7:] == ["spark-internal", "--hiveconf", "hive.server2.thrift.port=10001",
+                            "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1",
+                            "--hiveconf", "hive.server2.authentication=NONE"]
     assert f"spark.sql.catalog.lake.uri=jdbc:sqlite:{tmp_path}/catalog.db" in command
     # Its Hive metastore stays in the state folder, not in the current directory.
     assert any(arg.endswith(f"databaseName={tmp_path}/thrift-server/metastore_db;create=true") for arg in command)
@@ -91,3 +95,35 @@ def test_the_package_holds_every_project_module(tmp_path):
     assert {"lakehouse/commands/cli.py", "ingestion/job.py", "lakehouse/contracts/pipeline.yml",
             "producers/__init__.py", "expectations/__init__.py"} <= names
     assert not any("__pycache__" in name for name in names)
+
+
+def test_the_thrift_server_checks_a_password_from_the_environment_and_needs_one_beyond_loopback(tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_JARS_DIR": str(tmp_path / "jars")})
+    # no password: loopback only
+    assert cluster.thrift_authentication(settings, "127.0.0.1", {}) is False
+    assert cluster.thrift_authentication(settings, "localhost", {}) is False
+    for host in ("0.0.0.0", "10.1.2.3", "spark-thrift"):
+        with pytest.raises(LakehouseError, match=rf"^the Thrift Server would let anyone who reaches {host} read and "
+                                                 r"write the catalog: set LAKEHOUSE_THRIFT_PASSWORD"):
+            cluster.thrift_authentication(settings, host, {})
+    # a password: the login check must be built (`make setup`), then every login is checked
+    secret = {"LAKEHOUSE_THRIFT_PASSWORD": "s3cret pass"}
+    with pytest.raises(LakehouseError, match=r"no lakehouse-thrift-auth-\*\.jar in .*: run `make setup`"):
+        cluster.thrift_authentication(settings, "0.0.0.0", secret)
+    (tmp_path / "jars" / "spark").mkdir(parents=True)
+    (tmp_path / "jars" / "spark" / "lakehouse-thrift-auth-0.1.0.jar").write_bytes(b"")
+    assert cluster.thrift_authentication(settings, "0.0.0.0", secret) is True
+    command = cluster.thrift_server_command(settings, 10000, "0.0.0.0", authenticate=True)
+    assert command[-4:] == ["--hiveconf", "hive.server2.authentication=CUSTOM", "--hiveconf",
+                            f"hive.server2.custom.authentication.class={cluster.THRIFT_AUTHENTICATOR_CLASS}"]
+    assert not any("s3cret" in arg for arg in command)  # never on the command line `ps` shows
+    # the user the server accepts is the configuration's, for the JVM to read
+    user = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_THRIFT_USER": "dbt"})
+    assert cluster.daemon_env(user, {})["LAKEHOUSE_THRIFT_USER"] == "dbt"
+
+
+def test_the_thrift_password_is_never_read_from_a_file(tmp_path):
+    config = tmp_path / "lakehouse.env"
+    config.write_text("LAKEHOUSE_THRIFT_PASSWORD=hunter2\n")
+    with pytest.raises(LakehouseError, match="sets LAKEHOUSE_THRIFT_PASSWORD, a secret"):
+        Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_CONFIG_FILE": str(config)})

@@ -232,6 +232,17 @@ BROKEN_COMPOSE = {
     "worker too small": (_worker_option("--memory", "2g"), "the workers offer 4 cores and 2048 MB"),
     "application without a core cap": (_drop_env("ingest", "LAKEHOUSE_SPARK_CORES_MAX"),
                                        "ingest: no LAKEHOUSE_SPARK_CORES_MAX"),
+    "metrics published on every interface": (_set("ingest", "ports", ["9108:9108"]),
+                                             "ingest: publishes 9108:9108 on every interface of the host"),
+    "metrics endpoint on the container's loopback": (_drop_env("ingest", "LAKEHOUSE_METRICS_BIND_ADDRESS"),
+                                                     "ingest: publishes its metrics port 9108, but the endpoint"),
+    "thrift server on the container's loopback": (_set("spark-thrift", "command",
+                                                       ["lakehouse", "cluster", "thrift-server", "--port", "10000"]),
+                                                  "spark-thrift: the Thrift Server listens on its container's"),
+    "thrift server without its password": (_drop_env("spark-thrift", "LAKEHOUSE_THRIFT_PASSWORD"),
+                                           "spark-thrift: the Thrift Server listens on 0.0.0.0 without"),
+    "thrift password with a default": (_set_env("cli", "LAKEHOUSE_THRIFT_PASSWORD", "${LAKEHOUSE_THRIFT_PASSWORD:-x}"),
+                                       "cli: LAKEHOUSE_THRIFT_PASSWORD holds a literal"),
 }
 
 
@@ -258,6 +269,9 @@ BROKEN_ENV_EXAMPLE = {
                                ".env.example: AWS_SECRET_ACCESS_KEY has a value"),
     "SASL credential undocumented": (lambda text: text.replace("# LAKEHOUSE_KAFKA_OPT_SASL_USERNAME=\n", ""),
                                      "credential LAKEHOUSE_KAFKA_OPT_SASL_USERNAME is not in .env.example"),
+    "thrift password commented out": (lambda text: text.replace("LAKEHOUSE_THRIFT_PASSWORD=",
+                                                                "# LAKEHOUSE_THRIFT_PASSWORD="),
+                                      "${LAKEHOUSE_THRIFT_PASSWORD} is required but commented out"),
 }
 
 

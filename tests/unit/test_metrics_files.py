@@ -120,6 +120,54 @@ def test_a_port_in_use_is_one_clear_error(tmp_path):
             metrics.serve(settings)
 
 
+def non_loopback_address() -> str:
+    """An IPv4 address of this machine that is not loopback: how another host would reach it."""
+    import ipaddress
+
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not ipaddress.ip_address(address.address).is_loopback:
+                return address.address
+    pytest.fail("this machine has no IPv4 address but loopback: the test connects through one")
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_endpoint_listens_on_loopback_only_unless_told_otherwise(tmp_path):
+    outside = non_loopback_address()
+    port = free_port()
+    settings = dataclasses.replace(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)}), metrics_port=port)
+    try:
+        metrics.serve(settings)
+        assert answers("127.0.0.1", port)
+        assert not answers(outside, port), f"the endpoint answers on {outside}:{port}, not only on loopback"
+    finally:
+        metrics.stop_serving()
+    # in a container, the address Prometheus reaches it at: every interface, when set so
+    port = free_port()
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_METRICS_PORT": str(port),
+                                  "LAKEHOUSE_METRICS_BIND_ADDRESS": "0.0.0.0"})
+    try:
+        metrics.serve(settings)
+        assert answers(outside, port) and answers("127.0.0.1", port)
+    finally:
+        metrics.stop_serving()
+
+
 @pytest.mark.parametrize("command", [["ingest", "user_events"], ["dbt", "loop", "--every", "1m"]])
 def test_a_command_with_the_port_in_use_stops_with_one_line(command, tmp_path):
     with busy_port() as holder:

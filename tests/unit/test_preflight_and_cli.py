@@ -120,6 +120,19 @@ def test_lakehouse_dbt_without_a_command_says_what_to_give(tmp_path):
         "error: give dbt's arguments, e.g. `lakehouse dbt run` or `lakehouse dbt build -s silver`"]
 
 
+def test_lakehouse_dbt_passes_every_argument_to_dbt_its_options_first_included(tmp_path):
+    from lakehouse.commands.cli import _dbt_arguments
+
+    assert _dbt_arguments(["--log-format", "json", "dbt", "--debug", "run", "-s", "x"]) == \
+        (["--log-format", "json", "dbt"], ["--debug", "run", "-s", "x"])
+    assert _dbt_arguments(["dbt", "--version"]) == (["dbt"], ["--version"])
+    assert _dbt_arguments(["status", "dbt"]) is None
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "lakehouse.commands.cli", "dbt", "--version"],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    assert result.returncode == 0 and "installed:" in result.stdout, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("command, env, message", [
     (["submit", "ingest", "all"], {"LAKEHOUSE_PROFILE": "cluster"},
      "error: the configuration needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY in the environment"),

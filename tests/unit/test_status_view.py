@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestion import checkpoint as c
+from lakehouse.core import maintenance_log
 from lakehouse.core.local_kafka import free_port
 from lakehouse.core.settings import Settings
 from lakehouse.operations import status as s
@@ -181,3 +182,54 @@ def test_check_names_each_problem_on_its_own_line():
     problems, _ = checked([], dbt=dbt_models(purchases=("success", "2026-11-23T10:59:00Z")),
                           LAKEHOUSE_STATUS_MAX_MODEL_AGE_MINUTES="90")
     assert problems == []
+
+
+def maintained(table="silver.t", last=None, success=None, oldest="2026-11-20T00:00:00+00:00"):
+    return s.TableStatus(table, last_maintenance=last, last_maintenance_success=success, oldest_snapshot_at=oldest)
+
+
+def test_a_failed_maintenance_pass_and_overdue_maintenance_are_each_a_check_line():
+    failed = {"table": "silver.a", "finished_at": "2026-11-23T11:00:00+00:00", "failures": ["compact failed: x"],
+              "skipped": None}
+    tables = [
+        # the last pass failed, the one before succeeded a day ago: one line
+        maintained("silver.a", failed, "2026-11-22T12:00:00+00:00"),
+        # succeeded 3 days ago: overdue (48 h)
+        maintained("silver.b", {"table": "silver.b", "finished_at": "2026-11-20T11:00:00+00:00", "failures": []},
+                   "2026-11-20T11:00:00+00:00"),
+        # never maintained, its oldest snapshot 3 days old: overdue; a young one is not
+        maintained("silver.c"), maintained("silver.d", oldest="2026-11-23T00:00:00+00:00"),
+        # never written: nothing to maintain; a view has no files
+        maintained("silver.e", oldest=None), s.TableStatus("silver.f", kind="view"),
+    ]
+    settings = Settings.from_env({"LAKEHOUSE_HOME": "/nonexistent"})
+    report = s.StatusReport(streams=[], tables=tables, dbt=None, quality=None, problems={})
+    assert s.check_problems(report, settings, NOW) == [
+        "table silver.a: the last maintenance pass (2026-11-23 11:00:00Z) failed: compact failed: x",
+        "table silver.b: maintenance overdue: last successful maintenance pass 2026-11-20 11:00:00Z, more than "
+        "48 hours ago (LAKEHOUSE_STATUS_MAX_MAINTENANCE_AGE_HOURS; `lakehouse maintain`)",
+        "table silver.c: maintenance overdue: never maintained successfully, oldest snapshot 2026-11-20 00:00:00Z, "
+        "more than 48 hours ago (LAKEHOUSE_STATUS_MAX_MAINTENANCE_AGE_HOURS; `lakehouse maintain`)",
+    ]
+    longer = Settings.from_env({"LAKEHOUSE_HOME": "/nonexistent", "LAKEHOUSE_STATUS_MAX_MAINTENANCE_AGE_HOURS": "96"})
+    assert [line.split(":")[0] for line in s.check_problems(report, longer, NOW)] == ["table silver.a"]
+    text = s.format_report(report, settings, NOW)
+    assert "1 step(s) FAILED" in text and "note: maintenance overdue: never maintained" in text
+    healthy = s.StatusReport(streams=[], tables=[tables[3], tables[5]], dbt=None, quality=None, problems={})
+    assert s.check_problems(healthy, settings, NOW) == []
+    assert s.check_ok_line(healthy, settings) == "ok: 0 stream(s) running; no dbt run recorded; 1 table(s), no " \
+                                                 "maintenance failed or overdue; no quality run recorded"
+
+
+def test_the_log_tells_each_tables_last_pass_and_last_success_older_entries_included():
+    lines = [
+        json.dumps({"table": "bronze.a", "finished_at": "1", "problems": []}),  # before `failures` existed: a success
+        json.dumps({"table": "bronze.a", "finished_at": "2", "problems": ["compact failed: gone"]}),  # ...a failure
+        json.dumps({"table": "silver.b", "finished_at": "3", "failures": [], "skipped": "a dbt run held the lock"}),
+        json.dumps({"table": "silver.b", "finished_at": "4", "failures": [], "skipped": None, "dry_run": True}),
+        "not json",
+    ]
+    passes = maintenance_log.passes_by_table(lines)
+    assert passes["bronze.a"].last["finished_at"] == "2" and passes["bronze.a"].last_success["finished_at"] == "1"
+    assert maintenance_log.failures(passes["bronze.a"].last) == ["compact failed: gone"]
+    assert passes["silver.b"].last["finished_at"] == "3" and passes["silver.b"].last_success is None

@@ -1,0 +1,132 @@
+"""`dbt` started by hand at the project root, as the dbt docs show it, next to `lakehouse dbt`.
+
+A plain `dbt run` takes no lock: two at once both append the same new purchases to
+silver.purchases (macros/first_occurrences.sql drops only ids already committed). And a plain
+`dbt` reads only the LAKEHOUSE_* variables profiles.yml names, never LAKEHOUSE_CONFIG_FILE or
+LAKEHOUSE_PROFILE, so it would open another catalog than the configured one in silence.
+
+Here, on a lakehouse of its own with purchases ingested and silver.purchases built once, then
+new purchases ingested: two plain `dbt run --select purchases` started together (real
+processes, real Spark and Iceberg) are both refused with one line naming `lakehouse dbt`, and
+silver is unchanged; a plain `dbt show` with LAKEHOUSE_CONFIG_FILE set is refused the same way;
+two `lakehouse dbt run --select purchases` started together, one configured by the environment
+and one by a LAKEHOUSE_CONFIG_FILE alone, both succeed (one waits for the other's lock) and
+silver holds every new purchase once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingestion import job
+from lakehouse.contracts.registry import registry_for
+from lakehouse.core.settings import PROJECT_ROOT
+from lakehouse.operations.dbt import dbt_executable
+from producers import purchases
+from producers.delivery import produce_to_topic
+from producers.faults import FaultRates
+from tests.integration.dbt_in_process import run_dbt
+from tests.integration.own_lakehouse import cli_env, own_lakehouse
+
+pytestmark = pytest.mark.integration
+
+FIRST, NEW = 500, 3_000
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+# The variables that point a process at the test's lakehouse; the config-file case leaves them out.
+LOCATION = ("LAKEHOUSE_HOME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_CATALOG_TYPE",
+            "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_KAFKA_PORT", "LAKEHOUSE_SHUFFLE_PARTITIONS")
+
+
+@pytest.fixture(scope="module")
+def lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "plain-dbt") as lakehouse:
+        yield lakehouse
+
+
+def ingest_purchases(own, session, count: int, seed: int) -> None:
+    ids = purchases.register_schemas(registry_for(own))
+    report = produce_to_topic(own, purchases.TOPIC, purchases.messages(count, ids, seed), FaultRates(), total=count,
+                              progress=False)
+    assert report.failed == 0
+    job.run(session, own, ["purchases"], available_now=True)
+
+
+@pytest.fixture(scope="module")
+def new_purchases(lake) -> int:
+    """silver.purchases built from FIRST purchases; then NEW more in bronze, not yet in silver."""
+    own, session, target = lake
+    ingest_purchases(own, session, FIRST, seed=1)
+    run_dbt(own, ["run", "--select", "purchases"], target_dir=target)
+    assert session.table("silver.purchases").count() == FIRST
+    ingest_purchases(own, session, NEW, seed=2)
+    assert session.table("bronze.purchases").where("_error_code is null").count() == FIRST + NEW
+    return NEW
+
+
+def silver_counts(session) -> tuple[int, int]:
+    rows = session.table("silver.purchases")
+    return rows.count(), rows.select("transaction_id").distinct().count()
+
+
+def start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def plain_dbt_env(own, target: Path) -> dict[str, str]:
+    """What a user's shell holds when they run `dbt` at the root pointed at that lakehouse."""
+    return {**cli_env(own), "PWD": str(PROJECT_ROOT), "DBT_TARGET_PATH": str(target),
+            "DBT_LOG_PATH": str(target / "logs")}
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=900)
+    return process.returncode, output
+
+
+def test_two_plain_dbt_runs_at_once_are_refused_and_append_nothing(lake, new_purchases, tmp_path):
+    own, session, _ = lake
+    before = silver_counts(session)
+    command = [dbt_executable(), "run", "--select", "purchases"]
+    runs = [start(command, plain_dbt_env(own, tmp_path / f"target-{n}")) for n in (1, 2)]
+    results = [finish(run) for run in runs]
+    rows, distinct = silver_counts(session)
+    # what today's plain runs did: both "Completed successfully", every new purchase twice
+    assert (rows - distinct, rows) == (0, before[0]), \
+        f"{rows - distinct} duplicated purchases; exits {[code for code, _ in results]}"
+    for code, output in results:
+        assert code != 0, output[-3000:]
+        assert "run it as `lakehouse dbt run --select purchases`" in output, output[-3000:]
+        assert "Completed successfully" not in output
+
+
+def test_a_plain_dbt_with_a_config_file_is_refused_not_pointed_elsewhere(lake, new_purchases, tmp_path):
+    own, _, _ = lake
+    config = tmp_path / "lakehouse.env"
+    config.write_text("".join(f"{key}={cli_env(own)[key]}\n" for key in LOCATION))
+    env = {key: value for key, value in plain_dbt_env(own, tmp_path / "target").items() if key not in LOCATION}
+    env["LAKEHOUSE_CONFIG_FILE"] = str(config)
+    # read-only and without hooks: still never another catalog than the configured one
+    shown = subprocess.run([dbt_executable(), "show", "--inline", "select count(*) as n from bronze.purchases"],
+                           cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    output = shown.stdout + shown.stderr
+    assert shown.returncode != 0, output[-3000:]
+    assert "LAKEHOUSE_CONFIG_FILE is set" in output and "`lakehouse dbt show" in output, output[-3000:]
+
+
+def test_two_lakehouse_dbt_runs_at_once_take_turns_and_append_each_purchase_once(lake, new_purchases, tmp_path):
+    own, session, _ = lake
+    config = tmp_path / "lakehouse.env"
+    config.write_text("".join(f"{key}={cli_env(own)[key]}\n" for key in LOCATION))
+    by_file = {key: value for key, value in cli_env(own).items() if key not in LOCATION}
+    by_file["LAKEHOUSE_CONFIG_FILE"] = str(config)
+    command = [LAKEHOUSE, "dbt", "run", "--select", "purchases"]
+    runs = [start(command, {**cli_env(own), "DBT_TARGET_PATH": str(tmp_path / "target-env")}),
+            start(command, {**by_file, "DBT_TARGET_PATH": str(tmp_path / "target-file")})]
+    for code, output in [finish(run) for run in runs]:
+        assert code == 0, output[-3000:]
+    assert silver_counts(session) == (FIRST + new_purchases, FIRST + new_purchases)
