@@ -328,12 +328,13 @@ class SemanticType:
 
 
 # A Debezium value schema (schemas enabled): per field of the row, its semantic type and parameters
+_FIELDS_SCHEMA = ArrayType(StructType([
+    StructField("field", StringType()), StructField("name", StringType()),
+    StructField("parameters", MapType(StringType(), StringType()))]))
 _CONNECT_SCHEMA = StructType([StructField("fields", ArrayType(StructType([
-    StructField("field", StringType()),
-    StructField("fields", ArrayType(StructType([
-        StructField("field", StringType()), StructField("name", StringType()),
-        StructField("parameters", MapType(StringType(), StringType()))]))),
-])))])
+    StructField("field", StringType()), StructField("fields", _FIELDS_SCHEMA)])))])
+# A Debezium key schema: the key's fields at its top level
+_KEY_CONNECT_SCHEMA = StructType([StructField("fields", _FIELDS_SCHEMA)])
 
 
 def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict[str, SemanticType]:
@@ -343,16 +344,32 @@ def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict
         return {}
     row_fields = F.try_element_at(F.filter(F.from_json(schema_text, _CONNECT_SCHEMA)["fields"],
                                            lambda f: f["field"] == F.lit("after")), F.lit(1))["fields"]
+    return _semantic_types(contract, contract.semantic_fields, schema_text, row_fields)
+
+
+def debezium_key_semantic_types(contract: JsonContract, identity: tuple[str, ...],
+                                key_fields: Column) -> dict[str, SemanticType]:
+    """The semantic type of each key column the contract reads by one, by the same rules as the
+    row's (debezium_semantic_types): from the message key's own schema (``key_fields``, its
+    fields; null when schemas are disabled), else as the contract declares it."""
+    names = {name: contract.semantic_fields[name] for name in identity if name in contract.semantic_fields}
+    return _semantic_types(contract, names, key_fields, key_fields) if names else {}
+
+
+def _semantic_types(contract: JsonContract, names: dict[str, tuple[str, str | None]], schema: Column,
+                    described_fields: Column) -> dict[str, SemanticType]:
+    """``names``' semantic types: by the Connect schema's ``described_fields`` where the event has
+    a ``schema`` (not null), else as the contract declares them."""
     def described(name: str) -> Column:  # (not a default argument: Spark passes a 2-argument lambda the index)
-        return F.try_element_at(F.filter(row_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
+        return F.try_element_at(F.filter(described_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
     types = {}
-    for name, (_kind, declared_name) in contract.semantic_fields.items():
+    for name, (_kind, declared_name) in names.items():
         field = described(name)
         declared = contract.schema[name].dataType
         declared_scale = F.lit(declared.scale if isinstance(declared, DecimalType) else None).cast("int")
         types[name] = SemanticType(
-            F.when(schema_text.isNotNull(), field["name"]).otherwise(F.lit(declared_name)),
-            F.when(schema_text.isNotNull(), F.try_element_at(field["parameters"], F.lit("scale")).try_cast("int"))
+            F.when(schema.isNotNull(), field["name"]).otherwise(F.lit(declared_name)),
+            F.when(schema.isNotNull(), F.try_element_at(field["parameters"], F.lit("scale")).try_cast("int"))
             .otherwise(declared_scale))
     return types
 
@@ -479,15 +496,41 @@ def _unwrapped(parsed: Column, content: StructType, wrapper_fields: list[str] | 
         for f in content.fields]))
 
 
-def _image_key(key_text: Column, identity: tuple[str, ...], image: StructType, as_json: bool) -> Column:
-    """The primary key the message key carries: a JSON object (Debezium) or the bare value (DMS)."""
-    if as_json:
-        key_schema = StructType([StructField(name, image[name].dataType, True) for name in identity])
-        # with schemas enabled the key is {"schema": ..., "payload": {<key>}}: one parse reads both
-        key = F.from_json(key_text, StructType([*key_schema.fields, *_schema_wrapper(key_schema).fields]))
-        return _unwrapped(key, key_schema)
-    (name,) = identity  # DMS keys are the bare value of a one-column key
+def _dms_key(key_text: Column, identity: tuple[str, ...], image: StructType) -> Column:
+    """The primary key a DMS message key carries: the bare value of a one-column key."""
+    (name,) = identity
     return F.struct(key_text.cast(image[name].dataType).alias(name))
+
+
+def debezium_key_json(key_text: Column, identity: tuple[str, ...], contract: JsonContract) -> Column:
+    """A Debezium message key parsed (a JSON object of the key columns; with schemas enabled
+    {"schema": <its Connect schema>, "payload": <the object>}), for :func:`debezium_key`: the
+    key columns as the row image parses them (strict_parse_schema), the schema's fields typed."""
+    parse = strict_parse_schema(_key_schema(identity, contract), contract.semantic_fields)
+    return F.from_json(key_text, StructType([*parse.fields, StructField("schema", _KEY_CONNECT_SCHEMA),
+                                             StructField("payload", parse)]))
+
+
+def with_debezium_key(parsed: DataFrame, key: Column, identity: tuple[str, ...],
+                      contract: JsonContract) -> tuple[DataFrame, Column]:
+    """``parsed`` plus the primary key of its message key ``key`` (parsed by
+    :func:`debezium_key_json`, a column), each key column read as the row image reads it:
+    strictly, temporal and decimal columns by their semantic type (a date as epoch days, a
+    numeric as base64 bytes, ...); and the key as a struct of them. A column whose token does
+    not fit is null: an unreadable key. Each value is a column of its own, computed once (as
+    with_strict_image's): the checks read them several times."""
+    declared = _key_schema(identity, contract)
+    parse = strict_parse_schema(declared, contract.semantic_fields)
+    wrapped = key["schema"].isNotNull() & key["payload"].isNotNull()
+    fields = strict_fields(_unwrapped(key, parse), declared,
+                           debezium_key_semantic_types(contract, identity, F.when(wrapped, key["schema"]["fields"])))
+    columns = {name: f"_key_{number}" for number, name in enumerate(fields)}
+    parsed = parsed.select("*", *[value.alias(columns[name]) for name, (value, _) in fields.items()])
+    return parsed, F.when(key.isNotNull(), F.struct(*[F.col(column).alias(name) for name, column in columns.items()]))
+
+
+def _key_schema(identity: tuple[str, ...], contract: JsonContract) -> StructType:
+    return StructType([StructField(name, contract.schema[name].dataType, True) for name in identity])
 
 
 def _changelog(
@@ -705,14 +748,15 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     # are written (debezium_semantic_types)
     loose, typed = _json_envelope(StructType([*envelope.fields, *_schema_wrapper(envelope).fields]))
     parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_typed"),
-                        _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
+                        debezium_key_json(F.col("key").cast("string"), identity, row).alias("_key_json"))
     typed = F.col("_typed")
     event = _unwrapped(typed, StructType([*envelope.fields, StructField(CORRUPT_COLUMN, StringType())]),
                        wrapper_fields=[f.name for f in envelope.fields])
-    parsed = parsed.select(*kafka_columns(parsed), "_loose", "_key", event.alias("_env"),
+    parsed = parsed.select(*kafka_columns(parsed), "_loose", "_key_json", event.alias("_env"),
                            F.when(typed["payload"].isNotNull(), typed["schema"]).alias("_value_schema"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
+    parsed, message_key = with_debezium_key(parsed, F.col("_key_json"), identity, row)
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
         debezium_semantic_types(row, F.col("_value_schema")))
@@ -730,7 +774,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         parsed, image_schema, identity, op, image,
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
-        tombstone=tombstone, message_key=F.col("_key"), truncate=truncate,
+        tombstone=tombstone, message_key=message_key, truncate=truncate,
         extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
         rescued_fields=rescued(F.col("_loose"), "debezium", image_schema),
         checks=[
@@ -803,7 +847,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     ])
     loose, typed = _json_envelope(envelope)
     parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_env"),
-                        _image_key(F.col("key").cast("string"), identity, image_schema, False).alias("_key"))
+                        _dms_key(F.col("key").cast("string"), identity, image_schema).alias("_key"))
     env, metadata = F.col("_env"), F.col("_env.metadata")
     op = _lookup(DMS_OPS, metadata["operation"])
     committed = metadata["commit-timestamp"].cast("timestamp")

@@ -39,11 +39,18 @@ class SourceTable:
 # --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
 # time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) -------------------------
 
-def column_property(kind: str, column: str, sql_type) -> dict:
-    """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure)."""
+def column_property(kind: str, column: str, sql_type, key: bool = False) -> dict:
+    """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure); ``key``: a
+    column of the primary key, which takes every type a row takes but JSON (refused: its
+    values are JSON, their text the wrong thing to key, order and compare by)."""
     from sqlalchemy import types
 
     name = type(sql_type).__name__.upper()
+    json_type = isinstance(sql_type, types.JSON) or name in ("JSON", "JSONB")
+    if key and json_type:
+        raise LakehouseError(f"column {column} of the primary key: type {sql_type} cannot key a stream (its values "
+                             "are compared as JSON, not as the text Debezium sends; docs/connect-a-database.md "
+                             "lists the types a key takes)")
     if isinstance(sql_type, types.Boolean):
         return {"type": "boolean"}
     if isinstance(sql_type, types.Integer):
@@ -73,8 +80,11 @@ def column_property(kind: str, column: str, sql_type) -> dict:
         micro = kind == "mysql" or _fraction_digits(sql_type) > 3
         return {"type": "string", "format": "time",
                 "x-debezium-type": "io.debezium.time.MicroTime" if micro else "io.debezium.time.Time"}
-    if isinstance(sql_type, types.String | types.Enum | types.JSON | types.Uuid) or name in ("UUID", "JSONB"):
+    if isinstance(sql_type, types.String | types.Enum | types.Uuid) or json_type or name == "UUID":
         return {"type": "string"}
+    if key:
+        raise LakehouseError(f"column {column} of the primary key: type {sql_type} is not supported "
+                             "(docs/connect-a-database.md lists the types a key takes)")
     raise LakehouseError(f"column {column}: type {sql_type} is not supported yet (docs/connect-a-database.md "
                          "lists the supported types): leave it out with --exclude-columns")
 
@@ -142,7 +152,8 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
         raise LakehouseError(f"--exclude-columns: {', '.join(sorted(set(exclude) & set(key)))} is in the primary key")
     kept = [c for c in columns if c["name"] not in exclude and (only is None or c["name"] in only)]
     return SourceTable(kind, database, schema, name,
-                       {c["name"]: column_property(kind, c["name"], c["type"]) for c in kept}, key, tuple(exclude),
+                       {c["name"]: column_property(kind, c["name"], c["type"], c["name"] in key) for c in kept}, key,
+                       tuple(exclude),
                        engine_url, tuple(c["name"] for c in kept if isinstance(c["type"], types.String | types.Enum)),
                        tuple(c["name"] for c in kept if isinstance(c["type"], types.JSON)
                              or type(c["type"]).__name__.upper() in ("JSON", "JSONB")),

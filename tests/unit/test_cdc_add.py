@@ -62,6 +62,30 @@ def test_a_type_it_cannot_read_is_refused_by_name(sql_type, message):
         source_tables.column_property("postgresql", "c", sql_type)
 
 
+@pytest.mark.parametrize("sql_type", [pg.DATE(), pg.TIMESTAMP(), pg.TIMESTAMP(timezone=True), pg.TIME(),
+                                      pg.NUMERIC(12, 2), pg.NUMERIC(), pg.UUID(), pg.TEXT(), pg.BIGINT(),
+                                      pg.BOOLEAN(), mysql.DATETIME(fsp=6), mysql.DECIMAL(8, 3)])
+def test_a_key_column_takes_every_type_a_row_takes(sql_type):
+    """A date in the key (every table partitioned by date has one), a numeric, an instant: each
+    is read from the message key as the row image reads it (ingestion/formats.py debezium_key_json)."""
+    kind = "mysql" if type(sql_type).__module__.endswith("mysql.types") else "postgresql"
+    assert source_tables.column_property(kind, "k", sql_type, key=True) == source_tables.column_property(
+        kind, "k", sql_type)
+
+
+@pytest.mark.parametrize("sql_type, message", [
+    (pg.JSONB(), "column k of the primary key: type JSONB cannot key a stream (its values are compared as JSON, "
+                 "not as the text Debezium sends; docs/connect-a-database.md lists the types a key takes)"),
+    (pg.INTERVAL(), "column k of the primary key: type INTERVAL is not supported (docs/connect-a-database.md lists "
+                    "the types a key takes)"),
+])
+def test_a_key_column_of_a_type_no_key_takes_is_refused_in_one_line(sql_type, message):
+    """Not "leave it out with --exclude-columns": a key column cannot be left out."""
+    with pytest.raises(LakehouseError) as refused:
+        source_tables.column_property("postgresql", "k", sql_type, key=True)
+    assert str(refused.value) == message
+
+
 def java_properties(text: str) -> dict[str, str]:
     """``text`` read as java.util.Properties reads the lines `cdc add` prints: `#` starts a comment
     only at the start of a line; a backslash escapes the next character; the last of a key's lines
