@@ -321,7 +321,8 @@ def _add_cdc(sub) -> None:
                     "key order (the database a range of keys at a time, so a large table is never pulled "
                     "whole), each row becomes a digest of its values, and the digests are compared. Prints "
                     "the counts of missing, extra, different and duplicated keys and the first differing "
-                    "keys; exit status 1 when they differ. Columns renamed in silver are not compared (it "
+                    "keys, then per column whose values differ how many rows and their first keys; exit "
+                    "status 1 when they differ. Columns renamed in silver are not compared (it "
                     "says which).")
     verify.add_argument("stream", help="a CDC stream of the pipeline file")
     verify.add_argument("--source", metavar="URL",
@@ -352,6 +353,10 @@ def _cdc_verify(args, settings: Settings) -> int:
     check = verify(spark, source, args.chunk_rows)
     print(f"{spec.name}: {check.source_rows:,} source rows, {check.mirror_rows:,} live rows; "
           + ("equal" if check.equal else check.describe()))
+    if check.differing_columns:
+        print("values that differ, by column:")
+        for line in check.describe_columns():
+            print(line)
     if not_compared:
         print(f"not compared (not in silver.{spec.name}): {', '.join(not_compared)}")
     if source.uncontracted:

@@ -196,14 +196,40 @@ def test_a_pipeline_file_whose_streams_are_not_its_last_section_is_not_appended_
 def test_the_key_ordered_walk_counts_every_kind_of_difference_and_names_the_first_keys():
     from expectations.database_source import _merge
 
+    def rows(pairs):
+        return iter([(key, digest, {"v": digest.decode()}) for key, digest in pairs])
+
     source = [((1,), b"a"), ((2,), b"b"), ((4,), b"d"), ((5,), b"e")]
     mirror = [((1,), b"a"), ((2,), b"x"), ((3,), b"c"), ((3,), b"c"), ((5,), b"e"), ((6,), b"f")]
-    check = _merge("t", iter(source), iter(mirror))
+    check = _merge("t", rows(source), rows(mirror))
     assert (check.source_rows, check.mirror_rows) == (4, 6)
     assert (check.missing, check.extra, check.different, check.duplicated) == (1, 2, 1, 1)
     assert check.first_differing == ((2, "values differ"), (3, "not in the source"), (4, "missing from the mirror"),
                                      (6, "not in the source"))
-    assert _merge("t", iter(source), iter(source)).equal
+    assert _merge("t", rows(source), rows(source)).equal
+
+
+def test_the_walk_counts_the_differing_values_of_each_column_with_their_first_keys():
+    """`cdc verify` says which columns differ, in how many rows, and where: not the totals alone
+    (issue 56). Values compare as the digest does (1 and 1.00 alike); a missing key is no column's."""
+    from decimal import Decimal
+
+    from expectations.database_source import _digests, _merge
+
+    def keyed(rows):
+        return _digests(((key,), {"id": key, **row}) for key, row in rows)
+
+    source = [(n, {"amount": Decimal(n), "note": f"n{n}", "day": "2026-11-20"}) for n in range(1, 10)]
+    mirror = [(n, {**row, "amount": row["amount"] * (2 if n % 2 else 1) + Decimal("0.00"),
+                   "note": row["note"] if n != 4 else None}) for n, row in source if n != 9]
+    check = _merge("t", keyed(source), keyed(mirror), ["id", "day", "note", "amount"])
+    assert (check.missing, check.different) == (1, 5)
+    assert check.differing_columns == (("note", 1, (4,)), ("amount", 4, (1, 3, 5, 7)))
+    assert check.describe_columns() == ["  note: 1 row differs (first keys: 4)",
+                                        "  amount: 4 rows differ (first keys: 1; 3; 5; 7)"]
+    many = [(n, {"v": n}) for n in range(20)]
+    check = _merge("t", keyed(many), keyed([(n, {"v": -n - 1}) for n in range(20)]))
+    assert check.differing_columns == (("v", 20, (0, 1, 2, 3, 4)),)  # the first five keys named
 
 
 def test_the_models_yaml_tests_each_key_composite_keys_unique_together():
