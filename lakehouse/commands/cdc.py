@@ -113,7 +113,11 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
                   f"slot.name={connector.lower()}_slot",
                   f"publication.name={connector.lower()}_publication",
                   "# the connector creates the publication for the included tables",
-                  "publication.autocreate.mode=filtered"]
+                  "publication.autocreate.mode=filtered",
+                  # without it, a partitioned table's changes come under its partitions' names,
+                  # which table.include.list leaves out: every change after the snapshot lost
+                  "# ... publishing a partitioned table's changes under its own name, not its partitions'",
+                  "publish.via.partition.root=true"]
     else:
         lines += ["# an id no other replica of the server uses",
                   f"database.server.id={SERVER_ID_BASE + zlib.crc32(connector.encode()) % 100_000}",
@@ -131,6 +135,24 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
         lines += ["# columns the contracts leave out (--exclude-columns)",
                   "column.exclude.list=" + ",".join(_literal(column) for column in excluded)]
     return lines
+
+
+def publication_warning(connector: str, streams: list[tuple[str, SourceTable]], url: str) -> str | None:
+    """A PostgreSQL connector whose publication exists already (an earlier connector of that name
+    made it) without publish_via_partition_root, for a partitioned table: the connector uses
+    it as it is, and the table's changes would come under its partitions' names and be left
+    out. What to run, in one line; None when nothing is to be done."""
+    from lakehouse.contracts.source_tables import publication_via_root
+
+    partitioned = [source.name for _, source in streams if source.partitioned]
+    if not partitioned or streams[0][1].kind != "postgresql":
+        return None
+    name = f"{connector.lower()}_publication"
+    if publication_via_root(url, name) is not False:
+        return None
+    return (f"warning: publication {name} exists and publishes {', '.join(partitioned)} under its partitions' "
+            f"names, which the connector leaves out: run `alter publication {name} set "
+            "(publish_via_partition_root = true)` before starting it")
 
 
 def route_properties(connector: str, streams: list[tuple[str, SourceTable]]) -> list[str]:

@@ -394,6 +394,9 @@ def _cdc(args, settings: Settings) -> int:
             if args.runtime == "kafka-connect" else "Debezium Server's application.properties")
     print(f"\nDebezium connector {connector} ({what}; set the password):\n")
     print(cdc.debezium_properties(connector, streams, args.url, settings, args.runtime))
+    warning = cdc.publication_warning(connector, streams, args.url)
+    if warning:
+        print(warning, file=sys.stderr)
     names = " ".join(stream for stream, _ in streams)
     print(f"Then: lakehouse ingest {names}; lakehouse dbt run --select "
           + " ".join(f"{stream}_changelog+" for stream, _ in streams))

@@ -34,6 +34,7 @@ class SourceTable:
     text_columns: tuple[str, ...] = ()  # columns of a character type (ordered byte by byte when keys)
     json_columns: tuple[str, ...] = ()  # columns of a JSON type (their values compare as JSON)
     left_out: tuple[str, ...] = ()  # columns of the table not read: not in ``only`` (read_table)
+    partitioned: bool = False  # a PostgreSQL partitioned table (its changes published through it)
 
 
 # --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
@@ -135,6 +136,7 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
         inspector = inspect(database_engine)
         columns = inspector.get_columns(name, schema=schema)
         key = tuple(inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or ())
+        partitioned, root = _partitioning(database_engine, schema, name) if kind == "postgresql" else (False, None)
     except NoSuchTableError:
         raise LakehouseError(f"table {where} not found") from None
     except SQLAlchemyError as exc:
@@ -142,6 +144,10 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
         raise LakehouseError(f"cannot read table {where}: {reason}") from None
     finally:
         database_engine.dispose()
+    if root is not None:
+        # published through its root (publish.via.partition.root): its changes come under the root's name
+        raise LakehouseError(f"table {where} is a partition of {root}: add {root}, whose changes are its "
+                             "partitions' (docs/connect-a-database.md, \"Partitioned tables\")")
     if not key:
         raise LakehouseError(f"table {where} has no primary key: Debezium keys its changes by it, and the "
                              "mirror needs one")
@@ -157,7 +163,43 @@ def read_table(url: str, table: str, exclude: tuple[str, ...] = (), only: Collec
                        engine_url, tuple(c["name"] for c in kept if isinstance(c["type"], types.String | types.Enum)),
                        tuple(c["name"] for c in kept if isinstance(c["type"], types.JSON)
                              or type(c["type"]).__name__.upper() in ("JSON", "JSONB")),
-                       tuple(c["name"] for c in columns if c["name"] not in exclude and c not in kept))
+                       tuple(c["name"] for c in columns if c["name"] not in exclude and c not in kept),
+                       partitioned=partitioned)
+
+
+def _partitioning(database_engine, schema: str, name: str) -> tuple[bool, str | None]:
+    """PostgreSQL: (is the table partitioned, the partitioned table at the root of the tree it is a
+    partition of, else None)."""
+    from sqlalchemy import text
+
+    query = text("select c.relkind = 'p', case when c.relispartition then "
+                 "(select format('%s.%s', n.nspname, r.relname) from pg_class r join pg_namespace n "
+                 "on n.oid = r.relnamespace where r.oid = pg_partition_root(c.oid)) end "
+                 "from pg_class c where c.oid = to_regclass(format('%I.%I', cast(:schema as text), "
+                 "cast(:name as text)))")
+    with database_engine.connect() as connection:
+        found = connection.execute(query, {"schema": schema, "name": name}).first()
+    return (bool(found[0]), found[1]) if found else (False, None)
+
+
+def publication_via_root(url: str, publication: str) -> bool | None:
+    """PostgreSQL: whether the publication publishes a partitioned table's changes under its own
+    name (publish_via_partition_root); None when there is no such publication."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    parts = urlsplit(url)
+    database_engine = engine(parts._replace(scheme=DRIVERS[parts.scheme]).geturl())
+    try:
+        with database_engine.connect() as connection:
+            found = connection.execute(text("select pubviaroot from pg_publication where pubname = :name"),
+                                       {"name": publication}).first()
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise LakehouseError(f"cannot read publication {publication}: {reason}") from None
+    finally:
+        database_engine.dispose()
+    return None if found is None else bool(found[0])
 
 
 def rows_in_key_order(source: SourceTable, columns: list[str], chunk_rows: int = 10_000) -> Iterator[dict]:

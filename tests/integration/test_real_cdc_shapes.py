@@ -4,6 +4,10 @@ with the properties it prints (issue 56, item 7).
 - A key of dates, instants, times, decimals, a UUID, text and a boolean: every change was a
   dead letter ("unreadable message key"), the key read without its semantic type. Schemaless
   and with schemas enabled, through the embedded engine.
+- A partitioned table, its key a date and a numeric, through Debezium Server: the printed
+  publication published the partitions' changes under their own names, which the connector
+  filtered out, so every change after the snapshot was lost in silence. Rows inserted,
+  updated, deleted and moved between partitions.
 
 Each ends with `lakehouse cdc verify` equal and the models' data tests passing.
 """
@@ -21,6 +25,7 @@ from ingestion import job
 from lakehouse.operations.dbt import run_dbt
 from tests.integration.cdc_sources import (
     debezium,
+    debezium_server,
     postgres_cluster,
     topic_size,
     wait_for_messages,
@@ -155,3 +160,92 @@ def test_a_key_of_every_type_is_mirrored_with_and_without_schemas(postgres, keys
     # the key-changed row's old key is a tombstone of the mirror, its new key live
     assert session.sql("select count(*) from silver.keyed_mirror where _is_deleted").first()[0] == 2
     added.assert_verified_equal({"keyed": KEYED_ROWS + 2 - 1, "keyed_schemas": KEYED_ROWS + 2 - 1})
+
+
+# --- a partitioned table ----------------------------------------------------------------------------
+
+LEDGER_DDL = """
+create table ledger (
+    day date not null,
+    account numeric(10) not null,
+    entry_no integer not null,
+    amount numeric(14,4) not null,
+    note text,
+    primary key (day, account, entry_no)
+) partition by range (day);
+create table ledger_2026_11 partition of ledger for values from ('2026-11-01') to ('2026-12-01');
+create table ledger_2026_12 partition of ledger for values from ('2026-12-01') to ('2027-01-01');
+create table ledger_later partition of ledger default;
+"""
+LEDGER_ROWS = 20
+
+
+def ledger_rows(first: int, count: int) -> str:
+    """Rows of both months (odd entries in November, even in December)."""
+    return "insert into ledger values " + ", ".join(
+        f"(date '2026-11-{10 + k % 20:02d}' + {(k + 1) % 2 * 30}, {1000000 + k % 3}, {k}, {k}.1234, 'entry {k}')"
+        for k in range(first, first + count)) + ";"
+
+
+LEDGER_CHANGES = [
+    [Step(ledger_rows(LEDGER_ROWS + 1, 4), 4)],
+    [Step("update ledger set amount = amount * 2, note = 'doubled' where entry_no in (3, 4)", 2)],
+    [Step("delete from ledger where entry_no = 6", 2)],
+    # moved between partitions: an update of the partition key, which is part of the primary key
+    [Step("update ledger set day = day + 30 where entry_no = 7", 3)],  # November -> December
+    [Step("update ledger set day = date '2027-03-01' where entry_no = 8", 3)],  # December -> the default
+    [Step("update ledger set note = 'moved back', day = date '2026-11-30' where entry_no = 10", 3)],
+]
+
+
+@pytest.fixture(scope="module")
+def ledger_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-partitioned") as lakehouse:
+        yield lakehouse
+
+
+def test_a_partitioned_table_keyed_by_a_date_is_mirrored_through_debezium_server(
+        postgres, ledger_lake, tmp_path, monkeypatch):
+    """A table partitioned by month, its key (day, account, entry_no): a date and a numeric.
+    `cdc add --runtime debezium-server` prints a publication that publishes through the root
+    (publish.via.partition.root): the changes come under the table's name. Before, they came
+    under the partitions' names and the connector filtered them out: the snapshot arrived, no
+    change after it."""
+    own, session, _ = ledger_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("books")
+    postgres.sql(LEDGER_DDL + ledger_rows(1, LEDGER_ROWS), "books")
+    added = Added(own, tmp_path, monkeypatch, f"postgresql://{postgres.superuser}@127.0.0.1:{postgres.port}/books")
+    application = added.add("ledger", "--runtime", "debezium-server") + "debezium.source.database.password=trusted\n"
+    with debezium_server(own.jars_dir, tmp_path / "debezium-server", application) as engine:
+        wait_for_messages(bootstrap, "ledger", LEDGER_ROWS, engine)  # the snapshot
+        expected = LEDGER_ROWS + run_script(postgres, "books", LEDGER_CHANGES)
+        try:
+            wait_for_messages(bootstrap, "ledger", expected, engine, timeout_s=120)
+        except pytest.fail.Exception:
+            pytest.fail(f"{topic_size(bootstrap, 'ledger')} of {expected} messages in ledger after 120 s: changes "
+                        f"after the {LEDGER_ROWS} rows of the snapshot lost")
+    assert postgres.sql("select pubviaroot from pg_publication where pubname = 'ledger_publication'",
+                        "books").strip() == "t"
+    tests = added.build(ledger_lake, ["ledger"])
+    assert tests and set(tests.values()) == {"pass"}, tests
+    rows = LEDGER_ROWS + 4 - 1
+    assert session.table("silver.ledger").count() == rows
+    moved = session.sql("select entry_no, cast(day as string) from silver.ledger where entry_no in (7, 8, 10) "
+                        "order by entry_no").collect()
+    assert [tuple(r) for r in moved] == [(7, "2026-12-17"), (8, "2027-03-01"), (10, "2026-11-30")]
+    added.assert_verified_equal({"ledger": rows})
+
+    # a partition is no stream of its own: its changes come under the table's name
+    refused = added.cdc("add", "ledger_2026_11", "--from", added.url, "--project-dir", str(added.project), "--no-topic")
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        "error: table public.ledger_2026_11 in books at 127.0.0.1 is a partition of public.ledger: add "
+        "public.ledger, whose changes are its partitions' (docs/connect-a-database.md, \"Partitioned tables\")"]
+    # a publication made before, without the option, which the connector would use as it is
+    postgres.sql("create publication older_publication for table ledger", "books")
+    again = added.cdc("add", "ledger", "--stream", "ledger_again", "--connector", "older", "--from", added.url,
+                      "--project-dir", str(added.project), "--no-topic")
+    assert again.returncode == 0 and again.stderr.splitlines()[-1] == (
+        "warning: publication older_publication exists and publishes ledger under its partitions' names, which the "
+        "connector leaves out: run `alter publication older_publication set (publish_via_partition_root = true)` "
+        "before starting it")

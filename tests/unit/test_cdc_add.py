@@ -311,3 +311,18 @@ def test_a_table_with_a_column_named_like_one_bronze_writes_itself_is_refused_in
     assert str(refused.value) == ("table orders: column op, _SEQ is named like a column bronze writes itself: "
                                   "rename it at the source, or leave it out with --exclude-columns op,_SEQ")
     cdc.check_source_column_names(ORDERS)  # no such column: nothing to refuse
+
+
+@pytest.mark.parametrize("runtime, key", [("kafka-connect", "publish.via.partition.root"),
+                                          ("debezium-server", "debezium.source.publish.via.partition.root")])
+def test_the_printed_publication_publishes_a_partitioned_table_under_its_own_name(runtime, key):
+    """Without it, the publication the connector creates publishes a partitioned table's changes
+    under its partitions' names, which table.include.list leaves out: every change after the
+    snapshot lost in silence (issue 56). PostgreSQL only: MySQL has no publication."""
+    text = cdc.debezium_properties("shop", [("orders", ORDERS)], "postgresql://me@db/shop", Settings.from_env({}),
+                                   runtime)
+    assert java_properties(text)[key] == "true"
+    assert java_properties(text)[key.replace("publish.via.partition.root", "publication.autocreate.mode")] == "filtered"
+    maria = source_tables.SourceTable("mysql", "shop", None, "orders", {"id": {"type": "integer"}}, ("id",))
+    assert "partition" not in cdc.debezium_properties("shop", [("orders", maria)], "mariadb://me@db/shop",
+                                                      Settings.from_env({}), runtime)
