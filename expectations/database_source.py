@@ -101,7 +101,9 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
                              f"`lakehouse dbt run --select {spec.name}_changelog+` first")
     live = spark.table(live_view).columns
     contract = json_contract(spec, added_fields(spark, spec.bronze_table))
-    source = read_table(url, table or spec.source_table or spec.name, only=contract.schema.fieldNames())
+    # a column the stream names otherwise (x-source-column) is read from the table's column
+    source = read_table(url, table or spec.source_table or spec.name, only=contract.schema.fieldNames(),
+                        renames={field: name for name, field in contract.source_names.items()})
     excluded = set(json.loads(spec.schema_path.read_text()).get(EXCLUDED_KEYWORD) or ())
     missing_key = [k for k in source.key if k not in live]
     if missing_key:

@@ -203,21 +203,25 @@ def _strict_field(parsed: Column, declared: DataType, semantic: SemanticType | N
     return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & value.isNull()
 
 
-def strict_fields(parsed: Column, declared: StructType,
-                  semantic: dict[str, SemanticType] | None = None) -> dict[str, tuple[Column, Column]]:
+def strict_fields(parsed: Column, declared: StructType, semantic: dict[str, SemanticType] | None = None,
+                  source_names: dict[str, str] | None = None) -> dict[str, tuple[Column, Column]]:
     """Per field of ``declared``: (its value as declared, did its token not fit?), from the struct
-    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type."""
-    semantic = semantic or {}
-    return {f.name: _strict_field(parsed[f.name], f.dataType, semantic.get(f.name)) for f in declared.fields}
+    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type,
+    those in ``source_names`` from the field of that name."""
+    semantic, source_names = semantic or {}, source_names or {}
+    return {f.name: _strict_field(parsed[source_names.get(f.name, f.name)], f.dataType, semantic.get(f.name))
+            for f in declared.fields}
 
 
 def with_strict_image(parsed: DataFrame, image: Column, declared: StructType,
-                      semantic: dict[str, SemanticType] | None = None) -> tuple[DataFrame, Column, dict[str, Column]]:
+                      semantic: dict[str, SemanticType] | None = None, source_names: dict[str, str] | None = None,
+                      ) -> tuple[DataFrame, Column, dict[str, Column]]:
     """``parsed`` plus the fields of ``image`` (parsed by ``strict_parse_schema``) as declared;
     the image as a struct of them (null if ``image`` is null), and per field whether its token
     had the wrong JSON type. Each value and check is a column of its own, computed once (see
-    decode_json): the checks read them inside conditional branches."""
-    fields = strict_fields(image, declared, semantic)
+    decode_json): the checks read them inside conditional branches. ``source_names``: the
+    declared fields read from a field of another name of ``image`` (strict_fields)."""
+    fields = strict_fields(image, declared, semantic, source_names)
     value_columns = {name: f"_image_{number}" for number, name in enumerate(fields)}
     wrong_columns = {name: f"_image_wrong_type_{number}" for number, name in enumerate(fields)}
     parsed = parsed.select("*", image.isNotNull().alias("_image_present"),
@@ -364,7 +368,7 @@ def _semantic_types(contract: JsonContract, names: dict[str, tuple[str, str | No
         return F.try_element_at(F.filter(described_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
     types = {}
     for name, (_kind, declared_name) in names.items():
-        field = described(name)
+        field = described(contract.source_name(name))
         declared = contract.schema[name].dataType
         declared_scale = F.lit(declared.scale if isinstance(declared, DecimalType) else None).cast("int")
         types[name] = SemanticType(
@@ -506,7 +510,7 @@ def debezium_key_json(key_text: Column, identity: tuple[str, ...], contract: Jso
     """A Debezium message key parsed (a JSON object of the key columns; with schemas enabled
     {"schema": <its Connect schema>, "payload": <the object>}), for :func:`debezium_key`: the
     key columns as the row image parses them (strict_parse_schema), the schema's fields typed."""
-    parse = strict_parse_schema(_key_schema(identity, contract), contract.semantic_fields)
+    parse = strict_parse_schema(_key_schema(identity, contract, wire=True), _wire_semantic(contract))
     return F.from_json(key_text, StructType([*parse.fields, StructField("schema", _KEY_CONNECT_SCHEMA),
                                              StructField("payload", parse)]))
 
@@ -520,17 +524,25 @@ def with_debezium_key(parsed: DataFrame, key: Column, identity: tuple[str, ...],
     not fit is null: an unreadable key. Each value is a column of its own, computed once (as
     with_strict_image's): the checks read them several times."""
     declared = _key_schema(identity, contract)
-    parse = strict_parse_schema(declared, contract.semantic_fields)
+    parse = strict_parse_schema(_key_schema(identity, contract, wire=True), _wire_semantic(contract))
     wrapped = key["schema"].isNotNull() & key["payload"].isNotNull()
     fields = strict_fields(_unwrapped(key, parse), declared,
-                           debezium_key_semantic_types(contract, identity, F.when(wrapped, key["schema"]["fields"])))
+                           debezium_key_semantic_types(contract, identity, F.when(wrapped, key["schema"]["fields"])),
+                           contract.source_names)
     columns = {name: f"_key_{number}" for number, name in enumerate(fields)}
     parsed = parsed.select("*", *[value.alias(columns[name]) for name, (value, _) in fields.items()])
     return parsed, F.when(key.isNotNull(), F.struct(*[F.col(column).alias(name) for name, column in columns.items()]))
 
 
-def _key_schema(identity: tuple[str, ...], contract: JsonContract) -> StructType:
-    return StructType([StructField(name, contract.schema[name].dataType, True) for name in identity])
+def _key_schema(identity: tuple[str, ...], contract: JsonContract, wire: bool = False) -> StructType:
+    """The key columns' schema; ``wire``: under the names the change events give them."""
+    return StructType([StructField(contract.source_name(name) if wire else name, contract.schema[name].dataType, True)
+                       for name in identity])
+
+
+def _wire_semantic(contract: JsonContract) -> list[str]:
+    """The change events' names of the fields read by their semantic type."""
+    return [contract.source_name(name) for name in contract.semantic_fields]
 
 
 def _changelog(
@@ -733,7 +745,8 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     and named in ``_unavailable``.
     """
     image_schema = row.schema
-    image_parsed = strict_parse_schema(image_schema, row.semantic_fields)
+    # the row image as the change events name its fields (a renamed column under its source's name)
+    image_parsed = strict_parse_schema(row.wire_schema, _wire_semantic(row))
     envelope = StructType([
         StructField("before", image_parsed), StructField("after", image_parsed),
         StructField("source", StructType([
@@ -759,7 +772,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     parsed, message_key = with_debezium_key(parsed, F.col("_key_json"), identity, row)
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
-        debezium_semantic_types(row, F.col("_value_schema")))
+        debezium_semantic_types(row, F.col("_value_schema")), row.source_names)
     image, unavailable = without_unavailable_values(image, image_schema, identity, unavailable_placeholder)
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
@@ -776,7 +789,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         seq=seq,
         tombstone=tombstone, message_key=message_key, truncate=truncate,
         extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
-        rescued_fields=rescued(F.col("_loose"), "debezium", image_schema),
+        rescued_fields=rescued(F.col("_loose"), "debezium", row.wire_schema),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",

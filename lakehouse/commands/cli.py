@@ -313,6 +313,12 @@ def _add_cdc(sub) -> None:
                      help="comma-separated columns to leave out (a type not supported yet, or data you do not "
                           "want in the lake), COLUMN or TABLE.COLUMN (with several tables); Debezium is told "
                           "to leave them out too")
+    add.add_argument("--rename-columns", action="append", default=[], metavar="COLUMN=NAME",
+                     help="comma-separated columns the stream names otherwise than the table does, COLUMN=NAME or "
+                          "TABLE.COLUMN=NAME (with several tables); repeatable. For a column named like one bronze "
+                          "writes itself (value, key, timestamp, offset, partition, topic, headers, op, ...): the "
+                          "table keeps its name, the contract reads its field under NAME, and bronze, the models "
+                          "and `cdc verify` call it NAME")
     add.add_argument("--no-topic", action="store_true", help="do not create the topic (no Kafka needed)")
     add.set_defaults(func=_cdc)
     verify = actions.add_parser(
@@ -381,7 +387,8 @@ def _cdc(args, settings: Settings) -> int:
         raise LakehouseError(f"--connector: {args.connector!r}: expected letters, digits and underscores")
     added = cdc.add(settings, args.tables, args.url, args.stream, args.partitions, args.project_dir,
                     create_topic=not args.no_topic,
-                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()))
+                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()),
+                    renames=tuple(r.strip() for entry in args.rename_columns for r in entry.split(",") if r.strip()))
     for stream, _, files in added:
         print(f"stream {stream} added:")
         for what, path in files.items():

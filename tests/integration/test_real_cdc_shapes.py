@@ -1,5 +1,6 @@
 """Tables of the shapes real schemas have, added by `lakehouse cdc add` and run by real Debezium
-with the properties it prints (issue 56, item 7).
+with the properties it prints (issue 56, item 7): keys of every type the row takes, a table
+partitioned by date, columns named like bronze's own.
 
 - A key of dates, instants, times, decimals, a UUID, text and a boolean: every change was a
   dead letter ("unreadable message key"), the key read without its semantic type. Schemaless
@@ -8,6 +9,8 @@ with the properties it prints (issue 56, item 7).
   publication published the partitions' changes under their own names, which the connector
   filtered out, so every change after the snapshot was lost in silence. Rows inserted,
   updated, deleted and moved between partitions.
+- Columns named `key`, `value` and `timestamp`, all refused in one line, then renamed in the
+  stream by `cdc add --rename-columns`; `cdc verify` counting the differing values per column.
 
 Each ends with `lakehouse cdc verify` equal and the models' data tests passing.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -249,3 +253,81 @@ def test_a_partitioned_table_keyed_by_a_date_is_mirrored_through_debezium_server
         "warning: publication older_publication exists and publishes ledger under its partitions' names, which the "
         "connector leaves out: run `alter publication older_publication set (publish_via_partition_root = true)` "
         "before starting it")
+
+
+# --- columns named like bronze's own, renamed by `cdc add` -----------------------------------------
+
+READINGS_DDL = """
+create table readings (
+    key integer primary key,
+    value numeric(12,3) not null,
+    "timestamp" timestamptz not null,
+    note text
+);
+"""
+
+
+def readings(first: int, count: int) -> str:
+    return "insert into readings values " + ", ".join(
+        f"({k}, {k}.125, timestamptz '2026-11-20 10:00:00+00' + interval '{k} minutes', 'reading {k}')"
+        for k in range(first, first + count)) + ";"
+
+
+READINGS_CHANGES = [
+    [Step(readings(7, 2), 2)],
+    [Step("update readings set value = value * 2, \"timestamp\" = \"timestamp\" + interval '1 day' where key = 2", 1)],
+    [Step("delete from readings where key = 3", 2)],
+]
+
+
+@pytest.fixture(scope="module")
+def names_lake(spark, settings, tmp_path_factory):
+    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-names") as lakehouse:
+        yield lakehouse
+
+
+def test_columns_named_like_bronzes_own_are_named_at_once_and_renamed_in_the_stream(
+        postgres, names_lake, tmp_path, monkeypatch):
+    """A table whose key is `key`, with `value` and `timestamp` (Kafka's record fields, bronze's own
+    names). `cdc add` names all three in one line (one per run before); `--rename-columns`
+    calls them otherwise in the stream while the table keeps its names: bronze, the models and
+    `cdc verify` use the new names, the ingestion reads each from its source field. Then
+    `cdc verify` counts, per column, the values changed behind the mirror's back."""
+    own, session, _ = names_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("meters")
+    postgres.sql(READINGS_DDL + readings(1, 6), "meters")
+    added = Added(own, tmp_path, monkeypatch, f"postgresql://{postgres.superuser}@127.0.0.1:{postgres.port}/meters")
+    refused = added.cdc("add", "readings", "--from", added.url, "--project-dir", str(added.project))
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        "error: table readings: columns key, value, timestamp are named like columns bronze writes itself: name them "
+        "otherwise in the stream with --rename-columns key=NAME,value=NAME,timestamp=NAME (the table keeps its names), "
+        "or leave them out with --exclude-columns key,value,timestamp"]
+    text = added.add("readings", "--rename-columns", "key=reading_id,value=reading",
+                     "--rename-columns", "timestamp=read_at")
+    contract = json.loads((added.pipeline.parent / "schemas" / "readings.schema.json").read_text())
+    assert {name: prop.get("x-source-column") for name, prop in contract["properties"].items()} == {
+        "reading_id": "key", "reading": "value", "read_at": "timestamp", "note": None}
+    with debezium(own.jars_dir, tmp_path / "debezium", "readings", {}, bootstrap, text=text) as engine:
+        expected = 6 + run_script(postgres, "meters", READINGS_CHANGES)
+        wait_for_messages(bootstrap, "readings", expected, engine)
+    tests = added.build(names_lake, ["readings"])
+    assert tests and set(tests.values()) == {"pass"}, tests
+    live = session.table("silver.readings")
+    assert live.columns[:4] == ["reading_id", "reading", "read_at", "note"]
+    assert not {"key", "value", "timestamp"} & set(live.columns)
+    assert [tuple(r) for r in live.where("reading_id = 2").select("reading", "note").collect()] == [
+        (Decimal("4.250"), "reading 2")]
+    added.assert_verified_equal({"readings": 7})
+
+    # behind the mirror's back (Debezium stopped): two values and a note changed, a row deleted
+    postgres.sql("update readings set value = 0 where key in (4, 5); update readings set note = null where key = 6;"
+                 "delete from readings where key = 8;", "meters")
+    verified = added.cdc("verify", "readings", "--source", added.url)
+    assert verified.returncode == 1, verified.stderr
+    assert verified.stdout.splitlines() == [
+        "readings: 6 source rows, 7 live rows; 1 extra, 3 different (first keys: 4: values differ; 5: values differ; "
+        "6: values differ; 8: not in the source)",
+        "values that differ, by column:",
+        "  reading: 2 rows differ (first keys: 4; 5)",
+        "  note: 1 row differs (first keys: 6)"]

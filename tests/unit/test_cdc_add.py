@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from lakehouse.commands import cdc
 from lakehouse.contracts import source_tables
-from lakehouse.contracts.streams import EXCLUDED_KEYWORD
+from lakehouse.contracts.streams import EXCLUDED_KEYWORD, SOURCE_COLUMN_KEYWORD
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -302,15 +302,60 @@ def test_the_quality_run_checks_an_added_stream_s_composite_key_unique_together(
 
 def test_a_table_with_a_column_named_like_one_bronze_writes_itself_is_refused_in_one_line():
     """Its contract would declare `op` beside the changelog's own `op`: the stream stopped at its
-    first batch (an ambiguous column), and a field added so stayed recorded with the table."""
+    first batch (an ambiguous column), and a field added so stayed recorded with the table. Every
+    such column of every table is named at once (issue 56: one per run before), with the option
+    that keeps it under another name."""
     table = source_tables.SourceTable("postgresql", "shop", "public", "orders",
                                       {"id": {"type": "integer"}, "op": {"type": "string"},
                                        "_SEQ": {"type": "integer"}}, ("id",))
     with pytest.raises(LakehouseError) as refused:
-        cdc.check_source_column_names(table)
-    assert str(refused.value) == ("table orders: column op, _SEQ is named like a column bronze writes itself: "
-                                  "rename it at the source, or leave it out with --exclude-columns op,_SEQ")
-    cdc.check_source_column_names(ORDERS)  # no such column: nothing to refuse
+        cdc.check_source_column_names([table])
+    assert str(refused.value) == (
+        "table orders: columns op, _SEQ are named like columns bronze writes itself: name them otherwise in the "
+        "stream with --rename-columns op=NAME,_SEQ=NAME (the table keeps its names), or leave them out with "
+        "--exclude-columns op,_SEQ")
+    readings = source_tables.SourceTable("postgresql", "shop", "public", "readings",
+                                         {"id": {"type": "integer"}, "value": {"type": "number"},
+                                          "timestamp": {"type": "string"}, "key": {"type": "string"}}, ("id",))
+    with pytest.raises(LakehouseError) as refused:
+        cdc.check_source_column_names([table, ORDERS, readings])
+    assert str(refused.value) == (
+        "columns named like one bronze writes itself: orders.op, orders._SEQ, readings.value, readings.timestamp, "
+        "readings.key: name them otherwise in their streams with --rename-columns TABLE.COLUMN=NAME (the tables keep "
+        "their names), or leave them out with --exclude-columns TABLE.COLUMN")
+    cdc.check_source_column_names([ORDERS])  # no such column: nothing to refuse
+
+
+def test_renamed_columns_name_their_table_when_there_are_several():
+    assert cdc.renamed_columns(["readings"], ("value=reading", "timestamp = read_at")) == {
+        "readings": {"value": "reading", "timestamp": "read_at"}}
+    assert cdc.renamed_columns(["readings", "public.meters"], ("public.meters.key=meter_key", "readings.value=v")) == {
+        "readings": {"value": "v"}, "public.meters": {"key": "meter_key"}}
+    for entries, message in [(("value",), "expected COLUMN=NAME"), (("value=",), "expected COLUMN=NAME"),
+                             (("value=a", "value=b"), "value is renamed twice"),
+                             (("meters.key=k",), "'meters' is not one of the tables added")]:
+        with pytest.raises(LakehouseError, match=message):
+            cdc.renamed_columns(["readings"], entries)
+    with pytest.raises(LakehouseError, match="with several tables, name its table"):
+        cdc.renamed_columns(["readings", "meters"], ("value=v",))
+
+
+def test_a_renamed_columns_contract_reads_its_source_field():
+    """The contract declares the stream's name and the row field it reads (x-source-column): bronze,
+    the models and `cdc verify` call the column by the stream's name, Debezium sends the table's."""
+    readings = source_tables.SourceTable("postgresql", "shop", "public", "readings",
+                                         {"id": {"type": "integer"}, "reading": {"type": "number"}}, ("id",),
+                                         renamed={"reading": "value"})
+    assert json.loads(cdc.contract(readings))["properties"] == {
+        "id": {"type": "integer"}, "reading": {"type": "number", SOURCE_COLUMN_KEYWORD: "value"}}
+    assert [source_tables.check_renames(renames, ["id", "value", "key"], exclude, "t") for renames, exclude in (
+        ({"value": "reading"}, ()), ({"value": "value"}, ()))] == [{"value": "reading"}, {}]
+    for renames, exclude, message in [({"nope": "x"}, (), "table t has no column nope"),
+                                      ({"value": "x"}, ("value",), "value is left out"),
+                                      ({"value": "key"}, (), "would have two columns named key"),
+                                      ({"value": "x", "key": "x"}, (), "would have two columns named x")]:
+        with pytest.raises(LakehouseError, match=message):
+            source_tables.check_renames(renames, ["id", "value", "key"], exclude, "t")
 
 
 @pytest.mark.parametrize("runtime, key", [("kafka-connect", "publish.via.partition.root"),

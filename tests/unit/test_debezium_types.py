@@ -231,3 +231,42 @@ def test_a_key_that_does_not_fit_its_declared_type_is_still_an_unreadable_key(sp
     assert [(r._error_code, r._error_detail.split(":")[0]) for r in rows] == [
         ("INVALID_CDC_ENVELOPE", "unreadable message key"),
         ("INVALID_CDC_ENVELOPE", "tombstone without a readable key")]
+
+
+# --- a column the stream names otherwise than its table (`cdc add --rename-columns`, issue 56) ------
+
+RENAMED = JsonContract(
+    StructType([StructField("reading_id", LongType()), StructField("reading", DecimalType(12, 2)),
+                StructField("read_at", TimestampType())]), ("reading_id",),
+    {"reading": ("decimal", "org.apache.kafka.connect.data.Decimal"),
+     "read_at": ("timestamp", "io.debezium.time.MicroTimestamp")},
+    {"reading_id": "key", "reading": "value", "read_at": "timestamp"})
+
+
+def test_a_renamed_column_is_read_from_its_source_field_key_included(spark):
+    """A table with columns `key`, `value` and `timestamp` (bronze's own names): the contract calls
+    them reading_id, reading and read_at and reads each from its field, the message key's too,
+    by its semantic type, with or without schemas. A field named like a renamed column (a later
+    source column `reading`) is no column: it stays in _rescued, the column keeps its field's value."""
+    after = {"key": 5, "value": unscaled(123456), "timestamp": AT_MICROS}
+    schema = connect_schema({"key": ("int64", None, {}),
+                             "value": ("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}),
+                             "timestamp": ("int64", "io.debezium.time.MicroTimestamp", {})})
+    body = {"before": None, "after": after, "op": "c", "ts_ms": 1,
+            "source": {"connector": "postgresql", "ts_ms": 1, "lsn": 10, "table": "typed"}}
+    later = {**body, "after": {**after, "key": 6, "reading": "x"}}
+    key_with_schema = {"schema": {"type": "struct", "fields": [{"type": "int64", "field": "key"}]},
+                       "payload": {"key": 5}}
+    messages = [(b'{"key": 5}', json.dumps(body).encode()), (b'{"key": 6}', json.dumps(later).encode()),
+                (json.dumps(key_with_schema).encode(), json.dumps({"schema": schema, "payload": body}).encode()),
+                (b'{"key": 6}', None)]
+    undeclared = JsonContract(RENAMED.schema, RENAMED.required, {k: (kind, None) for k, (kind, _) in
+                                                                 RENAMED.semantic_fields.items()}, RENAMED.source_names)
+    rows = formats.decode_debezium(kafka_rows(spark, messages[:2] + messages[3:]), RENAMED, ("reading_id",),
+                                   "typed").orderBy("offset").collect()
+    rows += formats.decode_debezium(kafka_rows(spark, messages[2:3]), undeclared, ("reading_id",), "typed").collect()
+    assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
+    assert [(r.reading_id, r.reading, r.read_at, r._rescued) for r in rows] == [
+        (5, Decimal("1234.56"), AT, None), (6, Decimal("1234.56"), AT, '{"reading":"x"}'), (6, None, None, None),
+        (5, Decimal("1234.56"), AT, None)]
+    assert rows[2]._is_tombstone
