@@ -508,7 +508,7 @@ def _dms_key(key_text: Column, identity: tuple[str, ...], image: StructType) -> 
 
 def debezium_key_json(key_text: Column, identity: tuple[str, ...], contract: JsonContract) -> Column:
     """A Debezium message key parsed (a JSON object of the key columns; with schemas enabled
-    {"schema": <its Connect schema>, "payload": <the object>}), for :func:`debezium_key`: the
+    {"schema": <its Connect schema>, "payload": <the object>}), for :func:`with_debezium_key`: the
     key columns as the row image parses them (strict_parse_schema), the schema's fields typed."""
     parse = strict_parse_schema(_key_schema(identity, contract, wire=True), _wire_semantic(contract))
     return F.from_json(key_text, StructType([*parse.fields, StructField("schema", _KEY_CONNECT_SCHEMA),
@@ -530,7 +530,7 @@ def with_debezium_key(parsed: DataFrame, key: Column, identity: tuple[str, ...],
                            debezium_key_semantic_types(contract, identity, F.when(wrapped, key["schema"]["fields"])),
                            contract.source_names)
     columns = {name: f"_key_{number}" for number, name in enumerate(fields)}
-    parsed = parsed.select("*", *[value.alias(columns[name]) for name, (value, _) in fields.items()])
+    parsed = parsed.select("*", *[value.alias(columns[name]) for name, (value, *_) in fields.items()])
     return parsed, F.when(key.isNotNull(), F.struct(*[F.col(column).alias(name) for name, column in columns.items()]))
 
 
