@@ -14,7 +14,7 @@ from collections.abc import Hashable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from uuid import UUID
 
-from expectations.mirror import DIFFERENT, EXAMPLES, EXTRA, MISSING, MirrorCheck, row_hash
+from expectations.mirror import DIFFERENT, EXAMPLES, EXTRA, MISSING, MirrorCheck, row_hash, same_value
 from lakehouse.contracts.source_tables import SourceTable, read_table, rows_in_key_order
 from lakehouse.contracts.streams import StreamSpec
 from lakehouse.core.errors import LakehouseError
@@ -101,7 +101,9 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
                              f"`lakehouse dbt run --select {spec.name}_changelog+` first")
     live = spark.table(live_view).columns
     contract = json_contract(spec, added_fields(spark, spec.bronze_table))
-    source = read_table(url, table or spec.source_table or spec.name, only=contract.schema.fieldNames())
+    # a column the stream names otherwise (x-source-column) is read from the table's column
+    source = read_table(url, table or spec.source_table or spec.name, only=contract.schema.fieldNames(),
+                        renames={field: name for name, field in contract.source_names.items()})
     excluded = set(json.loads(spec.schema_path.read_text()).get(EXCLUDED_KEYWORD) or ())
     missing_key = [k for k in source.key if k not in live]
     if missing_key:
@@ -114,24 +116,27 @@ def database_source(spark, spec: StreamSpec, url: str, table: str | None = None)
 def verify(spark, source: DatabaseSource, chunk_rows: int = CHUNK_ROWS) -> MirrorCheck:
     """The live table silver.<stream> against the source table, both read in key order (the source
     ``chunk_rows`` at a time, the mirror streamed from a sorted Spark query), compared by per-key
-    row digests."""
+    row digests; of the rows that differ, column by column."""
     live = spark.table(f"silver.{source.table}")
     columns = source.columns
     ours = (source.spelled_row(row, columns, False) for row in rows_in_key_order(source.source, columns, chunk_rows))
     theirs = (source.spelled_row(row.asDict(), columns, True)
               for row in live.select(*columns).orderBy(*source.source.key).toLocalIterator())
-    return _merge(source.table, _digests(ours), _digests(theirs))
+    return _merge(source.table, _digests(ours), _digests(theirs), columns)
 
 
-def _digests(rows: Iterator[tuple[tuple, dict]]) -> Iterator[tuple[tuple, bytes]]:
+def _digests(rows: Iterator[tuple[tuple, dict]]) -> Iterator[tuple[tuple, bytes, dict]]:
     for key, row in rows:
-        yield key, row_hash(row)
+        yield key, row_hash(row), row
 
 
-def _merge(table: str, source: Iterator[tuple[tuple, bytes]], mirror: Iterator[tuple[tuple, bytes]]) -> MirrorCheck:
-    """Two sequences of (key, digest) in key order, walked side by side."""
+def _merge(table: str, source: Iterator[tuple[tuple, bytes, dict]], mirror: Iterator[tuple[tuple, bytes, dict]],
+           columns: list[str] | None = None) -> MirrorCheck:
+    """Two sequences of (key, digest, row) in key order, walked side by side; of two rows of a key
+    with other digests, each column whose values differ is counted, with its first keys."""
     counts = {MISSING: 0, EXTRA: 0, DIFFERENT: 0}
     first: list[tuple[Hashable, str]] = []
+    by_column: dict[str, tuple[int, list[Hashable]]] = {}
     source_rows = mirror_rows = duplicated = 0
     end = object()
     ours, theirs = next(source, end), next(mirror, end)
@@ -159,9 +164,17 @@ def _merge(table: str, source: Iterator[tuple[tuple, bytes]], mirror: Iterator[t
         else:
             if ours[1] != theirs[1]:
                 found(ours[0], DIFFERENT)
+                for column in ours[2]:
+                    if not same_value(ours[2][column], theirs[2].get(column)):
+                        count, keys = by_column.get(column, (0, []))
+                        if len(keys) < EXAMPLES:
+                            keys.append(ours[0][0] if len(ours[0]) == 1 else ours[0])
+                        by_column[column] = (count + 1, keys)
             source_rows += 1
             mirror_rows += 1
             last_mirror_key = theirs[0]
             ours, theirs = next(source, end), next(mirror, end)
+    order = {column: n for n, column in enumerate(columns or by_column)}
+    differing = sorted(by_column.items(), key=lambda item: order.get(item[0], len(order)))
     return MirrorCheck(table, source_rows, mirror_rows, counts[MISSING], counts[EXTRA], counts[DIFFERENT],
-                       duplicated, tuple(first))
+                       duplicated, tuple(first), tuple((column, n, tuple(keys)) for column, (n, keys) in differing))

@@ -54,6 +54,9 @@ class MirrorCheck:
     different: int  # in both, with other values
     duplicated: int = 0  # live rows whose key another live row has
     first_differing: tuple[tuple[Hashable, str], ...] = ()  # (key, what differs), the first keys in order
+    # of the keys in both with other values, per column that differs: (column, how many keys,
+    # the first of them in order); `lakehouse cdc verify` finds them
+    differing_columns: tuple[tuple[str, int, tuple[Hashable, ...]], ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -66,6 +69,16 @@ class MirrorCheck:
                   if n]
         keys = "; ".join(f"{key}: {what}" for key, what in self.first_differing)
         return f"{', '.join(counts)} (first keys: {keys})" if counts else ""
+
+    def describe_columns(self) -> list[str]:
+        """A line per column whose values differ: in how many rows, and the first keys."""
+        return [f"  {column}: {count:,} row{'s' if count > 1 else ''} differ{'' if count > 1 else 's'} (first keys: "
+                f"{'; '.join(str(key) for key in keys)})" for column, count, keys in self.differing_columns]
+
+
+def same_value(a, b) -> bool:
+    """Whether two spelled values are one value as :func:`row_hash` sees them."""
+    return _canonical(a) == _canonical(b)
 
 
 def _canonical(value):

@@ -253,6 +253,7 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
             select
                 count_if(_error_code is not null) as dead_letters,
                 count(*) as records,
+                count_if(_error_code is null) as good_rows,
                 coalesce(count_if(_error_code is not null) / nullif(count(*), 0), 0.0) as dead_letter_rate
             from {quote_table(stream.bronze_table)}
             where _ingested_at >= {{dead_letter_window_start}}
@@ -262,6 +263,10 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
                    max_value=param("dead_letter_rate_warn")),
             expect("column_max_to_be_between", CRITICAL, column="dead_letter_rate",
                    max_value=param("dead_letter_rate_critical")),
+            # Not one record of the window read: the stream is down however the rates are set
+            # (a key type no record's key read as: every record dead, the mirror empty, its
+            # data tests green). Critical whatever the thresholds, and none without records.
+            at_least("good_rows", 1, row_condition="records > 0", condition_parser="spark"),
         ),
     )
     return [table_suite, rate_suite]

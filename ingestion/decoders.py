@@ -113,6 +113,7 @@ class JsonStreamDecoder(StreamDecoder):
     normalized changelog (ARCHITECTURE §6)."""
 
     _columns: StructType | None = None
+    _wire_columns: StructType | None = None  # the columns under the names the change events give them
     # The fields an additive CDC stream took from its source (JSON Schema properties by name),
     # read from its bronze table when the decoder first looks (ingestion/bronze.py)
     added: dict[str, dict] | None = None
@@ -136,14 +137,16 @@ class JsonStreamDecoder(StreamDecoder):
     def discover(self, raw: DataFrame) -> tuple[dict[str, dict], list[str], list[str]]:
         """The row fields of ``raw``'s change events that the contract lacks: (those a column can
         hold, as JSON Schema properties; those none can, by name; those named like one of
-        bronze's own columns (`is_bronze_own`), by name). The last two stay in ``_rescued``."""
+        bronze's own columns (`is_bronze_own`) or like a column the contract reads from a field
+        of another name, by name). The last two stay in ``_rescued``."""
         if self._columns is None:
             self.refresh()
         seen: dict[str, list] = {}
-        for row in formats.unknown_field_descriptions(raw, self.spec.format, self._columns).collect():
+        for row in formats.unknown_field_descriptions(raw, self.spec.format, self._wire_columns).collect():
             parameters = json.loads(row.parameters) if row.parameters else None
             seen.setdefault(row.name, []).append((row.connect_type, row.connect_name, parameters, row.json_kind))
-        own = [name for name in sorted(seen) if is_bronze_own(name)]
+        taken = set(self._columns.fieldNames())
+        own = [name for name in sorted(seen) if is_bronze_own(name) or name in taken]
         typed = {name: added_field(descriptions) for name, descriptions in sorted(seen.items()) if name not in own}
         return ({name: prop for name, prop in typed.items() if prop is not None},
                 [name for name, prop in typed.items() if prop is None], own)
@@ -151,7 +154,7 @@ class JsonStreamDecoder(StreamDecoder):
     def _load(self, version) -> list[str]:
         contract = json_contract(self.spec, self.added)
         changes = _field_changes(self._columns, contract.schema)
-        self._columns = contract.schema
+        self._columns, self._wire_columns = contract.schema, contract.wire_schema
         spec = self.spec
         if spec.format == "json":
             schema = contract.schema

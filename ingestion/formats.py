@@ -204,21 +204,25 @@ def _strict_field(parsed: Column, declared: DataType, semantic: SemanticType | N
     return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & value.isNull()
 
 
-def strict_fields(parsed: Column, declared: StructType,
-                  semantic: dict[str, SemanticType] | None = None) -> dict[str, tuple[Column, Column]]:
+def strict_fields(parsed: Column, declared: StructType, semantic: dict[str, SemanticType] | None = None,
+                  source_names: dict[str, str] | None = None) -> dict[str, tuple[Column, Column]]:
     """Per field of ``declared``: (its value as declared, did its token not fit?), from the struct
-    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type."""
-    semantic = semantic or {}
-    return {f.name: _strict_field(parsed[f.name], f.dataType, semantic.get(f.name)) for f in declared.fields}
+    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type,
+    those in ``source_names`` from the field of that name."""
+    semantic, source_names = semantic or {}, source_names or {}
+    return {f.name: _strict_field(parsed[source_names.get(f.name, f.name)], f.dataType, semantic.get(f.name))
+            for f in declared.fields}
 
 
 def with_strict_image(parsed: DataFrame, image: Column, declared: StructType,
-                      semantic: dict[str, SemanticType] | None = None) -> tuple[DataFrame, Column, dict[str, Column]]:
+                      semantic: dict[str, SemanticType] | None = None, source_names: dict[str, str] | None = None,
+                      ) -> tuple[DataFrame, Column, dict[str, Column]]:
     """``parsed`` plus the fields of ``image`` (parsed by ``strict_parse_schema``) as declared;
     the image as a struct of them (null if ``image`` is null), and per field whether its token
     had the wrong JSON type. Each value and check is a column of its own, computed once (see
-    decode_json): the checks read them inside conditional branches."""
-    fields = strict_fields(image, declared, semantic)
+    decode_json): the checks read them inside conditional branches. ``source_names``: the
+    declared fields read from a field of another name of ``image`` (strict_fields)."""
+    fields = strict_fields(image, declared, semantic, source_names)
     value_columns = {name: f"_image_{number}" for number, name in enumerate(fields)}
     wrong_columns = {name: f"_image_wrong_type_{number}" for number, name in enumerate(fields)}
     parsed = parsed.select("*", image.isNotNull().alias("_image_present"),
@@ -329,12 +333,13 @@ class SemanticType:
 
 
 # A Debezium value schema (schemas enabled): per field of the row, its semantic type and parameters
+_FIELDS_SCHEMA = ArrayType(StructType([
+    StructField("field", StringType()), StructField("name", StringType()),
+    StructField("parameters", MapType(StringType(), StringType()))]))
 _CONNECT_SCHEMA = StructType([StructField("fields", ArrayType(StructType([
-    StructField("field", StringType()),
-    StructField("fields", ArrayType(StructType([
-        StructField("field", StringType()), StructField("name", StringType()),
-        StructField("parameters", MapType(StringType(), StringType()))]))),
-])))])
+    StructField("field", StringType()), StructField("fields", _FIELDS_SCHEMA)])))])
+# A Debezium key schema: the key's fields at its top level
+_KEY_CONNECT_SCHEMA = StructType([StructField("fields", _FIELDS_SCHEMA)])
 
 
 def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict[str, SemanticType]:
@@ -344,16 +349,32 @@ def debezium_semantic_types(contract: JsonContract, schema_text: Column) -> dict
         return {}
     row_fields = F.try_element_at(F.filter(F.from_json(schema_text, _CONNECT_SCHEMA)["fields"],
                                            lambda f: f["field"] == F.lit("after")), F.lit(1))["fields"]
+    return _semantic_types(contract, contract.semantic_fields, schema_text, row_fields)
+
+
+def debezium_key_semantic_types(contract: JsonContract, identity: tuple[str, ...],
+                                key_fields: Column) -> dict[str, SemanticType]:
+    """The semantic type of each key column the contract reads by one, by the same rules as the
+    row's (debezium_semantic_types): from the message key's own schema (``key_fields``, its
+    fields; null when schemas are disabled), else as the contract declares it."""
+    names = {name: contract.semantic_fields[name] for name in identity if name in contract.semantic_fields}
+    return _semantic_types(contract, names, key_fields, key_fields) if names else {}
+
+
+def _semantic_types(contract: JsonContract, names: dict[str, tuple[str, str | None]], schema: Column,
+                    described_fields: Column) -> dict[str, SemanticType]:
+    """``names``' semantic types: by the Connect schema's ``described_fields`` where the event has
+    a ``schema`` (not null), else as the contract declares them."""
     def described(name: str) -> Column:  # (not a default argument: Spark passes a 2-argument lambda the index)
-        return F.try_element_at(F.filter(row_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
+        return F.try_element_at(F.filter(described_fields, lambda f: f["field"] == F.lit(name)), F.lit(1))
     types = {}
-    for name, (_kind, declared_name) in contract.semantic_fields.items():
-        field = described(name)
+    for name, (_kind, declared_name) in names.items():
+        field = described(contract.source_name(name))
         declared = contract.schema[name].dataType
         declared_scale = F.lit(declared.scale if isinstance(declared, DecimalType) else None).cast("int")
         types[name] = SemanticType(
-            F.when(schema_text.isNotNull(), field["name"]).otherwise(F.lit(declared_name)),
-            F.when(schema_text.isNotNull(), F.try_element_at(field["parameters"], F.lit("scale")).try_cast("int"))
+            F.when(schema.isNotNull(), field["name"]).otherwise(F.lit(declared_name)),
+            F.when(schema.isNotNull(), F.try_element_at(field["parameters"], F.lit("scale")).try_cast("int"))
             .otherwise(declared_scale))
     return types
 
@@ -534,15 +555,49 @@ def _unwrapped(parsed: Column, content: StructType, wrapper_fields: list[str] | 
         for f in content.fields]))
 
 
-def _image_key(key_text: Column, identity: tuple[str, ...], image: StructType, as_json: bool) -> Column:
-    """The primary key the message key carries: a JSON object (Debezium) or the bare value (DMS)."""
-    if as_json:
-        key_schema = StructType([StructField(name, image[name].dataType, True) for name in identity])
-        # with schemas enabled the key is {"schema": ..., "payload": {<key>}}: one parse reads both
-        key = F.from_json(key_text, StructType([*key_schema.fields, *_schema_wrapper(key_schema).fields]))
-        return _unwrapped(key, key_schema)
-    (name,) = identity  # DMS keys are the bare value of a one-column key
+def _dms_key(key_text: Column, identity: tuple[str, ...], image: StructType) -> Column:
+    """The primary key a DMS message key carries: the bare value of a one-column key."""
+    (name,) = identity
     return F.struct(key_text.cast(image[name].dataType).alias(name))
+
+
+def debezium_key_json(key_text: Column, identity: tuple[str, ...], contract: JsonContract) -> Column:
+    """A Debezium message key parsed (a JSON object of the key columns; with schemas enabled
+    {"schema": <its Connect schema>, "payload": <the object>}), for :func:`with_debezium_key`: the
+    key columns as the row image parses them (strict_parse_schema), the schema's fields typed."""
+    parse = strict_parse_schema(_key_schema(identity, contract, wire=True), _wire_semantic(contract))
+    return F.from_json(key_text, StructType([*parse.fields, StructField("schema", _KEY_CONNECT_SCHEMA),
+                                             StructField("payload", parse)]))
+
+
+def with_debezium_key(parsed: DataFrame, key: Column, identity: tuple[str, ...],
+                      contract: JsonContract) -> tuple[DataFrame, Column]:
+    """``parsed`` plus the primary key of its message key ``key`` (parsed by
+    :func:`debezium_key_json`, a column), each key column read as the row image reads it:
+    strictly, temporal and decimal columns by their semantic type (a date as epoch days, a
+    numeric as base64 bytes, ...); and the key as a struct of them. A column whose token does
+    not fit is null: an unreadable key. Each value is a column of its own, computed once (as
+    with_strict_image's): the checks read them several times."""
+    declared = _key_schema(identity, contract)
+    parse = strict_parse_schema(_key_schema(identity, contract, wire=True), _wire_semantic(contract))
+    wrapped = key["schema"].isNotNull() & key["payload"].isNotNull()
+    fields = strict_fields(_unwrapped(key, parse), declared,
+                           debezium_key_semantic_types(contract, identity, F.when(wrapped, key["schema"]["fields"])),
+                           contract.source_names)
+    columns = {name: f"_key_{number}" for number, name in enumerate(fields)}
+    parsed = parsed.select("*", *[value.alias(columns[name]) for name, (value, *_) in fields.items()])
+    return parsed, F.when(key.isNotNull(), F.struct(*[F.col(column).alias(name) for name, column in columns.items()]))
+
+
+def _key_schema(identity: tuple[str, ...], contract: JsonContract, wire: bool = False) -> StructType:
+    """The key columns' schema; ``wire``: under the names the change events give them."""
+    return StructType([StructField(contract.source_name(name) if wire else name, contract.schema[name].dataType, True)
+                       for name in identity])
+
+
+def _wire_semantic(contract: JsonContract) -> list[str]:
+    """The change events' names of the fields read by their semantic type."""
+    return [contract.source_name(name) for name in contract.semantic_fields]
 
 
 def _changelog(
@@ -745,7 +800,8 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     and named in ``_unavailable``.
     """
     image_schema = row.schema
-    image_parsed = strict_parse_schema(image_schema, row.semantic_fields)
+    # the row image as the change events name its fields (a renamed column under its source's name)
+    image_parsed = strict_parse_schema(row.wire_schema, _wire_semantic(row))
     envelope = StructType([
         StructField("before", image_parsed), StructField("after", image_parsed),
         StructField("source", StructType([
@@ -760,17 +816,18 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     # are written (debezium_semantic_types)
     loose, typed = _json_envelope(StructType([*envelope.fields, *_schema_wrapper(envelope).fields]))
     parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_typed"),
-                        _image_key(F.col("key").cast("string"), identity, image_schema, True).alias("_key"))
+                        debezium_key_json(F.col("key").cast("string"), identity, row).alias("_key_json"))
     typed = F.col("_typed")
     event = _unwrapped(typed, StructType([*envelope.fields, StructField(CORRUPT_COLUMN, StringType())]),
                        wrapper_fields=[f.name for f in envelope.fields])
-    parsed = parsed.select(*kafka_columns(parsed), "_loose", "_key", event.alias("_env"),
+    parsed = parsed.select(*kafka_columns(parsed), "_loose", "_key_json", event.alias("_env"),
                            F.when(typed["payload"].isNotNull(), typed["schema"]).alias("_value_schema"))
     env, source = F.col("_env"), F.col("_env.source")
     op = _lookup(DEBEZIUM_OPS, env["op"])
+    parsed, message_key = with_debezium_key(parsed, F.col("_key_json"), identity, row)
     parsed, image, wrong_type = with_strict_image(
         parsed, F.when(env["op"] == "d", env["before"]).otherwise(env["after"]), image_schema,
-        debezium_semantic_types(row, F.col("_value_schema")))
+        debezium_semantic_types(row, F.col("_value_schema")), row.source_names)
     image, unavailable = without_unavailable_values(image, image_schema, identity, unavailable_placeholder)
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
@@ -785,9 +842,9 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         parsed, image_schema, identity, op, image,
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
-        tombstone=tombstone, message_key=F.col("_key"), truncate=truncate,
+        tombstone=tombstone, message_key=message_key, truncate=truncate,
         extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
-        rescued_fields=rescued(F.col("_loose"), "debezium", image_schema),
+        rescued_fields=rescued(F.col("_loose"), "debezium", row.wire_schema),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
             (_any(envelope_gaps.values()), "INVALID_CDC_ENVELOPE",
@@ -858,7 +915,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     ])
     loose, typed = _json_envelope(envelope)
     parsed = raw.select(*kafka_columns(raw), loose.alias("_loose"), typed.alias("_env"),
-                        _image_key(F.col("key").cast("string"), identity, image_schema, False).alias("_key"))
+                        _dms_key(F.col("key").cast("string"), identity, image_schema).alias("_key"))
     env, metadata = F.col("_env"), F.col("_env.metadata")
     op = _lookup(DMS_OPS, metadata["operation"])
     committed = metadata["commit-timestamp"].cast("timestamp")

@@ -142,8 +142,9 @@ def _add_source_fields(spark: SparkSession, spec: StreamSpec, decoder: StreamDec
     columns and this batch fills them. A pass over the batch of its own, on CDC streams only."""
     found, untyped, own = decoder.discover(batch)
     if own:
-        log.warning("%s batch %d: field(s) of the source table %s named like bronze's own columns, which keep "
-                    "their own values: %s; kept in %s (ARCHITECTURE §6)", spec.name, batch_id, spec.source_table,
+        log.warning("%s batch %d: field(s) of the source table %s named like bronze's own columns (or a column "
+                    "the contract renames a source column to), which keep their own values: %s; kept in %s "
+                    "(ARCHITECTURE §6)", spec.name, batch_id, spec.source_table,
                     ", ".join(own), RESCUED_COLUMN)
     if untyped:
         log.warning("%s batch %d: field(s) the contract lacks that no column type holds as they are (nested, "

@@ -20,7 +20,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lakehouse.contracts.source_tables import SourceTable, read_table
-from lakehouse.contracts.streams import EXCLUDED_KEYWORD, is_bronze_own, load_pipeline, pipeline_file
+from lakehouse.contracts.streams import (
+    EXCLUDED_KEYWORD,
+    SOURCE_COLUMN_KEYWORD,
+    is_bronze_own,
+    load_pipeline,
+    pipeline_file,
+)
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.sql import quote
@@ -33,13 +39,16 @@ BUCKETS = 16
 
 def contract(source: SourceTable) -> str:
     where = f"{source.schema}.{source.name}" if source.schema else f"{source.database}.{source.name}"
+    # a column renamed (--rename-columns) reads the row field of its source name
+    properties = {name: {**prop, SOURCE_COLUMN_KEYWORD: source.renamed[name]} if name in source.renamed else prop
+                  for name, prop in source.columns.items()}
     return json.dumps({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"{source.name} row",
         "description": f"A row of the {source.kind} table {where}, as Debezium's before and after images carry "
                        f"it (written by `lakehouse cdc add` on {datetime.now(UTC):%Y-%m-%d}).",
         "type": "object",
-        "properties": source.columns,
+        "properties": properties,
         "required": list(source.key),
         **({EXCLUDED_KEYWORD: list(source.excluded)} if source.excluded else {}),
     }, indent=2) + "\n"
@@ -113,7 +122,11 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
                   f"slot.name={connector.lower()}_slot",
                   f"publication.name={connector.lower()}_publication",
                   "# the connector creates the publication for the included tables",
-                  "publication.autocreate.mode=filtered"]
+                  "publication.autocreate.mode=filtered",
+                  # without it, a partitioned table's changes come under its partitions' names,
+                  # which table.include.list leaves out: every change after the snapshot lost
+                  "# ... publishing a partitioned table's changes under its own name, not its partitions'",
+                  "publish.via.partition.root=true"]
     else:
         lines += ["# an id no other replica of the server uses",
                   f"database.server.id={SERVER_ID_BASE + zlib.crc32(connector.encode()) % 100_000}",
@@ -131,6 +144,24 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
         lines += ["# columns the contracts leave out (--exclude-columns)",
                   "column.exclude.list=" + ",".join(_literal(column) for column in excluded)]
     return lines
+
+
+def publication_warning(connector: str, streams: list[tuple[str, SourceTable]], url: str) -> str | None:
+    """A PostgreSQL connector whose publication exists already (an earlier connector of that name
+    made it) without publish_via_partition_root, for a partitioned table: the connector uses
+    it as it is, and the table's changes would come under its partitions' names and be left
+    out. What to run, in one line; None when nothing is to be done."""
+    from lakehouse.contracts.source_tables import publication_via_root
+
+    partitioned = [source.name for _, source in streams if source.partitioned]
+    if not partitioned or streams[0][1].kind != "postgresql":
+        return None
+    name = f"{connector.lower()}_publication"
+    if publication_via_root(url, name) is not False:
+        return None
+    return (f"warning: publication {name} exists and publishes {', '.join(partitioned)} under its partitions' "
+            f"names, which the connector leaves out: run `alter publication {name} set "
+            "(publish_via_partition_root = true)` before starting it")
 
 
 def route_properties(connector: str, streams: list[tuple[str, SourceTable]]) -> list[str]:
@@ -217,30 +248,65 @@ def excluded_columns(tables: list[str], exclude: tuple[str, ...]) -> dict[str, t
     TABLE.COLUMN, TABLE as it was given."""
     chosen: dict[str, list[str]] = {table: [] for table in tables}
     for entry in exclude:
-        table, _, column = entry.rpartition(".")
-        if not table:
-            if len(tables) > 1:
-                raise LakehouseError(f"--exclude-columns: {entry!r}: with several tables, name its table "
-                                     "(TABLE.COLUMN)")
-            table = tables[0]
-        if table not in chosen:
-            raise LakehouseError(f"--exclude-columns: {entry!r}: {table!r} is not one of the tables added")
+        table, column = _table_column(tables, entry, "--exclude-columns")
         chosen[table].append(column)
     return {table: tuple(columns) for table, columns in chosen.items()}
 
 
-def check_source_column_names(source: SourceTable) -> None:
-    """Refuse a table with a column named like one of bronze's own (`is_bronze_own`: `op`, `_seq`,
-    `_error_code`, ...): its contract cannot declare it (ARCHITECTURE §6, "Fields the contract
-    lacks"), and the mirror could not carry it under that name."""
-    own = [column for column in source.columns if is_bronze_own(column)]
-    if own:
-        raise LakehouseError(f"table {source.name}: column {', '.join(own)} is named like a column bronze writes "
-                             f"itself: rename it at the source, or leave it out with --exclude-columns {','.join(own)}")
+def renamed_columns(tables: list[str], renames: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """{table: {column: the stream's name of it}} from --rename-columns: COLUMN=NAME (one table)
+    or TABLE.COLUMN=NAME, TABLE as it was given."""
+    chosen: dict[str, dict[str, str]] = {table: {} for table in tables}
+    for entry in renames:
+        column, equals, name = entry.rpartition("=")
+        if not equals or not column or not name.strip():
+            raise LakehouseError(f"--rename-columns: {entry!r}: expected COLUMN=NAME (TABLE.COLUMN=NAME with several "
+                                 "tables)")
+        table, column = _table_column(tables, column.strip(), "--rename-columns")
+        if column in chosen[table]:
+            raise LakehouseError(f"--rename-columns: {entry!r}: {column} is renamed twice")
+        chosen[table][column] = name.strip()
+    return chosen
+
+
+def _table_column(tables: list[str], entry: str, option: str) -> tuple[str, str]:
+    table, _, column = entry.rpartition(".")
+    if not table:
+        if len(tables) > 1:
+            raise LakehouseError(f"{option}: {entry!r}: with several tables, name its table (TABLE.COLUMN)")
+        table = tables[0]
+    if table not in tables:
+        raise LakehouseError(f"{option}: {entry!r}: {table!r} is not one of the tables added")
+    return table, column
+
+
+def check_source_column_names(sources: list[SourceTable]) -> None:
+    """Refuse tables with columns named like one of bronze's own (`is_bronze_own`: `op`, `_seq`,
+    `value`, `_error_code`, ...), every one of every table in one line: a contract cannot declare
+    such a name (ARCHITECTURE §6, "Fields the contract lacks"), and the mirror could not carry
+    it. `--rename-columns` names such a column otherwise in the stream; the source keeps it."""
+    own = [(source, [column for column in source.columns if is_bronze_own(column)]) for source in sources]
+    own = [(source, columns) for source, columns in own if columns]
+    if not own:
+        return
+    if len(sources) == 1:
+        ((source, columns),) = own
+        names = ", ".join(columns)
+        raise LakehouseError(
+            f"table {source.name}: column{'s' if len(columns) > 1 else ''} {names} "
+            f"{'are' if len(columns) > 1 else 'is'} named like {'columns' if len(columns) > 1 else 'a column'} "
+            f"bronze writes itself: name {'them' if len(columns) > 1 else 'it'} otherwise in the stream with "
+            f"--rename-columns {','.join(f'{c}=NAME' for c in columns)} (the table keeps its names), "
+            f"or leave {'them' if len(columns) > 1 else 'it'} out with --exclude-columns {','.join(columns)}")
+    names = ", ".join(f"{source.name}.{column}" for source, columns in own for column in columns)
+    raise LakehouseError(f"columns named like one bronze writes itself: {names}: name them otherwise in their "
+                         "streams with --rename-columns TABLE.COLUMN=NAME (the tables keep their names), or leave "
+                         "them out with --exclude-columns TABLE.COLUMN")
 
 
 def add(settings: Settings, tables: list[str], url: str, stream: str | None, partitions: int, project_dir: Path,
-        create_topic: bool = True, exclude: tuple[str, ...] = ()) -> list[tuple[str, SourceTable, dict[str, Path]]]:
+        create_topic: bool = True, exclude: tuple[str, ...] = (), renames: tuple[str, ...] = (),
+        ) -> list[tuple[str, SourceTable, dict[str, Path]]]:
     """Everything `lakehouse cdc add` does, for each table: (the stream, its source table, the
     files it wrote by what they are). Every table is read and checked before anything is written."""
     from lakehouse.core.sql import check_table_name
@@ -248,14 +314,14 @@ def add(settings: Settings, tables: list[str], url: str, stream: str | None, par
     if stream and len(tables) > 1:
         raise LakehouseError("--stream names one table's stream: with several tables, each stream is named "
                              "after its table")
-    excluded = excluded_columns(tables, exclude)
-    sources = [read_table(url, table, excluded[table]) for table in tables]
+    excluded, renamed = excluded_columns(tables, exclude), renamed_columns(tables, renames)
+    sources = [read_table(url, table, excluded[table], renames=renamed[table]) for table in tables]
+    check_source_column_names(sources)
     pipeline_path = pipeline_file().resolve()
     streams = load_pipeline(pipeline_path)
     schema_dir = _schema_dir(pipeline_path)
     planned: list[tuple[str, SourceTable, dict[str, Path], dict[str, str]]] = []
     for source in sources:
-        check_source_column_names(source)
         name = stream or source.name
         check_table_name(f"bronze.{name}")
         if name in streams:

@@ -322,6 +322,12 @@ def _add_cdc(sub) -> None:
                      help="comma-separated columns to leave out (a type not supported yet, or data you do not "
                           "want in the lake), COLUMN or TABLE.COLUMN (with several tables); Debezium is told "
                           "to leave them out too")
+    add.add_argument("--rename-columns", action="append", default=[], metavar="COLUMN=NAME",
+                     help="comma-separated columns the stream names otherwise than the table does, COLUMN=NAME or "
+                          "TABLE.COLUMN=NAME (with several tables); repeatable. For a column named like one bronze "
+                          "writes itself (value, key, timestamp, offset, partition, topic, headers, op, ...): the "
+                          "table keeps its name, the contract reads its field under NAME, and bronze, the models "
+                          "and `cdc verify` call it NAME")
     add.add_argument("--no-topic", action="store_true", help="do not create the topic (no Kafka needed)")
     add.set_defaults(func=_cdc)
     verify = actions.add_parser(
@@ -330,7 +336,8 @@ def _add_cdc(sub) -> None:
                     "key order (the database a range of keys at a time, so a large table is never pulled "
                     "whole), each row becomes a digest of its values, and the digests are compared. Prints "
                     "the counts of missing, extra, different and duplicated keys and the first differing "
-                    "keys; exit status 1 when they differ. Columns renamed in silver are not compared (it "
+                    "keys, then per column whose values differ how many rows and their first keys; exit "
+                    "status 1 when they differ. Columns renamed in silver are not compared (it "
                     "says which).")
     verify.add_argument("stream", help="a CDC stream of the pipeline file")
     verify.add_argument("--source", metavar="URL",
@@ -361,6 +368,10 @@ def _cdc_verify(args, settings: Settings) -> int:
     check = verify(spark, source, args.chunk_rows)
     print(f"{spec.name}: {check.source_rows:,} source rows, {check.mirror_rows:,} live rows; "
           + ("equal" if check.equal else check.describe()))
+    if check.differing_columns:
+        print("values that differ, by column:")
+        for line in check.describe_columns():
+            print(line)
     if not_compared:
         print(f"not compared (not in silver.{spec.name}): {', '.join(not_compared)}")
     if source.uncontracted:
@@ -385,7 +396,8 @@ def _cdc(args, settings: Settings) -> int:
         raise LakehouseError(f"--connector: {args.connector!r}: expected letters, digits and underscores")
     added = cdc.add(settings, args.tables, args.url, args.stream, args.partitions, args.project_dir,
                     create_topic=not args.no_topic,
-                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()))
+                    exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()),
+                    renames=tuple(r.strip() for entry in args.rename_columns for r in entry.split(",") if r.strip()))
     for stream, _, files in added:
         print(f"stream {stream} added:")
         for what, path in files.items():
@@ -398,6 +410,9 @@ def _cdc(args, settings: Settings) -> int:
             if args.runtime == "kafka-connect" else "Debezium Server's application.properties")
     print(f"\nDebezium connector {connector} ({what}; set the password):\n")
     print(cdc.debezium_properties(connector, streams, args.url, settings, args.runtime))
+    warning = cdc.publication_warning(connector, streams, args.url)
+    if warning:
+        print(warning, file=sys.stderr)
     names = " ".join(stream for stream, _ in streams)
     print(f"Then: lakehouse ingest {names}; lakehouse dbt run --select "
           + " ".join(f"{stream}_changelog+" for stream, _ in streams))

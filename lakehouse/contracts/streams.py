@@ -351,6 +351,11 @@ def semantic_kind(declared: DataType, prop: dict | None = None) -> str | None:
     return None
 
 
+# A Debezium contract's column read from a row field of another name (`lakehouse cdc add
+# --rename-columns`): the source table's column, as the change events name it.
+SOURCE_COLUMN_KEYWORD = "x-source-column"
+
+
 @dataclass(frozen=True)
 class JsonContract:
     schema: StructType  # the declared payload columns, in declaration order
@@ -358,6 +363,17 @@ class JsonContract:
     # Debezium: the fields read by their semantic type, each with its kind (DEBEZIUM_TYPES) and
     # the semantic type the contract declares for it (None: plain JSON)
     semantic_fields: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    # Debezium: the columns read from a row field of another name ({column: the field's name})
+    source_names: dict[str, str] = field(default_factory=dict)
+
+    def source_name(self, column: str) -> str:
+        """The name of the change events' field ``column`` is read from."""
+        return self.source_names.get(column, column)
+
+    @property
+    def wire_schema(self) -> StructType:
+        """``schema`` with each column under its field's name in the change events."""
+        return StructType([StructField(self.source_name(f.name), f.dataType, f.nullable) for f in self.schema.fields])
 
 
 def _semantic_fields(properties: dict, schema: StructType, spec: StreamSpec, where: str
@@ -404,7 +420,26 @@ def json_contract(spec: StreamSpec, added: dict[str, dict] | None = None) -> Jso
     if not spec.is_cdc and spec.event_time_column not in properties:
         raise LakehouseError(f"{path}: event-time column {spec.event_time_column!r} is not declared")
     schema = StructType(fields)
-    return JsonContract(schema, required, _semantic_fields(properties, schema, spec, path.name))
+    return JsonContract(schema, required, _semantic_fields(properties, schema, spec, path.name),
+                        _source_names(properties, spec, path.name))
+
+
+def _source_names(properties: dict, spec: StreamSpec, where: str) -> dict[str, str]:
+    """{column: the row field it reads} of the columns the contract reads from a field of another
+    name (SOURCE_COLUMN_KEYWORD); every field read by one column only."""
+    names = {name: prop[SOURCE_COLUMN_KEYWORD] for name, prop in properties.items() if SOURCE_COLUMN_KEYWORD in prop}
+    for name, source in names.items():
+        if spec.format != "debezium":
+            raise LakehouseError(f"{where}: {name}: {SOURCE_COLUMN_KEYWORD} applies to debezium streams only")
+        if not isinstance(source, str) or not source:
+            raise LakehouseError(f"{where}: {name}: {SOURCE_COLUMN_KEYWORD}: expected the source column's name, "
+                                 f"got {source!r}")
+    read = [names.get(name, name) for name in properties]
+    twice = sorted({field for field in read if read.count(field) > 1})
+    if twice:
+        raise LakehouseError(f"{where}: the row field(s) {', '.join(twice)} would be read by two columns "
+                             f"({SOURCE_COLUMN_KEYWORD})")
+    return {name: source for name, source in names.items() if source != name}
 
 
 # A field a CDC source added (its contract lacks it) as a JSON Schema property, from what its

@@ -310,8 +310,9 @@ def test_project_suites_cover_every_layer_and_stream():
     assert by_layer["gold"] == streams
     for stream in streams:  # a dead-letter rate per stream, warning below critical
         [rate] = [s for s in suites if s.name == f"bronze.{stream}.dead_letter_rate"]
-        assert [(e.severity, e.kwargs["max_value"]) for e in rate.expectations] == [
-            ("warning", param("dead_letter_rate_warn")), ("critical", param("dead_letter_rate_critical"))]
+        assert [(e.severity, e.kwargs.get("max_value")) for e in rate.expectations] == [
+            ("warning", param("dead_letter_rate_warn")), ("critical", param("dead_letter_rate_critical")),
+            ("critical", None)]  # and not every record of the window dead, whatever the rates
     assert all(s.query and len(s.reads) >= 2 for s in suites if s.name.endswith(".reconciliation"))
 
 
@@ -326,3 +327,34 @@ def test_spark_session_survives_gx(spark, session_identity):
     assert spark.range(3).count() == 3
     # The Iceberg catalog is still the session's (a restarted bare session would lack it).
     assert spark.conf.get("spark.sql.defaultCatalog") == "lake"
+
+
+def test_a_stream_whose_records_are_all_dead_fails_a_critical_check_whatever_the_rates(spark, settings):
+    """Issue 56: a key type the ingestion could not read made every record of a real table a dead
+    letter, the mirror empty and its data tests green. Rates set to tolerate anything (1.0), the
+    bronze suite still fails, critically: not one record of the window read. One good row, or no
+    record at all in the window, passes."""
+    from expectations.suites import bronze_suites
+    from lakehouse.contracts.streams import load_pipeline
+
+    table = "bronze.qa_all_dead"
+    spec = dataclasses.replace(load_pipeline()["customers"], name="qa_all_dead", bronze_table=table)
+    rate = next(s for s in bronze_suites(spec) if s.name.endswith(".dead_letter_rate"))
+    lenient = dataclasses.replace(settings, quality_dead_letter_rate_warn=1.0, quality_dead_letter_rate_critical=1.0)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+    def run(codes: list[str | None], at: dt.datetime = now):
+        spark.createDataFrame([(code, at) for code in codes], "_error_code string, _ingested_at timestamp") \
+            .writeTo(table).using("iceberg").createOrReplace()
+        return run_quality(spark, lenient, layer="bronze", suites=(rate,), record=False)
+
+    try:
+        report = run(["INVALID_CDC_ENVELOPE"] * 5)
+        assert (report.passed, report.critical_failures) == (False, 1)
+        check = report.result(rate.name, "expect_column_values_to_be_between", "good_rows")
+        assert (check.severity, check.success, check.unexpected_sample) == ("critical", False, (0,))
+        assert [r.success for r in report.results if r.column == "dead_letter_rate"] == [True, True]
+        assert run(["INVALID_CDC_ENVELOPE"] * 5 + [None]).passed
+        assert run(["INVALID_CDC_ENVELOPE"] * 5, at=now - dt.timedelta(days=30)).passed  # none in the window
+    finally:
+        spark.sql(f"drop table if exists {table}")

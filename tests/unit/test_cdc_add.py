@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql as pg
 
 from lakehouse.commands import cdc
 from lakehouse.contracts import source_tables
-from lakehouse.contracts.streams import EXCLUDED_KEYWORD
+from lakehouse.contracts.streams import EXCLUDED_KEYWORD, SOURCE_COLUMN_KEYWORD
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -60,6 +60,30 @@ def test_each_column_type_is_declared_as_debezium_sends_it(kind, sql_type, expec
 def test_a_type_it_cannot_read_is_refused_by_name(sql_type, message):
     with pytest.raises(LakehouseError, match=message.replace("(", r"\(").replace(")", r"\)")):
         source_tables.column_property("postgresql", "c", sql_type)
+
+
+@pytest.mark.parametrize("sql_type", [pg.DATE(), pg.TIMESTAMP(), pg.TIMESTAMP(timezone=True), pg.TIME(),
+                                      pg.NUMERIC(12, 2), pg.NUMERIC(), pg.UUID(), pg.TEXT(), pg.BIGINT(),
+                                      pg.BOOLEAN(), mysql.DATETIME(fsp=6), mysql.DECIMAL(8, 3)])
+def test_a_key_column_takes_every_type_a_row_takes(sql_type):
+    """A date in the key (every table partitioned by date has one), a numeric, an instant: each
+    is read from the message key as the row image reads it (ingestion/formats.py debezium_key_json)."""
+    kind = "mysql" if type(sql_type).__module__.endswith("mysql.types") else "postgresql"
+    assert source_tables.column_property(kind, "k", sql_type, key=True) == source_tables.column_property(
+        kind, "k", sql_type)
+
+
+@pytest.mark.parametrize("sql_type, message", [
+    (pg.JSONB(), "column k of the primary key: type JSONB cannot key a stream (its values are compared as JSON, "
+                 "not as the text Debezium sends; docs/connect-a-database.md lists the types a key takes)"),
+    (pg.INTERVAL(), "column k of the primary key: type INTERVAL is not supported (docs/connect-a-database.md lists "
+                    "the types a key takes)"),
+])
+def test_a_key_column_of_a_type_no_key_takes_is_refused_in_one_line(sql_type, message):
+    """Not "leave it out with --exclude-columns": a key column cannot be left out."""
+    with pytest.raises(LakehouseError) as refused:
+        source_tables.column_property("postgresql", "k", sql_type, key=True)
+    assert str(refused.value) == message
 
 
 def java_properties(text: str) -> dict[str, str]:
@@ -172,14 +196,40 @@ def test_a_pipeline_file_whose_streams_are_not_its_last_section_is_not_appended_
 def test_the_key_ordered_walk_counts_every_kind_of_difference_and_names_the_first_keys():
     from expectations.database_source import _merge
 
+    def rows(pairs):
+        return iter([(key, digest, {"v": digest.decode()}) for key, digest in pairs])
+
     source = [((1,), b"a"), ((2,), b"b"), ((4,), b"d"), ((5,), b"e")]
     mirror = [((1,), b"a"), ((2,), b"x"), ((3,), b"c"), ((3,), b"c"), ((5,), b"e"), ((6,), b"f")]
-    check = _merge("t", iter(source), iter(mirror))
+    check = _merge("t", rows(source), rows(mirror))
     assert (check.source_rows, check.mirror_rows) == (4, 6)
     assert (check.missing, check.extra, check.different, check.duplicated) == (1, 2, 1, 1)
     assert check.first_differing == ((2, "values differ"), (3, "not in the source"), (4, "missing from the mirror"),
                                      (6, "not in the source"))
-    assert _merge("t", iter(source), iter(source)).equal
+    assert _merge("t", rows(source), rows(source)).equal
+
+
+def test_the_walk_counts_the_differing_values_of_each_column_with_their_first_keys():
+    """`cdc verify` says which columns differ, in how many rows, and where: not the totals alone
+    (issue 56). Values compare as the digest does (1 and 1.00 alike); a missing key is no column's."""
+    from decimal import Decimal
+
+    from expectations.database_source import _digests, _merge
+
+    def keyed(rows):
+        return _digests(((key,), {"id": key, **row}) for key, row in rows)
+
+    source = [(n, {"amount": Decimal(n), "note": f"n{n}", "day": "2026-11-20"}) for n in range(1, 10)]
+    mirror = [(n, {**row, "amount": row["amount"] * (2 if n % 2 else 1) + Decimal("0.00"),
+                   "note": row["note"] if n != 4 else None}) for n, row in source if n != 9]
+    check = _merge("t", keyed(source), keyed(mirror), ["id", "day", "note", "amount"])
+    assert (check.missing, check.different) == (1, 5)
+    assert check.differing_columns == (("note", 1, (4,)), ("amount", 4, (1, 3, 5, 7)))
+    assert check.describe_columns() == ["  note: 1 row differs (first keys: 4)",
+                                        "  amount: 4 rows differ (first keys: 1; 3; 5; 7)"]
+    many = [(n, {"v": n}) for n in range(20)]
+    check = _merge("t", keyed(many), keyed([(n, {"v": -n - 1}) for n in range(20)]))
+    assert check.differing_columns == (("v", 20, (0, 1, 2, 3, 4)),)  # the first five keys named
 
 
 def test_the_models_yaml_tests_each_key_composite_keys_unique_together():
@@ -252,12 +302,72 @@ def test_the_quality_run_checks_an_added_stream_s_composite_key_unique_together(
 
 def test_a_table_with_a_column_named_like_one_bronze_writes_itself_is_refused_in_one_line():
     """Its contract would declare `op` beside the changelog's own `op`: the stream stopped at its
-    first batch (an ambiguous column), and a field added so stayed recorded with the table."""
+    first batch (an ambiguous column), and a field added so stayed recorded with the table. Every
+    such column of every table is named at once (issue 56: one per run before), with the option
+    that keeps it under another name."""
     table = source_tables.SourceTable("postgresql", "shop", "public", "orders",
                                       {"id": {"type": "integer"}, "op": {"type": "string"},
                                        "_SEQ": {"type": "integer"}}, ("id",))
     with pytest.raises(LakehouseError) as refused:
-        cdc.check_source_column_names(table)
-    assert str(refused.value) == ("table orders: column op, _SEQ is named like a column bronze writes itself: "
-                                  "rename it at the source, or leave it out with --exclude-columns op,_SEQ")
-    cdc.check_source_column_names(ORDERS)  # no such column: nothing to refuse
+        cdc.check_source_column_names([table])
+    assert str(refused.value) == (
+        "table orders: columns op, _SEQ are named like columns bronze writes itself: name them otherwise in the "
+        "stream with --rename-columns op=NAME,_SEQ=NAME (the table keeps its names), or leave them out with "
+        "--exclude-columns op,_SEQ")
+    readings = source_tables.SourceTable("postgresql", "shop", "public", "readings",
+                                         {"id": {"type": "integer"}, "value": {"type": "number"},
+                                          "timestamp": {"type": "string"}, "key": {"type": "string"}}, ("id",))
+    with pytest.raises(LakehouseError) as refused:
+        cdc.check_source_column_names([table, ORDERS, readings])
+    assert str(refused.value) == (
+        "columns named like one bronze writes itself: orders.op, orders._SEQ, readings.value, readings.timestamp, "
+        "readings.key: name them otherwise in their streams with --rename-columns TABLE.COLUMN=NAME (the tables keep "
+        "their names), or leave them out with --exclude-columns TABLE.COLUMN")
+    cdc.check_source_column_names([ORDERS])  # no such column: nothing to refuse
+
+
+def test_renamed_columns_name_their_table_when_there_are_several():
+    assert cdc.renamed_columns(["readings"], ("value=reading", "timestamp = read_at")) == {
+        "readings": {"value": "reading", "timestamp": "read_at"}}
+    assert cdc.renamed_columns(["readings", "public.meters"], ("public.meters.key=meter_key", "readings.value=v")) == {
+        "readings": {"value": "v"}, "public.meters": {"key": "meter_key"}}
+    for entries, message in [(("value",), "expected COLUMN=NAME"), (("value=",), "expected COLUMN=NAME"),
+                             (("value=a", "value=b"), "value is renamed twice"),
+                             (("meters.key=k",), "'meters' is not one of the tables added")]:
+        with pytest.raises(LakehouseError, match=message):
+            cdc.renamed_columns(["readings"], entries)
+    with pytest.raises(LakehouseError, match="with several tables, name its table"):
+        cdc.renamed_columns(["readings", "meters"], ("value=v",))
+
+
+def test_a_renamed_columns_contract_reads_its_source_field():
+    """The contract declares the stream's name and the row field it reads (x-source-column): bronze,
+    the models and `cdc verify` call the column by the stream's name, Debezium sends the table's."""
+    readings = source_tables.SourceTable("postgresql", "shop", "public", "readings",
+                                         {"id": {"type": "integer"}, "reading": {"type": "number"}}, ("id",),
+                                         renamed={"reading": "value"})
+    assert json.loads(cdc.contract(readings))["properties"] == {
+        "id": {"type": "integer"}, "reading": {"type": "number", SOURCE_COLUMN_KEYWORD: "value"}}
+    assert [source_tables.check_renames(renames, ["id", "value", "key"], exclude, "t") for renames, exclude in (
+        ({"value": "reading"}, ()), ({"value": "value"}, ()))] == [{"value": "reading"}, {}]
+    for renames, exclude, message in [({"nope": "x"}, (), "table t has no column nope"),
+                                      ({"value": "x"}, ("value",), "value is left out"),
+                                      ({"value": "key"}, (), "would have two columns named key"),
+                                      ({"value": "x", "key": "x"}, (), "would have two columns named x")]:
+        with pytest.raises(LakehouseError, match=message):
+            source_tables.check_renames(renames, ["id", "value", "key"], exclude, "t")
+
+
+@pytest.mark.parametrize("runtime, key", [("kafka-connect", "publish.via.partition.root"),
+                                          ("debezium-server", "debezium.source.publish.via.partition.root")])
+def test_the_printed_publication_publishes_a_partitioned_table_under_its_own_name(runtime, key):
+    """Without it, the publication the connector creates publishes a partitioned table's changes
+    under its partitions' names, which table.include.list leaves out: every change after the
+    snapshot lost in silence (issue 56). PostgreSQL only: MySQL has no publication."""
+    text = cdc.debezium_properties("shop", [("orders", ORDERS)], "postgresql://me@db/shop", Settings.from_env({}),
+                                   runtime)
+    assert java_properties(text)[key] == "true"
+    assert java_properties(text)[key.replace("publish.via.partition.root", "publication.autocreate.mode")] == "filtered"
+    maria = source_tables.SourceTable("mysql", "shop", None, "orders", {"id": {"type": "integer"}}, ("id",))
+    assert "partition" not in cdc.debezium_properties("shop", [("orders", maria)], "mariadb://me@db/shop",
+                                                      Settings.from_env({}), runtime)

@@ -182,3 +182,91 @@ def test_json_decimals_are_numbers_or_digits_that_fit_without_rounding(spark):
     assert [(r.price, r._error_code) for r in rows] == [
         (Decimal("12.50"), None), (Decimal("12.50"), None), (Decimal("7.00"), None), (Decimal("-0.10"), None),
         (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH")]
+
+
+# --- the message key: every column type the row image takes may be a key column (issue 56) ----
+
+# A composite key of every semantic type, and an integer: a table partitioned by date has its
+# date in its primary key, a ledger its numeric
+KEY_COLUMNS = ("amount", "ratio", "born", "at_local", "at_ms", "at_nano", "at_zone", "wake", "wake_ms", "id")
+
+
+def keyed(after: dict, schema: dict | None = None, tombstone: bool = False) -> tuple[bytes, bytes | None]:
+    """A change whose message key is ``after``'s KEY_COLUMNS, as Debezium writes it (with
+    ``schema``, the envelope's: the key's own Connect schema is made of the same fields)."""
+    key_value, value = event(after, schema)
+    key = {name: after[name] for name in KEY_COLUMNS}
+    if schema is not None:
+        (row,) = [f for f in schema["fields"] if f["field"] == "after"]
+        key = {"schema": {"type": "struct", "optional": False, "name": "shop.public.typed.Key",
+                          "fields": [f for f in row["fields"] if f["field"] in KEY_COLUMNS]}, "payload": key}
+    return json.dumps(key).encode(), None if tombstone else value
+
+
+def decode_keyed(spark, contract, messages):
+    return formats.decode_debezium(kafka_rows(spark, messages), contract, KEY_COLUMNS, "typed").orderBy(
+        "offset").collect()
+
+
+def test_a_key_of_every_semantic_type_is_read_from_the_message_key_as_the_row_is(spark):
+    """Before, the key was read with the declared types alone: a date key (epoch days), a numeric
+    (base64 bytes), a timestamp (epoch microseconds) did not read, and every change of such a
+    table was a dead letter ("unreadable message key"). Schemaless by the contract's
+    `x-debezium-type`, with schemas by the key's own schema; a tombstone's row is its key."""
+    rows = decode_keyed(spark, DECLARED, [keyed(GOOD), keyed(GOOD, tombstone=True)])
+    rows += decode_keyed(spark, UNDECLARED, [keyed(GOOD, ENVELOPE_SCHEMA), keyed(GOOD, ENVELOPE_SCHEMA, True)])
+    assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
+    assert [r._is_tombstone for r in rows] == [False, True, False, True]
+    for row in rows:
+        assert {name: row[name] for name in KEY_COLUMNS if name != "id"} == {
+            name: EXPECTED[name] for name in KEY_COLUMNS if name != "id"}
+
+
+def test_a_key_that_does_not_fit_its_declared_type_is_still_an_unreadable_key(spark):
+    """Read by its semantic type, a key token of another kind is no key, never a coerced one."""
+    key, value = keyed(GOOD)
+    wrong = [json.dumps({**json.loads(key), "born": "1990-05-17"}).encode(),  # text where epoch days are declared
+             json.dumps({**json.loads(key), "amount": 12.5}).encode()]  # a number where base64 bytes are
+    rows = decode_keyed(spark, DECLARED, [(wrong[0], value), (wrong[1], None)])
+    assert [(r._error_code, r._error_detail.split(":")[0]) for r in rows] == [
+        ("INVALID_CDC_ENVELOPE", "unreadable message key"),
+        ("INVALID_CDC_ENVELOPE", "tombstone without a readable key")]
+
+
+# --- a column the stream names otherwise than its table (`cdc add --rename-columns`, issue 56) ------
+
+RENAMED = JsonContract(
+    StructType([StructField("reading_id", LongType()), StructField("reading", DecimalType(12, 2)),
+                StructField("read_at", TimestampType())]), ("reading_id",),
+    {"reading": ("decimal", "org.apache.kafka.connect.data.Decimal"),
+     "read_at": ("timestamp", "io.debezium.time.MicroTimestamp")},
+    {"reading_id": "key", "reading": "value", "read_at": "timestamp"})
+
+
+def test_a_renamed_column_is_read_from_its_source_field_key_included(spark):
+    """A table with columns `key`, `value` and `timestamp` (bronze's own names): the contract calls
+    them reading_id, reading and read_at and reads each from its field, the message key's too,
+    by its semantic type, with or without schemas. A field named like a renamed column (a later
+    source column `reading`) is no column: it stays in _rescued, the column keeps its field's value."""
+    after = {"key": 5, "value": unscaled(123456), "timestamp": AT_MICROS}
+    schema = connect_schema({"key": ("int64", None, {}),
+                             "value": ("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}),
+                             "timestamp": ("int64", "io.debezium.time.MicroTimestamp", {})})
+    body = {"before": None, "after": after, "op": "c", "ts_ms": 1,
+            "source": {"connector": "postgresql", "ts_ms": 1, "lsn": 10, "table": "typed"}}
+    later = {**body, "after": {**after, "key": 6, "reading": "x"}}
+    key_with_schema = {"schema": {"type": "struct", "fields": [{"type": "int64", "field": "key"}]},
+                       "payload": {"key": 5}}
+    messages = [(b'{"key": 5}', json.dumps(body).encode()), (b'{"key": 6}', json.dumps(later).encode()),
+                (json.dumps(key_with_schema).encode(), json.dumps({"schema": schema, "payload": body}).encode()),
+                (b'{"key": 6}', None)]
+    undeclared = JsonContract(RENAMED.schema, RENAMED.required, {k: (kind, None) for k, (kind, _) in
+                                                                 RENAMED.semantic_fields.items()}, RENAMED.source_names)
+    rows = formats.decode_debezium(kafka_rows(spark, messages[:2] + messages[3:]), RENAMED, ("reading_id",),
+                                   "typed").orderBy("offset").collect()
+    rows += formats.decode_debezium(kafka_rows(spark, messages[2:3]), undeclared, ("reading_id",), "typed").collect()
+    assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
+    assert [(r.reading_id, r.reading, r.read_at, r._rescued) for r in rows] == [
+        (5, Decimal("1234.56"), AT, None), (6, Decimal("1234.56"), AT, '{"reading":"x"}'), (6, None, None, None),
+        (5, Decimal("1234.56"), AT, None)]
+    assert rows[2]._is_tombstone

@@ -148,3 +148,31 @@ def test_an_event_contract_may_declare_the_changelogs_names_but_not_the_kafka_co
     assert "op" in _contract_of(tmp_path, "json", {**event, "op": {"type": "string"}}).schema.fieldNames()
     with pytest.raises(LakehouseError, match="stream 't' declares timestamp, a name bronze gives a column of its own"):
         _contract_of(tmp_path, "json", {**event, "timestamp": {"type": "string"}})
+
+
+def test_a_column_renamed_from_its_source_reads_the_field_of_the_source_name(tmp_path):
+    """`lakehouse cdc add --rename-columns value=reading` (issue 56): the contract declares
+    `reading`, read from the change events' field `value`; a name bronze keeps for itself is
+    fine as a field's, never as a column's."""
+    contract = _contract_of(tmp_path, "debezium", {
+        "id": {"type": "integer"}, "reading": {"type": "number", "x-source-column": "value"},
+        "read_at": {"type": "string", "format": "date-time", "x-source-column": "timestamp"},
+        "same": {"type": "string", "x-source-column": "same"}})
+    assert contract.schema.fieldNames() == ["id", "reading", "read_at", "same"]
+    assert contract.source_names == {"reading": "value", "read_at": "timestamp"}
+    assert contract.wire_schema.fieldNames() == ["id", "value", "timestamp", "same"]
+    assert contract.semantic_fields == {"read_at": ("timestamp", None)}
+
+
+@pytest.mark.parametrize("fmt, properties, message", [
+    ("debezium", {"a": {"type": "string", "x-source-column": "note"}, "note": {"type": "string"}},
+     "the row field(s) note would be read by two columns (x-source-column)"),
+    ("debezium", {"a": {"type": "string", "x-source-column": "x"}, "b": {"type": "string", "x-source-column": "x"}},
+     "the row field(s) x would be read by two columns"),
+    ("debezium", {"a": {"type": "string", "x-source-column": ""}}, "a: x-source-column: expected the source column"),
+    ("dms", {"a": {"type": "string", "x-source-column": "value"}}, "a: x-source-column applies to debezium streams"),
+    ("debezium", {"value": {"type": "string", "x-source-column": "reading"}}, "declares value, a name bronze gives"),
+])
+def test_a_bad_source_column_is_one_clear_line(tmp_path, fmt, properties, message):
+    with pytest.raises(LakehouseError, match=re.escape(message)):
+        _contract_of(tmp_path, fmt, {"id": {"type": "integer"}, **properties})
