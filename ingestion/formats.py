@@ -659,24 +659,28 @@ def debezium_seq(source: Column, op: Column) -> Column:
       LSN]; the first transaction after a snapshot has no last commit (-1). Without
       ``sequence`` (Debezium before 1.6) the LSN alone orders the streamed changes of one key:
       the row lock a change holds until its commit keeps two transactions from interleaving
-      changes of one row.
+      changes of one row. An incremental snapshot's read carries the stream's position in its
+      ``sequence`` and, from Debezium 3.0.0 at least, no ``lsn``: the change's LSN is the
+      sequence's second element (for every other change the two are equal).
     - MySQL and MariaDB write a transaction to the binlog when it commits, in commit order, and
       a snapshot carries the binlog position it was taken at: (file number, position) then the
       row inside the event order every change, snapshot reads included.
     """
     connector = source["connector"]
     mysql = connector.isin("mysql", "mariadb")
-    last_commit = F.try_element_at(F.from_json(source["sequence"], ArrayType(StringType())), F.lit(1))
+    sequence = F.from_json(source["sequence"], ArrayType(StringType()))
+    last_commit = F.try_element_at(sequence, F.lit(1))
+    lsn = F.coalesce(source["lsn"], F.try_element_at(sequence, F.lit(2)).try_cast("long"))
     snapshot_read = F.coalesce((op == "r") & source["snapshot"].isin(*_SNAPSHOT_READS), F.lit(False))
     file_number = F.regexp_extract(source["file"], r"\.([0-9]+)$", 1).try_cast("long")
     binlog = F.shiftleft(file_number, 32) + source["pos"]  # a binlog file stays far below 4 GiB
-    postgres_commit = F.when(snapshot_read, source["lsn"]).when(
+    postgres_commit = F.when(snapshot_read, lsn).when(
         source["sequence"].isNull(), F.lit(-1).cast("long")).otherwise(
         F.coalesce(last_commit.try_cast("long"), F.lit(-1).cast("long")))
     return F.struct(
         F.when(mysql | ~snapshot_read, F.lit(1)).otherwise(F.lit(0)).alias("phase"),
         F.when(mysql, binlog).otherwise(postgres_commit).alias("commit_pos"),
-        F.when(mysql, F.coalesce(source["row"], F.lit(0).cast("long"))).otherwise(source["lsn"]).alias("change_pos"),
+        F.when(mysql, F.coalesce(source["row"], F.lit(0).cast("long"))).otherwise(lsn).alias("change_pos"),
     )
 
 
