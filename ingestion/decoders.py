@@ -30,7 +30,14 @@ from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
-from lakehouse.contracts.streams import StreamSpec, added_field, is_bronze_own, json_contract, refuse_own_fields
+from lakehouse.contracts.streams import (
+    JsonContract,
+    StreamSpec,
+    added_field,
+    is_bronze_own,
+    json_contract,
+    refuse_own_fields,
+)
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -170,12 +177,31 @@ class JsonStreamDecoder(StreamDecoder):
             self._decode = decode
         else:
             if spec.format == "debezium":
+                _warn_of_unscaled_decimals(spec, contract, self.added or {})
                 self._decode = lambda raw, now: formats.decode_debezium(
                     raw, contract, spec.identity_columns, spec.source_table, spec.unavailable_placeholder)
             else:
                 self._decode = lambda raw, now: formats.decode_dms(
                     raw, contract, spec.identity_columns, spec.source_table)
         return changes
+
+
+def _warn_of_unscaled_decimals(spec: StreamSpec, contract: JsonContract, added: dict[str, dict]) -> None:
+    """A contract that reads a decimal as Debezium's precise Decimal (``x-debezium-type``) vouches
+    for its scale: schemaless JSON carries base64 of the unscaled digits and no scale, so the
+    contract's is applied, and an ALTER of the column's scale at the source would multiply every
+    later value by a power of ten with no error (schemas enabled, the event's own schema says
+    it). `lakehouse cdc add` no longer writes such contracts; one written before is read as
+    before, with this warning each time it is loaded. Added fields aside: typed from events with
+    schemas (a schemaless decimal arrives as text)."""
+    unscaled = [name for name, (kind, semantic) in contract.semantic_fields.items()
+                if semantic == "org.apache.kafka.connect.data.Decimal" and name not in added]
+    if unscaled:
+        log.warning("%s: %s read as Debezium's Decimal at the contract's scale (x-debezium-type): in JSON without "
+                    "schemas a change carries no scale, so an ALTER of the column's scale at the source would "
+                    "multiply its values in silence; set the connector's decimal.handling.mode=string and take "
+                    "x-debezium-type out of these fields (docs/connect-a-database.md, \"Decimals\")",
+                    spec.name, ", ".join(unscaled))
 
 
 class AvroStreamDecoder(StreamDecoder):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import operator
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
@@ -172,12 +172,44 @@ def _decimal_from_text(text: Column, declared: DecimalType) -> Column:
     return F.when(exact, text.try_cast(declared))
 
 
-def _json_decimal(parsed: Column, declared: DecimalType) -> Column:
-    """A JSON number, or a string of digits (money is often sent as text), as ``declared``."""
+def _json_decimal_text(parsed: Column) -> Column:
+    """The digits of a JSON number, or of a string (money is often sent as text, and Debezium's
+    decimal.handling.mode=string writes each value so, with its column's scale)."""
     kind = F.schema_of_variant(parsed)
-    text = F.when(kind == F.lit("STRING"), F.try_variant_get(parsed, "$", "string")).when(
+    return F.when(kind == F.lit("STRING"), F.try_variant_get(parsed, "$", "string")).when(
         kind.startswith("DECIMAL") | (kind == F.lit("BIGINT")), F.try_variant_get(parsed, "$", "string"))
-    return _decimal_from_text(text, declared)
+
+
+def _json_decimal(parsed: Column, declared: DecimalType) -> Column:
+    """A JSON number, or a string of digits, as ``declared``."""
+    return _decimal_from_text(_json_decimal_text(parsed), declared)
+
+
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body`` applied to ``value``, which it may use several times while it is computed once: a
+    Column used twice is two copies of its tree (Spark has no names for shared subexpressions),
+    and copies of copies made a decimal's dead-letter detail too big to plan (minutes of
+    analysis). A one-element array's transform binds the value to the lambda's variable."""
+    return F.element_at(F.transform(F.array(value), body), 1)
+
+
+def _decimal_misfit(text: Column, declared: DecimalType) -> Column:
+    """Why the decimal written ``text`` does not fit ``declared``, for a dead letter's detail: the
+    digits after the point it has (a change carries its column's scale, so after an ALTER of
+    the source column, its new scale) or before it; null when it is no number."""
+    kept = f"the contract's decimal({declared.precision},{declared.scale})"
+
+    def why(written: Column) -> Column:
+        fraction = F.regexp_extract(written, _DECIMAL_TEXT, 2)
+        whole = F.regexp_extract(written, r"^[+-]?0*([0-9]*)", 1)
+        return F.when(written.rlike(_DECIMAL_TEXT), F.when(
+            F.length(F.regexp_replace(fraction, "0+$", "")) > declared.scale,
+            F.concat(written, F.lit(": "), F.length(fraction).cast("string"),
+                     F.lit(f" digits after the point, {kept} keeps {declared.scale}"))).when(
+            F.length(whole) > declared.precision - declared.scale,
+            F.concat(written, F.lit(": "), F.length(whole).cast("string"),
+                     F.lit(f" digits before the point, {kept} holds {declared.precision - declared.scale}"))))
+    return _let(text, why)
 
 
 def _plain_value(parsed: Column, declared: DataType) -> Column:
@@ -192,23 +224,29 @@ def _plain_value(parsed: Column, declared: DataType) -> Column:
     return _json_string(parsed)
 
 
-def _strict_field(parsed: Column, declared: DataType, semantic: SemanticType | None = None) -> tuple[Column, Column]:
-    """(the value as declared, does the token not fit?) of a field parsed by ``strict_parse_schema``;
-    with ``semantic``, read as Debezium wrote it. A JSON null and an absent key are null, not wrong."""
+def _strict_field(parsed: Column, declared: DataType, semantic: SemanticType | None = None
+                  ) -> tuple[Column, Column, Column | None]:
+    """(the value as declared, does the token not fit?, why not: a decimal's digits, else None) of a
+    field parsed by ``strict_parse_schema``; with ``semantic``, read as Debezium wrote it. A JSON
+    null and an absent key are null, not wrong."""
     if not isinstance(declared, _VARIANT_READ):
-        return parsed, F.lit(False)
+        return parsed, F.lit(False), None
     if isinstance(declared, TimestampType) and semantic is None:  # read as text
         value = _iso_timestamp(parsed)
-        return value, parsed.isNotNull() & value.isNull()
+        return value, parsed.isNotNull() & value.isNull(), None
     value = _plain_value(parsed, declared) if semantic is None else semantic.value(parsed, declared)
-    return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & value.isNull()
+    misfit = None
+    if isinstance(declared, DecimalType):
+        text = _json_decimal_text(parsed) if semantic is None else semantic.decimal_text(parsed)
+        misfit = _decimal_misfit(text, declared)
+    return value, parsed.isNotNull() & ~F.is_variant_null(parsed) & value.isNull(), misfit
 
 
 def strict_fields(parsed: Column, declared: StructType, semantic: dict[str, SemanticType] | None = None,
-                  source_names: dict[str, str] | None = None) -> dict[str, tuple[Column, Column]]:
-    """Per field of ``declared``: (its value as declared, did its token not fit?), from the struct
-    ``parsed`` by ``strict_parse_schema``; the fields in ``semantic`` read by their semantic type,
-    those in ``source_names`` from the field of that name."""
+                  source_names: dict[str, str] | None = None) -> dict[str, tuple[Column, Column, Column | None]]:
+    """Per field of ``declared``: (its value as declared, did its token not fit?, why not, when it
+    can say), from the struct ``parsed`` by ``strict_parse_schema``; the fields in ``semantic``
+    read by their semantic type, those in ``source_names`` from the field of that name."""
     semantic, source_names = semantic or {}, source_names or {}
     return {f.name: _strict_field(parsed[source_names.get(f.name, f.name)], f.dataType, semantic.get(f.name))
             for f in declared.fields}
@@ -216,21 +254,23 @@ def strict_fields(parsed: Column, declared: StructType, semantic: dict[str, Sema
 
 def with_strict_image(parsed: DataFrame, image: Column, declared: StructType,
                       semantic: dict[str, SemanticType] | None = None, source_names: dict[str, str] | None = None,
-                      ) -> tuple[DataFrame, Column, dict[str, Column]]:
+                      ) -> tuple[DataFrame, Column, dict[str, tuple[Column, Column | None]]]:
     """``parsed`` plus the fields of ``image`` (parsed by ``strict_parse_schema``) as declared;
     the image as a struct of them (null if ``image`` is null), and per field whether its token
-    had the wrong JSON type. Each value and check is a column of its own, computed once (see
-    decode_json): the checks read them inside conditional branches. ``source_names``: the
-    declared fields read from a field of another name of ``image`` (strict_fields)."""
+    had the wrong JSON type, with why (a decimal's digits: ``_decimal_misfit``; else None). Each
+    value and check is a column of its own, computed once (see decode_json): the checks read
+    them inside conditional branches; the reason is computed only for a token that does not fit.
+    ``source_names``: the declared fields read from a field of another name of ``image``
+    (strict_fields)."""
     fields = strict_fields(image, declared, semantic, source_names)
     value_columns = {name: f"_image_{number}" for number, name in enumerate(fields)}
     wrong_columns = {name: f"_image_wrong_type_{number}" for number, name in enumerate(fields)}
     parsed = parsed.select("*", image.isNotNull().alias("_image_present"),
-                           *[value.alias(value_columns[name]) for name, (value, _) in fields.items()],
-                           *[wrong.alias(wrong_columns[name]) for name, (_, wrong) in fields.items()])
+                           *[value.alias(value_columns[name]) for name, (value, *_) in fields.items()],
+                           *[wrong.alias(wrong_columns[name]) for name, (_, wrong, _) in fields.items()])
     struct = F.when(F.col("_image_present"),
                     F.struct(*[F.col(value_columns[name]).alias(name) for name in fields]))
-    return parsed, struct, {name: F.col(wrong_columns[name]) for name in fields}
+    return parsed, struct, {name: (F.col(wrong_columns[name]), misfit) for name, (_, _, misfit) in fields.items()}
 
 
 def decode_json(raw: DataFrame, function: str, contract: JsonContract, event_time_column: str,
@@ -295,6 +335,18 @@ def _decimal_from_unscaled(unscaled: Column, scale: Column, declared: DecimalTyp
     return F.when(exact & scale.isNotNull(), F.concat(text, F.lit("E-"), scale.cast("string")).try_cast(declared))
 
 
+def _decimal_text(unscaled: Column, scale: Column) -> Column:
+    """``unscaled`` × 10^-``scale`` written out, ``scale`` digits after the point."""
+    def written(number: Column) -> Column:
+        digits, places = F.abs(number["unscaled"]).cast("string"), number["scale"]
+        return _let(F.lpad(digits, F.greatest(F.length(digits), places + 1), "0"), lambda padded: F.concat(
+            F.when(number["unscaled"] < 0, F.lit("-")).otherwise(F.lit("")),
+            F.substr(padded, F.lit(1), F.length(padded) - places),
+            F.when(places > 0, F.concat(F.lit("."), F.substr(padded, F.length(padded) - places + 1, places)))
+            .otherwise(F.lit(""))))
+    return _let(F.struct(unscaled.alias("unscaled"), scale.alias("scale")), written)
+
+
 class SemanticType:
     """How Debezium wrote one field, per record: its semantic type (``name``, null for plain JSON)
     and, for a Decimal, its ``scale``. ``value`` reads the field (parsed as VARIANT) by it; a
@@ -330,6 +382,16 @@ class SemanticType:
         for name, reader in readers.items():
             value = value.when(self.name == F.lit(name), reader)
         return value
+
+    def decimal_text(self, parsed: Column) -> Column:
+        """A decimal field's value written out as digits (for a dead letter's detail): with the
+        scale the change carries (its schema's, a VariableScaleDecimal's own), else the contract's."""
+        return (F.when(self.name.isNull(), _json_decimal_text(parsed))
+                .when(self.name == F.lit("org.apache.kafka.connect.data.Decimal"),
+                      _decimal_text(_unscaled(_json_string(parsed)), self.scale))
+                .when(self.name == F.lit("io.debezium.data.VariableScaleDecimal"),
+                      _decimal_text(_unscaled(F.try_variant_get(parsed, "$.value", "string")),
+                                    F.try_variant_get(parsed, "$.scale", "int"))))
 
 
 # A Debezium value schema (schemas enabled): per field of the row, its semantic type and parameters
@@ -648,10 +710,14 @@ def _changelog(
     ])
 
 
-def _wrong_type_detail(text: str, wrong_type: dict[str, Column]) -> Column:
-    """``text``, then the string and timestamp fields whose token was of another type (a field of
-    another type that did not convert is not named: Spark's corrupt-record column does not say)."""
-    names = _names_where(wrong_type)
+def _wrong_type_detail(text: str, wrong_type: dict[str, tuple[Column, Column | None]]) -> Column:
+    """``text``, then the fields read by ``strict_fields`` whose token did not fit (a field of another
+    type that did not convert is not named: Spark's corrupt-record column does not say), a decimal
+    with why: ``amount (1.123456: 6 digits after the point, the contract's decimal(18,4) keeps 4)``."""
+    names = F.concat_ws(", ", *[
+        F.when(wrong, F.lit(name) if misfit is None else F.concat(
+            F.lit(name), F.coalesce(F.concat(F.lit(" ("), misfit, F.lit(")")), F.lit(""))))
+        for name, (wrong, misfit) in wrong_type.items()])
     return F.concat(F.lit(text), F.when(names != "", F.concat(F.lit(": "), names)).otherwise(F.lit("")))
 
 
@@ -769,24 +835,28 @@ def debezium_seq(source: Column, op: Column) -> Column:
       LSN]; the first transaction after a snapshot has no last commit (-1). Without
       ``sequence`` (Debezium before 1.6) the LSN alone orders the streamed changes of one key:
       the row lock a change holds until its commit keeps two transactions from interleaving
-      changes of one row.
+      changes of one row. An incremental snapshot's read carries the stream's position in its
+      ``sequence`` and, from Debezium 3.0.0 at least, no ``lsn``: the change's LSN is the
+      sequence's second element (for every other change the two are equal).
     - MySQL and MariaDB write a transaction to the binlog when it commits, in commit order, and
       a snapshot carries the binlog position it was taken at: (file number, position) then the
       row inside the event order every change, snapshot reads included.
     """
     connector = source["connector"]
     mysql = connector.isin("mysql", "mariadb")
-    last_commit = F.try_element_at(F.from_json(source["sequence"], ArrayType(StringType())), F.lit(1))
+    sequence = F.from_json(source["sequence"], ArrayType(StringType()))
+    last_commit = F.try_element_at(sequence, F.lit(1))
+    lsn = F.coalesce(source["lsn"], F.try_element_at(sequence, F.lit(2)).try_cast("long"))
     snapshot_read = F.coalesce((op == "r") & source["snapshot"].isin(*_SNAPSHOT_READS), F.lit(False))
     file_number = F.regexp_extract(source["file"], r"\.([0-9]+)$", 1).try_cast("long")
     binlog = F.shiftleft(file_number, 32) + source["pos"]  # a binlog file stays far below 4 GiB
-    postgres_commit = F.when(snapshot_read, source["lsn"]).when(
+    postgres_commit = F.when(snapshot_read, lsn).when(
         source["sequence"].isNull(), F.lit(-1).cast("long")).otherwise(
         F.coalesce(last_commit.try_cast("long"), F.lit(-1).cast("long")))
     return F.struct(
         F.when(mysql | ~snapshot_read, F.lit(1)).otherwise(F.lit(0)).alias("phase"),
         F.when(mysql, binlog).otherwise(postgres_commit).alias("commit_pos"),
-        F.when(mysql, F.coalesce(source["row"], F.lit(0).cast("long"))).otherwise(source["lsn"]).alias("change_pos"),
+        F.when(mysql, F.coalesce(source["row"], F.lit(0).cast("long"))).otherwise(lsn).alias("change_pos"),
     )
 
 
@@ -856,7 +926,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
             (~source["table"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"change of another table (expected {source_table}): "),
                       F.coalesce(source["table"], F.lit("none")))),
-            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong_type.values()), "SCHEMA_MISMATCH",
+            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong for wrong, _ in wrong_type.values()), "SCHEMA_MISMATCH",
              _wrong_type_detail("a field of the change has a value of the wrong type", wrong_type)),
         ],
     )
@@ -954,7 +1024,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
             (~metadata["table-name"].eqNullSafe(F.lit(source_table)), "INVALID_CDC_ENVELOPE",
              F.concat(F.lit(f"record of another table (expected {source_table}): "),
                       F.coalesce(metadata["table-name"], F.lit("none")))),
-            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong_type.values()), "SCHEMA_MISMATCH",
+            (env[CORRUPT_COLUMN].isNotNull() | _any(wrong for wrong, _ in wrong_type.values()), "SCHEMA_MISMATCH",
              _wrong_type_detail("a field of the record has a value of the wrong type", wrong_type)),
         ],
     )

@@ -152,8 +152,14 @@ def _add_source_fields(spark: SparkSession, spec: StreamSpec, decoder: StreamDec
                     ", ".join(untyped), RESCUED_COLUMN)
     if not found:
         return
-    log.warning("%s batch %d: the source added field(s) %s: added to the stream's columns (contract: additive)",
-                spec.name, batch_id, ", ".join(f"{name} {json.dumps(prop)}" for name, prop in found.items()))
+    # a change event carries a row only when the row changes: after ADD COLUMN ... DEFAULT the rows
+    # not changed since hold the default at the source and null here until they change
+    again = (f"`lakehouse cdc snapshot {spec.name}` reads the table again" if spec.format == "debezium"
+             else "reload the table from the DMS task")
+    log.warning("%s batch %d: the source added field(s) %s: added to the stream's columns (contract: additive); "
+                "rows the source has not changed since are null in them (a DEFAULT the ALTER filled in sends no "
+                "change): %s to bring those in", spec.name, batch_id,
+                ", ".join(f"{name} {json.dumps(prop)}" for name, prop in found.items()), again)
     bronze.record_added_fields(spark, spec.bronze_table, {**decoder.added, **found})
     decoder.add_fields(found)
 

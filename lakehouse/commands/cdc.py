@@ -6,8 +6,13 @@ stream needs (docs/connect-a-database.md): the contract (a JSON Schema whose tem
 columns name the Debezium semantic type they arrive in), the pipeline entry, the dbt source
 entry and the changelog, mirror, live-table and history models with their data tests (the key
 unique and not null, composite keys included); it creates the topic and prints
-the Debezium properties to set. It never overwrites: a stream or file that exists stops it
-before anything is written.
+the Debezium properties to set, with the DDL of the connector's signal table (`lakehouse cdc
+snapshot` writes there). It never overwrites: a stream or file that exists stops it before
+anything is written.
+
+`lakehouse cdc snapshot` asks the connector, through that table, to read a stream's table again
+(Debezium's incremental snapshot): the rows an `ALTER TABLE ... ADD COLUMN ... DEFAULT` changed
+without a change event reach the mirror.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from lakehouse.contracts.source_tables import SourceTable, read_table
 from lakehouse.contracts.streams import (
     EXCLUDED_KEYWORD,
     SOURCE_COLUMN_KEYWORD,
+    StreamSpec,
     is_bronze_own,
     load_pipeline,
     pipeline_file,
@@ -54,7 +60,7 @@ def contract(source: SourceTable) -> str:
     }, indent=2) + "\n"
 
 
-def pipeline_entry(stream: str, source: SourceTable, partitions: int) -> str:
+def pipeline_entry(stream: str, source: SourceTable, partitions: int, signal: str | None = None) -> str:
     identity = ", ".join(json.dumps(k) for k in source.key)
     return (f"\n  {stream}:  # `lakehouse cdc add`, {source.kind} table {source.name}\n"
             f"    format: debezium\n"
@@ -62,7 +68,8 @@ def pipeline_entry(stream: str, source: SourceTable, partitions: int) -> str:
             f"    event_time: _source_ts\n"
             f"    identity: [{identity}]\n"
             f"    source_table: {json.dumps(source.name)}\n"
-            f"    partitions: {partitions}\n")
+            + (f"    signal_table: {json.dumps(signal)}\n" if signal else "")
+            + f"    partitions: {partitions}\n")
 
 
 def models(stream: str, source: SourceTable) -> dict[str, str]:
@@ -98,6 +105,19 @@ CONNECTOR_CLASSES = {"postgresql": "io.debezium.connector.postgresql.PostgresCon
                      # Debezium's MySQL connector is not for MariaDB (3.6's asks for SHOW BINARY LOG STATUS)
                      "mariadb": "io.debezium.connector.mariadb.MariaDbConnector"}
 SERVER_ID_BASE = 5400  # MySQL/MariaDB: the connector joins the server as a replica with an id of its own
+
+
+def signal_table(connector: str, source: SourceTable) -> str:
+    """The connector's signal table (its signal.data.collection): ``<connector>_signal`` beside
+    the first table, in its schema (PostgreSQL) or database (MySQL, MariaDB). Lower case: the
+    printed DDL leaves the name unquoted, which PostgreSQL folds to lower case."""
+    return f"{source.schema or source.database}.{connector.lower()}_signal"
+
+
+def signal_table_ddl(table: str) -> str:
+    """The signal table Debezium documents (id, type, data), as one statement both PostgreSQL and
+    MySQL/MariaDB take."""
+    return f"create table {table} (id varchar(42) primary key, type varchar(32) not null, data varchar(2048));"
 
 
 def connector_properties(connector: str, streams: list[tuple[str, SourceTable]], url: str) -> list[str]:
@@ -137,7 +157,15 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
                   "schema.history.internal=io.debezium.storage.file.history.FileSchemaHistory",
                   f"schema.history.internal.file.filename={connector}-schema-history.dat"]
     lines += ["# send TRUNCATE as a change (skipped by default: the mirror would keep the rows)",
-              "skipped.operations=none"]
+              "skipped.operations=none",
+              # precise (the default) writes a decimal as base64 of its unscaled digits: the scale
+              # is only in the schema, which schemaless JSON leaves out, so a column whose scale an
+              # ALTER raised was read at the contract's old one, its values 100x too large
+              "# decimals as their digits (scale included): an ALTER of a column's scale can never "
+              "multiply its values",
+              "decimal.handling.mode=string",
+              "# the table `lakehouse cdc snapshot` writes to, to have the connector read a table again",
+              f"signal.data.collection={signal_table(connector, first)}"]
     excluded = [f"{table}.{column}" for table, (_, source) in zip(where, streams, strict=True)
                 for column in source.excluded]
     if excluded:
@@ -165,11 +193,19 @@ def publication_warning(connector: str, streams: list[tuple[str, SourceTable]], 
 
 
 def route_properties(connector: str, streams: list[tuple[str, SourceTable]]) -> list[str]:
-    """Kafka Connect transforms (keys without a prefix) renaming each table's topic,
-    <topic.prefix>.<schema or database>.<table>, as its stream."""
+    """Kafka Connect transforms and predicates (keys without a prefix): the signal table's own
+    changes dropped (Debezium sends them like any captured table's, to a topic no stream reads,
+    which the broker would have to hold), then each table's topic,
+    <topic.prefix>.<schema or database>.<table>, renamed as its stream."""
     aliases = [f"route_{stream}" for stream, _ in streams]
-    lines = ["# each table's topic (<topic.prefix>.<schema or database>.<table>) renamed as its stream",
-             f"transforms={','.join(aliases)}"]
+    lines = ["# the signal table's own changes: no stream's, dropped",
+             "predicates=is_signal",
+             "predicates.is_signal.type=org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+             f"predicates.is_signal.pattern={_literal(f'{connector}.{signal_table(connector, streams[0][1])}')}",
+             "# each table's topic (<topic.prefix>.<schema or database>.<table>) renamed as its stream",
+             f"transforms={','.join(['drop_signals', *aliases])}",
+             "transforms.drop_signals.type=org.apache.kafka.connect.transforms.Filter",
+             "transforms.drop_signals.predicate=is_signal"]
     for alias, (stream, source) in zip(aliases, streams, strict=True):
         lines += [f"transforms.{alias}.type=org.apache.kafka.connect.transforms.RegexRouter",
                   f"transforms.{alias}.regex=" + _literal(f"{connector}.{source.schema or source.database}."
@@ -198,6 +234,8 @@ def debezium_properties(connector: str, streams: list[tuple[str, SourceTable]], 
                  "value.converter=org.apache.kafka.connect.json.JsonConverter",
                  "key.converter.schemas.enable=false",
                  "value.converter.schemas.enable=false",
+                 NULL_COMMENT,
+                 "value.converter.replace.null.with.default=false",
                  *routes,
                  f"# the worker writes to Kafka: {settings.kafka_bootstrap_servers}"]
     else:
@@ -211,6 +249,8 @@ def debezium_properties(connector: str, streams: list[tuple[str, SourceTable]], 
                  "debezium.format.value=json",
                  "debezium.format.key.schemas.enable=false",
                  "debezium.format.value.schemas.enable=false",
+                 NULL_COMMENT,
+                 "debezium.format.value.replace.null.with.default=false",
                  "# where the connector is in the database's log: keep the file where it lasts",
                  # Debezium does not create the folder: without it, it only logs a warning at each
                  # flush and keeps no offset (seen in real Debezium Server: NoSuchFileException)
@@ -219,6 +259,11 @@ def debezium_properties(connector: str, streams: list[tuple[str, SourceTable]], 
                  *[_prefixed(line, "debezium.source.") for line in source],
                  *[_prefixed(line, "debezium.") for line in routes]]
     return "\n".join(lines) + "\n"
+
+
+# Kafka's JsonConverter writes a null as the column's default when the schema has one
+# (replace.null.with.default, true by default): an explicit NULL would be mirrored as the default
+NULL_COMMENT = "# a NULL stays NULL (the converter's default writes the column's DEFAULT in its place)"
 
 
 def _literal(text: str) -> str:
@@ -306,9 +351,12 @@ def check_source_column_names(sources: list[SourceTable]) -> None:
 
 def add(settings: Settings, tables: list[str], url: str, stream: str | None, partitions: int, project_dir: Path,
         create_topic: bool = True, exclude: tuple[str, ...] = (), renames: tuple[str, ...] = (),
+        connector: str | None = None,
         ) -> list[tuple[str, SourceTable, dict[str, Path]]]:
     """Everything `lakehouse cdc add` does, for each table: (the stream, its source table, the
-    files it wrote by what they are). Every table is read and checked before anything is written."""
+    files it wrote by what they are). Every table is read and checked before anything is written.
+    ``connector``: the connector's name (default_connector by default), whose signal table each
+    stream's entry names."""
     from lakehouse.core.sql import check_table_name
 
     if stream and len(tables) > 1:
@@ -337,9 +385,11 @@ def add(settings: Settings, tables: list[str], url: str, stream: str | None, par
             raise LakehouseError(f"would overwrite {', '.join(existing)}: remove them or choose another --stream")
         planned.append((name, source, files, rendered))
 
+    connector = connector or default_connector([name for name, *_ in planned], planned[0][1])
+    signal = signal_table(connector, planned[0][1])
     original = pipeline_path.read_text()
-    pipeline_path.write_text(original.rstrip("\n") + "\n"
-                             + "".join(pipeline_entry(name, source, partitions) for name, source, *_ in planned))
+    entries = "".join(pipeline_entry(name, source, partitions, signal) for name, source, *_ in planned)
+    pipeline_path.write_text(original.rstrip("\n") + "\n" + entries)
     for _, source, files, _ in planned:
         files["contract"].write_text(contract(source))
     try:
@@ -374,3 +424,54 @@ def _schema_dir(pipeline_path: Path) -> Path:
         raise LakehouseError(f"pipeline file {pipeline_path}: `streams:` must be its last section to add a stream "
                              f"(`{last_key}` comes after it)")
     return (pipeline_path.parent / str(document.get("schema_dir", "."))).resolve()
+
+
+# --- `lakehouse cdc snapshot` ---------------------------------------------------------------------
+
+SNAPSHOT_SIGNAL = "execute-snapshot"
+
+
+def snapshot_signal(data_collection: str) -> tuple[str, str, str]:
+    """(id, type, data) of the row that asks Debezium for an incremental snapshot of
+    ``data_collection`` (SCHEMA.NAME or DATABASE.NAME): the connector reads the table again in
+    chunks of its key while it streams, and sends each row as a read (op `r`) ordered with the
+    stream's changes (ARCHITECTURE §9). The id is new each time: Debezium takes each signal once."""
+    import uuid
+
+    return (str(uuid.uuid4()), SNAPSHOT_SIGNAL,
+            json.dumps({"data-collections": [data_collection], "type": "incremental"}))
+
+
+def request_snapshot(spec: StreamSpec, url: str, table: str | None = None) -> tuple[str, str, str]:
+    """Writes the signal of an incremental snapshot of CDC stream ``spec``'s source table (``table``:
+    NAME or SCHEMA.NAME, default its source_table) into its connector's signal table, in the
+    database at ``url``: (the table's data collection, the signal table, the signal's id)."""
+    from sqlalchemy import column, insert
+    from sqlalchemy import table as sql_table
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from lakehouse.contracts.source_tables import engine
+
+    if spec.format != "debezium":
+        raise LakehouseError(f"stream {spec.name!r} is a {spec.format} stream: `cdc snapshot` asks Debezium "
+                             "for an incremental snapshot (with AWS DMS, reload the table from its task)")
+    if not spec.signal_table:
+        raise LakehouseError(f"stream {spec.name!r} names no signal table: create the connector's (docs/"
+                             "connect-a-database.md, \"Read a table again\"), set its signal.data.collection, and "
+                             "name it in the stream's pipeline entry (signal_table: SCHEMA.NAME)")
+    source = read_table(url, table or spec.source_table or spec.name, only=())
+    collection = f"{source.schema or source.database}.{source.name}"
+    signal_schema, signal_name = spec.signal_table.split(".")
+    signal_id, kind, data = snapshot_signal(collection)
+    statement = insert(sql_table(signal_name, column("id"), column("type"), column("data"),
+                                 schema=signal_schema)).values(id=signal_id, type=kind, data=data)
+    database_engine = engine(source.url)
+    try:
+        with database_engine.begin() as connection:
+            connection.execute(statement)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise LakehouseError(f"cannot write the signal into {spec.signal_table}: {reason}") from None
+    finally:
+        database_engine.dispose()
+    return collection, spec.signal_table, signal_id

@@ -288,8 +288,9 @@ def _dbt(args, settings: Settings) -> int:
 
 def _add_cdc(sub) -> None:
     parser = sub.add_parser(
-        "cdc", help="add database tables as CDC streams; verify a mirror against its table",
+        "cdc", help="add database tables as CDC streams; verify a mirror against its table; read a table again",
         description="`verify`: compare a stream's live mirror with its source table, row by row. "
+                    "`snapshot`: have Debezium read a stream's table again (an incremental snapshot). "
                     "`add`: read each table's columns and primary key from PostgreSQL, MySQL or MariaDB and "
                     "write its stream's contract (lakehouse/contracts/schemas/STREAM.schema.json), "
                     "pipeline entry, dbt source entry and changelog, mirror, live-table and history "
@@ -347,6 +348,48 @@ def _add_cdc(sub) -> None:
                                         "source_table; PostgreSQL's schema: public)")
     verify.add_argument("--chunk-rows", type=int, default=10_000, help="source rows read per query (default 10000)")
     verify.set_defaults(func=_cdc_verify)
+    snapshot = actions.add_parser(
+        "snapshot", help="have Debezium read a stream's source table again (an incremental snapshot)",
+        description="Write an execute-snapshot signal into the connector's signal table (the stream's "
+                    "`signal_table`, which `lakehouse cdc add` sets up): Debezium reads the table again in chunks "
+                    "of its key while it keeps streaming, and sends each row as a read ordered with the stream's "
+                    "changes. Run it after `ALTER TABLE ... ADD COLUMN ... DEFAULT`: the rows the ALTER filled "
+                    "without a change event reach the mirror with the next `lakehouse ingest` and `dbt run`. "
+                    "The database user needs INSERT on the signal table.",
+        epilog="Example: lakehouse cdc snapshot orders --source postgresql://debezium@db.example.com/shop")
+    snapshot.add_argument("streams", nargs="+", metavar="STREAM", help="a Debezium stream of the pipeline file")
+    snapshot.add_argument("--source", metavar="URL",
+                          help="the database (postgresql://, mysql:// or mariadb://); default: the URL in the "
+                               "environment variable the stream's `source_url_variable` names")
+    snapshot.add_argument("--table", help="the source table, NAME or SCHEMA.NAME (default: the stream's "
+                                          "source_table; PostgreSQL's schema: public); one stream only")
+    snapshot.set_defaults(func=_cdc_snapshot)
+
+
+def _source_url(spec, given: str | None) -> str:
+    """The source database of CDC stream ``spec``: --source, else its `source_url_variable`'s value."""
+    url = given or (os.environ.get(spec.source_url_variable) if spec.source_url_variable else None)
+    if not url:
+        where = f"; or set {spec.source_url_variable}" if spec.source_url_variable else (
+            "; or name an environment variable holding it in the stream's `source_url_variable`")
+        raise LakehouseError(f"no source database for {spec.name}: pass --source URL{where}")
+    return url
+
+
+def _cdc_snapshot(args, settings: Settings) -> int:
+    from lakehouse.commands.cdc import request_snapshot
+    from lakehouse.contracts.streams import get_stream
+
+    if args.table and len(args.streams) > 1:
+        raise LakehouseError("--table names one stream's table: with several streams, each reads its source_table")
+    specs = [get_stream(name) for name in args.streams]
+    requests = [(spec, _source_url(spec, args.source)) for spec in specs]  # every stream checked before a write
+    for spec, url in requests:
+        collection, signal, signal_id = request_snapshot(spec, url, args.table)
+        print(f"{spec.name}: incremental snapshot of {collection} requested (signal {signal_id} in {signal}); "
+              f"the connector reads the table again while it streams: then `lakehouse ingest {spec.name}` and "
+              f"`lakehouse dbt run --select {spec.name}_changelog+`")
+    return 0
 
 
 def _cdc_verify(args, settings: Settings) -> int:
@@ -356,11 +399,7 @@ def _cdc_verify(args, settings: Settings) -> int:
     spec = get_stream(args.stream)
     if not spec.is_cdc:
         raise LakehouseError(f"stream {spec.name!r} is not a CDC stream ({spec.format})")
-    url = args.source or (os.environ.get(spec.source_url_variable) if spec.source_url_variable else None)
-    if not url:
-        where = f"; or set {spec.source_url_variable}" if spec.source_url_variable else (
-            "; or name an environment variable holding it in the stream's `source_url_variable`")
-        raise LakehouseError(f"no source database for {spec.name}: pass --source URL{where}")
+    url = _source_url(spec, args.source)
     if args.chunk_rows < 1:
         raise LakehouseError("--chunk-rows: expected at least 1")
     spark = get_spark(settings, app_name="lakehouse-cdc-verify")
@@ -397,7 +436,8 @@ def _cdc(args, settings: Settings) -> int:
     added = cdc.add(settings, args.tables, args.url, args.stream, args.partitions, args.project_dir,
                     create_topic=not args.no_topic,
                     exclude=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()),
-                    renames=tuple(r.strip() for entry in args.rename_columns for r in entry.split(",") if r.strip()))
+                    renames=tuple(r.strip() for entry in args.rename_columns for r in entry.split(",") if r.strip()),
+                    connector=args.connector)
     for stream, _, files in added:
         print(f"stream {stream} added:")
         for what, path in files.items():
@@ -408,6 +448,10 @@ def _cdc(args, settings: Settings) -> int:
     connector = args.connector or cdc.default_connector([stream for stream, _ in streams], streams[0][1])
     what = ("a Kafka Connect connector's .properties file; the Debezium engine takes it too"
             if args.runtime == "kafka-connect" else "Debezium Server's application.properties")
+    signal = cdc.signal_table(connector, streams[0][1])
+    print(f"\nThe connector's signal table, for `lakehouse cdc snapshot` (create it before the connector "
+          f"starts; Debezium's user writes to it{', and must own it' if streams[0][1].kind == 'postgresql' else ''}):"
+          f"\n\n{cdc.signal_table_ddl(signal)}")
     print(f"\nDebezium connector {connector} ({what}; set the password):\n")
     print(cdc.debezium_properties(connector, streams, args.url, settings, args.runtime))
     warning = cdc.publication_warning(connector, streams, args.url)

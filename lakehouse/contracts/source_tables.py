@@ -44,8 +44,9 @@ class SourceTable:
         return self.renamed.get(column, column)
 
 
-# --- what Debezium sends for each column type (its defaults: decimal.handling.mode=precise,
-# time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) -------------------------
+# --- what Debezium sends for each column type, as `lakehouse cdc add` sets it up: its defaults
+# (time.precision.mode=adaptive, or adaptive_time_microseconds for MySQL) but for
+# decimal.handling.mode=string, whose text carries each value's scale ------------------------------
 
 def column_property(kind: str, column: str, sql_type, key: bool = False) -> dict:
     """The JSON Schema property of a column of SQLAlchemy type ``sql_type`` (pure); ``key``: a
@@ -66,13 +67,13 @@ def column_property(kind: str, column: str, sql_type, key: bool = False) -> dict
     if isinstance(sql_type, types.Float) or name in ("REAL", "DOUBLE", "DOUBLE_PRECISION"):
         return {"type": "number"}
     if isinstance(sql_type, types.Numeric):
+        # decimal.handling.mode=string: the digits as text, read as they are (no x-debezium-type);
+        # a value the declared decimal cannot hold exactly is a dead letter
         if sql_type.precision is None:
-            return {"type": "number", "format": UNSCALED_NUMERIC,
-                    "x-debezium-type": "io.debezium.data.VariableScaleDecimal"}
+            return {"type": "number", "format": UNSCALED_NUMERIC}
         if sql_type.precision > 38:
             raise LakehouseError(f"column {column}: {sql_type} has more digits than Spark's decimals hold (38)")
-        return {"type": "number", "format": f"decimal({sql_type.precision},{sql_type.scale or 0})",
-                "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}
+        return {"type": "number", "format": f"decimal({sql_type.precision},{sql_type.scale or 0})"}
     if isinstance(sql_type, types.DateTime):  # before Date: some dialects derive one from the other
         zoned = getattr(sql_type, "timezone", False) or (kind == "mysql" and name == "TIMESTAMP")
         if zoned:

@@ -76,7 +76,7 @@ FORMATS = EVENT_FORMATS + CDC_FORMATS
 # Which schema file each format takes (by suffix): a wrong pairing is a config error.
 SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
 KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
-        "source_table", "partitions", "source_url_variable", "contract", "unavailable_placeholder"}
+        "source_table", "partitions", "source_url_variable", "contract", "unavailable_placeholder", "signal_table"}
 # CDC streams: what becomes of a row field the contract lacks (ARCHITECTURE §6, "Fields the
 # contract lacks"). additive: a new column of bronze, typed from the change event (the source
 # added a column); fixed: kept in `_rescued`. Neither drops it.
@@ -107,6 +107,9 @@ class StreamSpec:
     partitions: int = 3
     contract: str = "fixed"  # CDC: "additive" by default (CONTRACT_MODES); event streams: fixed
     unavailable_placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER  # Debezium streams
+    # Debezium: the connector's signal table (its `signal.data.collection`, SCHEMA.NAME or
+    # DATABASE.NAME), where `lakehouse cdc snapshot` asks for an incremental snapshot
+    signal_table: str | None = None
 
     @property
     def adds_fields(self) -> bool:
@@ -187,6 +190,7 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         partitions=partitions,
         contract=_contract_mode(entry, fmt, where),
         unavailable_placeholder=_unavailable_placeholder(entry, fmt, where),
+        signal_table=_signal_table(entry, fmt, where),
     )
 
 
@@ -199,6 +203,19 @@ def _unavailable_placeholder(entry: dict, fmt: str, where: str) -> str:
         raise LakehouseError(f"{where}.unavailable_placeholder: expected the text of the connector's "
                              f"unavailable.value.placeholder, got {value!r}")
     return value
+
+
+def _signal_table(entry: dict, fmt: str, where: str) -> str | None:
+    table = entry.get("signal_table")
+    if table is None:
+        return None
+    if fmt != "debezium":
+        raise LakehouseError(f"{where}.signal_table: only a debezium stream has one (its connector's "
+                             "signal.data.collection)")
+    if not isinstance(table, str) or len(table.split(".")) != 2 or not all(table.split(".")):
+        raise LakehouseError(f"{where}.signal_table: expected the connector's signal.data.collection, "
+                             f"SCHEMA.NAME (PostgreSQL) or DATABASE.NAME (MySQL, MariaDB), got {table!r}")
+    return table
 
 
 def _contract_mode(entry: dict, fmt: str, where: str) -> str:

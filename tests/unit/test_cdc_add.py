@@ -1,9 +1,12 @@
-"""`lakehouse cdc add`, its pure parts: what each column type becomes in the contract (Debezium's
-defaults), the properties it prints, and the pipeline files it refuses to touch. The whole
-command runs against a real PostgreSQL and Debezium in tests/integration/test_real_cdc.py."""
+"""`lakehouse cdc add`, its pure parts: what each column type becomes in the contract (as the
+printed connector sends it), the properties it prints, and the pipeline files it refuses to
+touch; `lakehouse cdc snapshot`'s signal. The whole commands run against a real PostgreSQL and
+Debezium in tests/integration/test_real_cdc.py and test_real_cdc_exact.py."""
 
 import json
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sqlalchemy.dialects import mysql
@@ -20,10 +23,9 @@ from lakehouse.core.settings import Settings
     ("postgresql", pg.INTEGER(), {"type": "integer"}),
     ("postgresql", pg.BOOLEAN(), {"type": "boolean"}),
     ("postgresql", pg.DOUBLE_PRECISION(), {"type": "number"}),
-    ("postgresql", pg.NUMERIC(12, 2), {"type": "number", "format": "decimal(12,2)",
-                                       "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}),
-    ("postgresql", pg.NUMERIC(), {"type": "number", "format": "decimal(38,10)",
-                                  "x-debezium-type": "io.debezium.data.VariableScaleDecimal"}),
+    # decimal.handling.mode=string (the printed properties): digits, read as they are, no semantic type
+    ("postgresql", pg.NUMERIC(12, 2), {"type": "number", "format": "decimal(12,2)"}),
+    ("postgresql", pg.NUMERIC(), {"type": "number", "format": "decimal(38,10)"}),
     ("postgresql", pg.TIMESTAMP(), {"type": "string", "format": "date-time",
                                     "x-debezium-type": "io.debezium.time.MicroTimestamp"}),
     ("postgresql", pg.TIMESTAMP(precision=3), {"type": "string", "format": "date-time",
@@ -45,8 +47,7 @@ from lakehouse.core.settings import Settings
                                   "x-debezium-type": "io.debezium.time.ZonedTimestamp"}),
     ("mysql", mysql.TIME(), {"type": "string", "format": "time", "x-debezium-type": "io.debezium.time.MicroTime"}),
     ("mysql", mysql.TINYINT(), {"type": "integer"}),  # Debezium sends TINYINT(1) as a number too
-    ("mysql", mysql.DECIMAL(8, 3), {"type": "number", "format": "decimal(8,3)",
-                                    "x-debezium-type": "org.apache.kafka.connect.data.Decimal"}),
+    ("mysql", mysql.DECIMAL(8, 3), {"type": "number", "format": "decimal(8,3)"}),
 ])
 def test_each_column_type_is_declared_as_debezium_sends_it(kind, sql_type, expected):
     assert source_tables.column_property(kind, "c", sql_type) == expected
@@ -101,6 +102,7 @@ def java_properties(text: str) -> dict[str, str]:
 
 ORDERS = source_tables.SourceTable("postgresql", "shop", "public", "orders", {"id": {"type": "integer"}}, ("id",),
                                    excluded=("blob",))
+ORDERS_PATH = Path("orders.schema.json")
 CLIENTS = source_tables.SourceTable("postgresql", "shop", "sales", "clients", {"id": {"type": "integer"}}, ("id",))
 
 
@@ -110,7 +112,7 @@ def test_the_printed_properties_route_the_table_to_the_stream_and_leave_out_excl
     properties = java_properties(text)
     assert "s3cr3t" not in text
     assert properties["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
-    assert properties["transforms"] == "route_shop_orders"
+    assert properties["transforms"] == "drop_signals,route_shop_orders"
     assert re.fullmatch(properties["transforms.route_shop_orders.regex"], "shop_orders.public.orders")
     assert not re.fullmatch(properties["transforms.route_shop_orders.regex"], "shop_orders.public_orders")
     assert properties["transforms.route_shop_orders.replacement"] == "shop_orders"
@@ -159,15 +161,91 @@ def test_several_tables_are_one_connector_each_routed_to_its_stream():
             if any(re.fullmatch(pattern, table) for pattern in include)] == ["public.orders", "sales.clients"]
     assert server["debezium.source.topic.prefix"] == "shop"
     assert server["debezium.source.slot.name"] == "shop_slot"
-    assert server["debezium.transforms"] == "route_orders,route_clients"
+    assert server["debezium.transforms"] == "drop_signals,route_orders,route_clients"
     routed = {}
-    for alias in server["debezium.transforms"].split(","):
+    for alias in server["debezium.transforms"].split(",")[1:]:
         for topic in ("shop.public.orders", "shop.sales.clients"):
             if re.fullmatch(server[f"debezium.transforms.{alias}.regex"], topic):
                 routed[topic] = server[f"debezium.transforms.{alias}.replacement"]
     assert routed == {"shop.public.orders": "orders", "shop.sales.clients": "clients"}
     assert server["debezium.sink.kafka.producer.bootstrap.servers"] == "127.0.0.1:9999"
     assert server["debezium.format.value.schemas.enable"] == "false"
+
+
+@pytest.mark.parametrize("url, signal", [("postgresql://me@db/shop", "public.shop_signal"),
+                                         ("mariadb://me@db/shop", "shop.shop_signal")])
+def test_the_printed_properties_keep_decimals_scales_and_nulls_and_name_the_signal_table(url, signal):
+    """Issue 56, item 7: decimals as text (their scale with them), a NULL kept NULL by the JSON
+    converter in either runtime form, the connector's signal table (`lakehouse cdc snapshot`),
+    whose own changes are dropped before they reach a topic no stream reads."""
+    kind = "postgresql" if url.startswith("postgresql") else "mysql"
+    source = source_tables.SourceTable(kind, "shop", "public" if kind == "postgresql" else None, "orders",
+                                       {"id": {"type": "integer"}}, ("id",))
+    assert cdc.signal_table("Shop", source) == signal
+    for runtime, prefix, converter in (("kafka-connect", "", "value.converter."),
+                                       ("debezium-server", "debezium.source.", "debezium.format.value.")):
+        properties = java_properties(cdc.debezium_properties("Shop", [("orders", source)], url, Settings.from_env({}),
+                                                             runtime))
+        transforms = "debezium." if runtime == "debezium-server" else ""
+        assert properties[f"{prefix}decimal.handling.mode"] == "string"
+        assert properties[f"{converter}replace.null.with.default"] == "false"
+        assert properties[f"{prefix}signal.data.collection"] == signal
+        aliases = properties[f"{transforms}transforms"].split(",")
+        assert aliases[0] == "drop_signals"
+        assert properties[f"{transforms}transforms.drop_signals.type"] == "org.apache.kafka.connect.transforms.Filter"
+        predicate = properties[f"{transforms}transforms.drop_signals.predicate"]
+        assert properties[f"{transforms}predicates"] == predicate
+        pattern = properties[f"{transforms}predicates.{predicate}.pattern"]
+        assert re.fullmatch(pattern, f"Shop.{signal}")
+        assert not re.fullmatch(pattern, f"Shop.{signal.split('.')[0]}.orders")
+        assert not re.fullmatch(pattern, "orders")
+
+
+def test_the_signal_table_ddl_has_debezium_s_three_columns():
+    assert cdc.signal_table_ddl("public.shop_signal") == (
+        "create table public.shop_signal (id varchar(42) primary key, type varchar(32) not null, "
+        "data varchar(2048));")
+
+
+def test_the_pipeline_entry_names_the_signal_table_and_reads_back(tmp_path):
+    from lakehouse.contracts.streams import load_pipeline
+
+    (tmp_path / "orders.schema.json").write_text(cdc.contract(ORDERS))
+    (tmp_path / "pipeline.yml").write_text("streams:" + cdc.pipeline_entry("orders", ORDERS, 3, "public.shop_signal"))
+    assert load_pipeline(tmp_path / "pipeline.yml")["orders"].signal_table == "public.shop_signal"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"format": "dms", "signal_table": "public.s"}, "only a debezium stream has one"),
+    ({"format": "debezium", "signal_table": "s"}, "expected the connector's signal.data.collection"),
+    ({"format": "debezium", "signal_table": "a.b.c"}, "expected the connector's signal.data.collection"),
+])
+def test_a_signal_table_that_cannot_be_the_connector_s_is_refused(tmp_path, entry, message):
+    import yaml
+
+    from lakehouse.contracts.streams import load_pipeline
+
+    (tmp_path / "t.schema.json").write_text(json.dumps({"type": "object", "properties": {"id": {"type": "integer"}}}))
+    stream = {"schema": "t.schema.json", "event_time": "_source_ts", "identity": ["id"], **entry}
+    (tmp_path / "pipeline.yml").write_text(yaml.safe_dump({"streams": {"t": stream}}))
+    with pytest.raises(LakehouseError, match=f"streams.t.signal_table: {message}"):
+        load_pipeline(tmp_path / "pipeline.yml")
+
+
+def test_the_snapshot_signal_asks_for_an_incremental_snapshot_of_the_table():
+    first, second = cdc.snapshot_signal("public.orders"), cdc.snapshot_signal("public.orders")
+    assert first[1:] == ("execute-snapshot", '{"data-collections": ["public.orders"], "type": "incremental"}')
+    assert first[0] != second[0] and len(first[0]) <= 42  # Debezium takes each signal id once; id varchar(42)
+
+
+def test_a_snapshot_of_a_stream_without_a_signal_table_or_not_debezium_is_refused_in_one_line():
+    from lakehouse.contracts.streams import StreamSpec
+
+    spec = StreamSpec("orders", "orders", "debezium", ORDERS_PATH, "bronze.orders", "_source_ts", ("id",), ("id",))
+    with pytest.raises(LakehouseError, match="stream 'orders' names no signal table: create the connector's"):
+        cdc.request_snapshot(spec, "postgresql://me@db/shop")
+    with pytest.raises(LakehouseError, match="stream 'orders' is a dms stream"):
+        cdc.request_snapshot(replace(spec, format="dms", signal_table="public.s"), "postgresql://me@db/shop")
 
 
 def test_excluded_columns_name_their_table_when_there_are_several():

@@ -149,10 +149,20 @@ MISFITS = [
 ]
 
 
+def misfit_field(detail: str) -> str:
+    """The field a SCHEMA_MISMATCH detail names (a decimal's reason in brackets after it left out)."""
+    return detail.split("wrong type: ", 1)[1].split(" (", 1)[0]
+
+
 def test_a_value_that_does_not_fit_its_semantic_type_is_a_schema_mismatch(spark):
     rows = decode(spark, DECLARED, [event({"id": n, field: value}) for n, (field, value) in enumerate(MISFITS)])
-    assert [(r._error_code, r._error_detail.rsplit(": ", 1)[-1]) for r in rows] == [
+    assert [(r._error_code, misfit_field(r._error_detail)) for r in rows] == [
         ("SCHEMA_MISMATCH", field) for field, _ in MISFITS]
+    # a decimal's detail says why, with the scale the change carried (the contract's, schemaless)
+    assert [r._error_detail.split("wrong type: ", 1)[1] for r in rows[2:5]] == [
+        "amount (100000000000.00: 12 digits before the point, the contract's decimal(12,2) holds 10)",
+        "ratio (12.3456: 4 digits after the point, the contract's decimal(20,3) keeps 3)",
+        "ratio"]  # 41 digits: not read at all
 
 
 def test_digits_beyond_the_declared_scale_are_kept_only_when_they_are_zeros(spark):
@@ -270,3 +280,61 @@ def test_a_renamed_column_is_read_from_its_source_field_key_included(spark):
         (5, Decimal("1234.56"), AT, None), (6, Decimal("1234.56"), AT, '{"reading":"x"}'), (6, None, None, None),
         (5, Decimal("1234.56"), AT, None)]
     assert rows[2]._is_tombstone
+
+
+# --- issue 56, item 7: a numeric column whose scale an ALTER raised (numeric(18,4) -> numeric(20,6)) --
+
+LEDGER = JsonContract(StructType([StructField("id", LongType()), StructField("amount", DecimalType(18, 4))]),
+                      ("id",), {"amount": ("decimal", None)})  # as `lakehouse cdc add` declares it now
+
+
+def test_decimals_as_text_carry_their_scale_and_land_exactly_after_the_source_s_scale_grew(spark):
+    """decimal.handling.mode=string (the printed properties): Debezium writes each value with its
+    column's scale. After the ALTER, a value whose new digits are zeros lands exactly; one that needs
+    them is a dead letter naming the scale it came with, never a value off by a power of ten."""
+    sent = {1: "5302757.9045", 2: "5302757.904500", 3: "-0.000100", 4: "1.123456", 5: "123456789012345.000000",
+            6: "NaN", 7: "12345678901234.9999"}
+    rows = decode(spark, LEDGER, [event({"id": n, "amount": text}) for n, text in sent.items()])
+    assert [(r.amount, r._error_code) for r in rows] == [
+        (Decimal("5302757.9045"), None), (Decimal("5302757.9045"), None), (Decimal("-0.0001"), None),
+        (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"), (None, "SCHEMA_MISMATCH"),
+        (Decimal("12345678901234.9999"), None)]
+    assert [r._error_detail for r in rows[3:6]] == [
+        "a field of the change has a value of the wrong type: amount (1.123456: 6 digits after the point, the "
+        "contract's decimal(18,4) keeps 4)",
+        "a field of the change has a value of the wrong type: amount (123456789012345.000000: 15 digits before the "
+        "point, the contract's decimal(18,4) holds 14)",
+        "a field of the change has a value of the wrong type: amount"]
+
+
+def test_with_schemas_enabled_a_decimal_is_read_at_the_scale_its_event_names(spark):
+    """Precise mode with schemas: the scale comes with each event, so the ALTER changes nothing."""
+    def schema(scale: int, precision: int) -> dict:
+        return connect_schema({"id": ("int64", None, {}), "amount": (
+            "bytes", "org.apache.kafka.connect.data.Decimal",
+            {"scale": str(scale), "connect.decimal.precision": str(precision)})})
+    rows = decode(spark, LEDGER, [event({"id": 1, "amount": unscaled(53027579045)}, schema(4, 18)),
+                                  event({"id": 2, "amount": unscaled(5302757904500)}, schema(6, 20)),
+                                  event({"id": 3, "amount": unscaled(1123456)}, schema(6, 20))])
+    assert [(r.amount, r._error_code) for r in rows] == [
+        (Decimal("5302757.9045"), None), (Decimal("5302757.9045"), None), (None, "SCHEMA_MISMATCH")]
+    assert rows[2]._error_detail.endswith(
+        "amount (1.123456: 6 digits after the point, the contract's decimal(18,4) keeps 4)")
+
+
+def test_a_contract_that_reads_decimals_at_its_own_scale_is_warned_of_when_loaded(caplog):
+    """A contract of before (x-debezium-type Decimal, base64 without schemas) is read as before: the
+    change carries no scale, so the warning names the fields and what to do."""
+    from ingestion.decoders import _warn_of_unscaled_decimals
+    from lakehouse.contracts.streams import StreamSpec
+
+    spec = StreamSpec("typed", "typed", "debezium", None, "bronze.typed", "_source_ts", ("id",), ("id",))
+    with caplog.at_level("WARNING", logger="lakehouse.ingest"):
+        _warn_of_unscaled_decimals(spec, DECLARED, {})
+        _warn_of_unscaled_decimals(spec, LEDGER, {})
+        _warn_of_unscaled_decimals(spec, DECLARED, {"amount": {}})  # added from events with schemas
+    assert [r.getMessage() for r in caplog.records] == [
+        "typed: amount read as Debezium's Decimal at the contract's scale (x-debezium-type): in JSON without "
+        "schemas a change carries no scale, so an ALTER of the column's scale at the source would multiply its "
+        "values in silence; set the connector's decimal.handling.mode=string and take x-debezium-type out of "
+        "these fields (docs/connect-a-database.md, \"Decimals\")"]

@@ -315,6 +315,17 @@ def test_a_postgres_change_in_flight_at_the_snapshot_point_is_ordered_after_the_
                              ({**pg, "snapshot": "false", "lsn": 20}, "u")]) == [1, 0]
 
 
+def test_an_incremental_snapshot_read_is_ordered_with_the_stream_by_its_sequence(spark):
+    """`lakehouse cdc snapshot`'s reads, as Debezium Server 3.0.0.Final sent them from PostgreSQL
+    15: `snapshot` incremental, no `lsn`, the stream's position in `sequence`. The change before
+    the window orders before the read, the one after it after (issue 56, item 7)."""
+    pg = {"connector": "postgresql"}
+    before = ({**pg, "snapshot": None, "lsn": 26416112, "sequence": '["26385832","26416112"]'}, "c")
+    read = ({**pg, "snapshot": "incremental", "lsn": None, "sequence": '["26417104","26417104"]'}, "r")
+    after = ({**pg, "snapshot": None, "lsn": 26417400, "sequence": '["26417300","26417400"]'}, "u")
+    assert _order_of(spark, [after, read, before]) == [2, 1, 0]
+
+
 def test_mysql_and_mariadb_changes_are_ordered_by_binlog_file_position_and_row(spark):
     def binlog(file, pos, row=0, snapshot="false", connector="mariadb"):
         return {"connector": connector, "snapshot": snapshot, "file": file, "pos": pos, "row": row}
@@ -333,7 +344,7 @@ def test_a_debezium_change_without_its_source_position_or_of_another_connector_i
                             ("customer_id",))
     key = b'{"customer_id":3}'
     messages = [(key, _debezium_event(source)) for source in (
-        {"connector": "postgresql", "snapshot": "false", "sequence": '[null,"10"]'},  # no lsn
+        {"connector": "postgresql", "snapshot": "false", "sequence": '["9",null]'},  # no lsn, here or in sequence
         {"connector": "mariadb", "snapshot": "false", "file": "binlog.000001", "row": 0},  # no pos
         {"connector": "mariadb", "snapshot": "false", "file": "mysql-bin", "pos": 4, "row": 0},  # no file number
         {"connector": "sqlserver", "snapshot": "false", "lsn": 10},
@@ -355,7 +366,8 @@ def test_a_truncate_is_a_change_without_key_or_row(spark):
               "lsn": 26400000, "sequence": '["26399000","26400000"]'}
     truncate = {"before": None, "after": None, "op": "t", "ts_ms": 1, "source": source}
     messages = [(None, json.dumps(truncate).encode()),
-                (None, json.dumps({**truncate, "source": {**source, "lsn": None}}).encode())]
+                (None, json.dumps({**truncate, "source": {**source, "lsn": None,  # no position, nor in sequence
+                                                          "sequence": '["26399000",null]'}}).encode())]
     rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
         .orderBy("offset").collect()
     assert rows[0]._error_code is None, rows[0]._error_detail
