@@ -7,13 +7,16 @@
     lock itself, so a plain `dbt run`, `build`, `seed` or `snapshot` (or `retry` of one) is
     refused, in one line that names the same command through `lakehouse dbt`.
 
-    `dbt test` and `dbt source freshness` only read: they run as they are. Commands without
-    hooks (compile, show, ls, docs) only read too; profiles.yml refuses every plain command
-    whose LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE it would ignore. dbt also renders the hook
+    Commands that only read run as they are: `dbt test`, `source freshness`, `docs generate`
+    (which runs the hooks too), compile, show, ls, parse, debug. The list names what may run, so
+    a command dbt adds later is refused until it is known to only read (as
+    lakehouse/operations/dbt.py READ_ONLY_COMMANDS decides who takes the lock). profiles.yml
+    refuses every plain command whose LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE it would ignore. dbt also renders the hook
     when it parses the project (`execute` false), for every command: nothing is refused then.
 -#}
 {% macro refuse_unless_lakehouse_dbt() %}
-  {%- if execute and flags.WHICH not in ('test', 'freshness', 'source')
+  {%- if execute and flags.WHICH not in ('test', 'freshness', 'source', 'generate', 'serve', 'compile',
+                                         'show', 'list', 'ls', 'parse', 'debug')
         and not env_var('LAKEHOUSE_DBT_LOCK_HOLDER', '') -%}
     {%- set command = invocation_args_dict.get('invocation_command') or ('dbt ' ~ flags.WHICH) -%}
     {{ exceptions.raise_compiler_error(

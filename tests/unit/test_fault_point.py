@@ -12,6 +12,8 @@ def test_the_fault_point_is_off_unless_set_and_an_unknown_one_is_refused():
     assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-iceberg-commit"}) == "after-iceberg-commit"
     # the points of the two-commit protocol are gone with it
     assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-replay-commit"}) == "after-replay-commit"
-    with pytest.raises(LakehouseError, match="known: after-iceberg-commit, after-replay-commit$"):
+    assert read_fault_point({"LAKEHOUSE_FAULT_POINT": "stop-inside-append-commit"}) == "stop-inside-append-commit"
+    with pytest.raises(LakehouseError,
+                       match="known: after-iceberg-commit, after-replay-commit, stop-inside-append-commit$"):
         read_fault_point({"LAKEHOUSE_FAULT_POINT": "after-bronze"})
 
