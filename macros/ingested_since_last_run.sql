@@ -89,9 +89,10 @@
 
 {#-
     The silver rows a gold model has not counted yet, exactly: silver's append-only models stamp
-    every row with `_loaded_at`, the time of the dbt run that appended it, and the CDC mirrors
-    every row they insert or update (one value per run, later for every later run), so "stamped
-    after the newest stamp counted" misses nothing and counts nothing twice, with no overlap.
+    every row with `_loaded_at`, the run stamp of the dbt run that appended it, and the CDC
+    mirrors every row they insert or update (one value per run, later than every stamp the table
+    already holds whatever the clock of the host: macros/run_stamp.sql), so "stamped after the
+    newest stamp counted" misses nothing and counts nothing twice, with no overlap.
     `_ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
     dead-letter replay, a held-up batch) that silver reads now can carry a stamp hours old.
     This needs dbt runs one at a time, which `lakehouse dbt` and `lakehouse dbt loop` ensure
