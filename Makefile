@@ -19,7 +19,7 @@ TEST_WORKERS ?= 2
 PYTEST_DEFAULT := -m "not slow and not chaos and not cluster and not debezium" \
 	-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium \
+.PHONY: help setup install protos jars demo docs test test-unit test-integration test-slow test-cluster test-chaos lint format clean preflight chromium faketime \
 	debezium debezium-databases test-debezium
 
 help: ## Show this help
@@ -69,6 +69,18 @@ chromium: ## Install headless Chromium (Debian package) for the report's browser
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
 		|| { echo "error: could not install chromium with apt-get (see above); the report's browser test needs it"; exit 1; }
 
+faketime: ## Install faketime (Debian package), which the clock tests run real processes under, if missing
+	@command -v faketime >/dev/null && exit 0; \
+	sudo=""; if [ "$$(id -u)" != 0 ]; then \
+		command -v sudo >/dev/null || { echo "error: faketime is not installed and installing it needs root (no sudo): apt-get install faketime"; exit 1; }; \
+		sudo=sudo; fi; \
+	command -v apt-get >/dev/null || { echo "error: faketime is not installed and there is no apt-get: install faketime (libfaketime) by hand"; exit 1; }; \
+	echo "installing faketime (Debian package)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime \
+		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime; } \
+		|| { echo "error: could not install faketime with apt-get (see above); the clock tests need it"; exit 1; }
+
 debezium: debezium-databases $(DEBEZIUM_STAMP) ## PostgreSQL and MariaDB (Debian packages, if missing), Debezium, a Kafka Connect worker and Debezium Server (Maven Central; Java 21+ beside 17) for `make test-debezium`
 
 debezium-databases:
@@ -113,13 +125,13 @@ demo: preflight setup ## Set up, then run the whole chain once on the local plat
 docs: install ## Build the documentation site (MkDocs, --strict) into .lakehouse/site/
 	$(BIN)/mkdocs build --strict --site-dir $(STATE)/site
 
-test: setup chromium docs ## Set up, build the docs (a broken link fails), then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
+test: setup chromium faketime docs ## Set up, build the docs (a broken link fails), then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
 	$(BIN)/pytest $(PYTEST_DEFAULT)
 
 test-unit: setup ## Unit tests only
 	$(BIN)/pytest tests/unit
 
-test-integration: setup chromium ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
+test-integration: setup chromium faketime ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
 	$(BIN)/pytest tests/integration $(PYTEST_DEFAULT)
 
 test-slow: setup ## Long-running tests

@@ -255,8 +255,8 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             committed.alias("_source_ts"),
             # a DMS change's place (ingestion/formats.py decode_dms): the log position as DMS
             # writes a MySQL source's, and the form of it that sorts as text
-            F.struct((F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),
-                     log_position_key(position_text).alias("log_position"),
+            F.struct(log_position_key(position_text).alias("log_position"),
+                     (F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),
                      position_text.alias("stream_position"),
                      F.col("position").cast("bigint").alias("transaction_id"),
                      F.lit(0).cast("bigint").alias("record_id")).alias("_seq"),

@@ -959,10 +959,12 @@ def log_position_key(position: Column) -> Column:
 def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """AWS DMS JSON records -> changelog. DMS sends no tombstones: a null value is invalid.
 
-    ``_seq`` is (commit time in µs, log position, stream position, transaction id, record
-    position in the transaction): the source's log position orders the changes committed in the
-    same microsecond, never the transaction id, which a database assigns at transaction start
-    (ARCHITECTURE §9; producers/cdc/oracle.py). ``log_position`` is ``stream-position`` in a form
+    ``_seq`` is (log position, commit time in µs, stream position, transaction id, record
+    position in the transaction): the source's log position orders the changes, as the source
+    committed them (one server writes its log in commit order); the commit time, the source
+    host's clock, which can step back, only breaks a tie of positions; never the transaction id,
+    which a database assigns at transaction start (ARCHITECTURE §9; producers/cdc/oracle.py).
+    ``log_position`` is ``stream-position`` in a form
     that sorts as text in log order (``log_position_key``); ``stream_position`` keeps it as DMS
     wrote it. A record without a position is INVALID_CDC_ENVELOPE, like one without its
     transaction id: the endpoint setting that gives one (``IncludeTransactionDetails``) gives the
@@ -1000,8 +1002,8 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     return _changelog(
         parsed, image_schema, identity, op, image,
         source_ts=committed,
-        seq=F.struct(F.unix_micros(committed).alias("commit_us"),
-                     log_position_key(metadata["stream-position"]).alias("log_position"),
+        seq=F.struct(log_position_key(metadata["stream-position"]).alias("log_position"),
+                     F.unix_micros(committed).alias("commit_us"),
                      metadata["stream-position"].alias("stream_position"),
                      metadata["transaction-id"].alias("transaction_id"),
                      metadata["transaction-record-id"].alias("record_id")),

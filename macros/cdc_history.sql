@@ -35,9 +35,10 @@
     versions (`cdc_history_merge_predicates`). The rows written are the same as by the full read.
 
     The history has the changelog's columns, then valid_from, valid_to, is_current,
-    `_loaded_at` and `_first_loaded_at` (its first run creates it so). `_loaded_at` is the time
-    of the dbt run that last wrote the row, new version or re-written stored one (one value per
-    run, later for every later run), as the mirror's; `_first_loaded_at` that of the run that
+    `_loaded_at` and `_first_loaded_at` (its first run creates it so). `_loaded_at` is the run
+    stamp of the dbt run that last wrote the row, new version or re-written stored one (one value
+    per run, later than every stamp the history holds whatever the host's clock:
+    macros/run_stamp.sql), as the mirror's; `_first_loaded_at` that of the run that
     wrote the version first, kept when a later run re-writes it. A reader that joins facts to
     the version of their time (gold's sales_by_region_daily) finds by them exactly the versions
     written since it last looked, a late CDC commit's included, and tells a version new since
@@ -70,6 +71,9 @@
                               open_versions_only=false) -%}
 {%- set keys = [key] if key is string else key -%}
 {%- set key_list = keys | join(', ') -%}
+{#- the run stamp: later than every stamp the history holds (macros/run_stamp.sql); `this`, not
+    `existing`, which a full refresh leaves out: its stamps must follow the table's too -#}
+{%- set loaded_at = run_stamp(this) -%}
 {%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
 {%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
 {%- set ends_a_row = "op = 'D'" ~ (' or (' ~ truncate_when ~ ')' if truncate_when else '') -%}
@@ -314,9 +318,9 @@ final as (
 
     select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _stored_first_loaded_at, _is_stored
                      {{- ', _refilled' if carried }}),
-           current_timestamp() as _loaded_at,
+           {{ loaded_at }} as _loaded_at,
            -- a stored version keeps the stamp of the run that first wrote it (null: before the column)
-           case when _is_stored then _stored_first_loaded_at else current_timestamp() end as _first_loaded_at
+           case when _is_stored then _stored_first_loaded_at else {{ loaded_at }} end as _first_loaded_at
     from versions
     -- the new versions, and the stored ones whose start, end, currency or carried values they change
     where not _is_stored

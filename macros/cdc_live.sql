@@ -9,8 +9,9 @@
     The model selects the mirror, tombstones included (one ref: the mirror). The mirror keeps
     the tombstones (against resurrection by late changes); the live table holds none.
 
-    Incremental by the mirror's run stamp `_loaded_at` (one value per mirror run, later for every
-    later run; a truncation's new tombstones carry it too). The live table records in a table
+    Incremental by the mirror's run stamp `_loaded_at` (one value per mirror run, later than every
+    stamp the mirror holds whatever the host's clock: macros/run_stamp.sql; a truncation's new
+    tombstones carry it too). The live table records in a table
     property the newest stamp it has applied, W. A run reads the newest stamp of the mirror, W',
     then MERGEs the mirror rows stamped after W up to W': a tombstone deletes its key, a live row
     upserts it. The filter on `_loaded_at` prunes the mirror's files by their metrics, so the run

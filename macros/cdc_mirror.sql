@@ -306,6 +306,14 @@
         {%- endset -%}
         {%- set purging = run_query('select 1 from ' ~ relation ~ ' where ' ~ expired ~ ' limit 1') | length > 0 -%}
         {%- if purging -%}
+            {#- the purge deletes rows without writing later-stamped ones: the newest run stamp is
+                kept first, so that the next run's stamp stays after it (macros/run_stamp.sql) -#}
+            {%- set newest_stamp = newest_run_stamp(relation) -%}
+            {%- if newest_stamp is not none -%}
+                {%- call statement('run_stamp_floor') -%}
+                    alter table {{ relation }} set tblproperties ('{{ run_stamp_floor_property() }}' = '{{ newest_stamp }}')
+                {%- endcall -%}
+            {%- endif -%}
             {%- call statement('purge_tombstones') -%}
                 delete from {{ relation }} where {{ expired }}
             {%- endcall -%}

@@ -159,10 +159,11 @@ carried_changes as (
 
 final as (
 
-    -- `_loaded_at`: when the dbt run wrote the row (one value per run, later for every later
-    -- run). Gold finds the keys changed since it last looked by it, exactly: `_ingested_at`
-    -- is bronze's clock, and a late bronze commit applied now can carry one hours old
-    select * except ({{ dropped | join(', ') }}), current_timestamp() as _loaded_at
+    -- `_loaded_at`: the run stamp (macros/run_stamp.sql: one value per run, later than every
+    -- stamp the mirror holds, whatever the host's clock). Gold finds the keys changed since it
+    -- last looked by it, exactly: `_ingested_at` is bronze's clock, and a late bronze commit
+    -- applied now can carry one hours old
+    select * except ({{ dropped | join(', ') }}), {{ run_stamp(existing) }} as _loaded_at
     from {{ 'carried_changes' if carried else 'mirror_changes' }}
 
 )

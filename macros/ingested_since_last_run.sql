@@ -89,9 +89,10 @@
 
 {#-
     The silver rows a gold model has not counted yet, exactly: silver's append-only models stamp
-    every row with `_loaded_at`, the time of the dbt run that appended it, and the CDC mirrors
-    every row they insert or update (one value per run, later for every later run), so "stamped
-    after the newest stamp counted" misses nothing and counts nothing twice, with no overlap.
+    every row with `_loaded_at`, the run stamp of the dbt run that appended it, and the CDC
+    mirrors every row they insert or update (one value per run, later than every stamp the table
+    already holds whatever the clock of the host: macros/run_stamp.sql), so "stamped after the
+    newest stamp counted" misses nothing and counts nothing twice, with no overlap.
     `_ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
     dead-letter replay, a held-up batch) that silver reads now can carry a stamp hours old.
     This needs dbt runs one at a time, which `lakehouse dbt` and `lakehouse dbt loop` ensure
@@ -111,14 +112,21 @@
     Exact increments of the silver models that read bronze (`bronze_increment`). The overlap
     window above is a guess at how late a commit can be; a bronze table's Iceberg snapshots say
     exactly what was committed since a run read it. So each such model remembers the bronze
-    snapshot its last run read, in a table property of its own (`lakehouse.input-snapshot.<bronze
-    table>`), and the next run reads the rows of the data files added by every snapshot after it:
-    `_ingested_at >= ` the smallest `_ingested_at` lower bound of those files (the `entries`
-    metadata table keeps, per live file, the snapshot that added it and exact bounds). Bronze
-    files not added since hold rows the last run read, and lie below that bound unless a replay
-    or a late batch stamped rows earlier; those few are read again, which each model makes
-    harmless as for the overlap. A late commit stamped an hour early is read all the same: the
-    bound comes from the files, not from the clock.
+    snapshot its last run read (main's head, from the `refs` metadata table), in a table property
+    of its own (`lakehouse.input-snapshot.<bronze table>`), with the largest data sequence number
+    of that snapshot's files (`lakehouse.input-sequence.<bronze table>`). The next run reads the
+    rows of the data files that main's later commits added: `_ingested_at >= ` the smallest
+    `_ingested_at` lower bound of those files. Bronze files not added since hold rows the last run
+    read, and lie below that bound unless a replay or a late batch stamped rows earlier; those few
+    are read again, which each model makes harmless as for the overlap. A late commit stamped an
+    hour early is read all the same: the bound comes from the files, not from the clock.
+
+    "Later" is decided by lineage and sequence numbers, never by a commit time. A snapshot's time
+    is its writer's clock, and Iceberg accepts a commit stamped up to a minute before its parent:
+    a replay from a host 30 s behind was, by `made_current_at`, older than the snapshot a run had
+    recorded, and was skipped for good. Every commit to main gets a sequence number above every
+    earlier one, so the files main's ancestors (Iceberg's parent chain: `is_current_ancestor`)
+    added with a data sequence number above the recorded one are exactly those committed since.
 
     The snapshot is taken when the model renders, before its query runs, so the query reads that
     snapshot or a later one: whatever lands between is read again next run, never skipped. It is
@@ -133,22 +141,23 @@
     from the smallest bound of what was appended since, not from the start of every compacted
     partition.
 
-    A model records, beside the snapshot, the largest data sequence number of its files
-    (`lakehouse.input-sequence.<bronze table>`). When maintenance has expired the recorded
-    snapshot, the files whose data sequence number is above it hold every row appended since,
-    whatever its `_ingested_at`: a crashed batch completed later keeps its original instant, which
-    a window back from the newest `_ingested_at` could miss. (A file compaction wrote keeps the
-    sequence number of the snapshot it started from, so it is read again only if that snapshot
-    came after the recorded one: more read, nothing missed.)
+    When maintenance has expired the recorded snapshot (it is no longer one of main's ancestors),
+    the live files whose data sequence number is above the recorded one hold every row appended
+    since, whatever its `_ingested_at`: a crashed batch completed later keeps its original instant,
+    which a window back from the newest `_ingested_at` could miss. (A file compaction wrote keeps
+    the sequence number of the snapshot it started from, so it is read again only if that
+    snapshot came after the recorded one: more read, nothing missed.)
 
     A full build records the snapshot too. The overlap window stays the fallback for a table built
     before models recorded snapshots, or when a data file lacks bounds.
 -#}
 
 {% macro current_snapshot_sql(source) -%}
-    select cast(max_by(snapshot_id, made_current_at) as string) as snapshot_id
-    from {{ source }}.history
-    where is_current_ancestor
+    {#- main's head, as the table's own reference names it: never the snapshot with the latest
+        commit time (a host whose clock is behind commits snapshots stamped before their parent) -#}
+    select max(cast(snapshot_id as string)) as snapshot_id {# one row: null for a table without one #}
+    from {{ source }}.refs
+    where name = 'main'
 {%- endmacro %}
 
 
@@ -159,28 +168,38 @@
 {%- endmacro %}
 
 
-{% macro files_added_since_sql(source, snapshot_id, column='_ingested_at') -%}
-    {#- known: is the recorded snapshot still in the table's history (maintenance expires old
-        ones)? Then: how many data files the later snapshots that append added (not compaction's
-        `replace`: its files hold rows appended before), and their smallest bound, read from the
-        entries of those snapshots (`all_entries`), whether or not compaction rewrote them since -#}
-    with recorded as (
-        select made_current_at from {{ source }}.history
-        where snapshot_id = {{ snapshot_id }} and is_current_ancestor
-    ),
-    later as (
-        select history.snapshot_id
-        from {{ source }}.history as history
-        inner join {{ source }}.snapshots as snapshots on history.snapshot_id = snapshots.snapshot_id
-        where history.is_current_ancestor and snapshots.operation <> 'replace'
-          and history.made_current_at > (select max(made_current_at) from recorded)
-    )
-    select (select count(*) from recorded) as known,
-           cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
+{% macro lineage_sql(source) -%}
+    {#- main's ancestors (Iceberg walks the parent chain from main's head: `is_current_ancestor`,
+        which stops where an ancestor was expired) and their operation -#}
+    select history.snapshot_id, snapshots.operation
+    from {{ source }}.history as history
+    inner join {{ source }}.snapshots as snapshots on history.snapshot_id = snapshots.snapshot_id
+    where history.is_current_ancestor
+{%- endmacro %}
+
+
+{% macro recorded_is_ancestor_sql(source, snapshot_id) -%}
+    {#- is the recorded snapshot still one of main's ancestors? Then every later ancestor is kept
+        too: Iceberg's expiry keeps a chain from the head (expire_snapshots retains ancestors from
+        main's head back to the first one it expires), and `is_current_ancestor` stops at a gap -#}
+    select count(*) from {{ source }}.history
+    where snapshot_id = {{ snapshot_id }} and is_current_ancestor
+{%- endmacro %}
+
+
+{% macro files_added_since_sql(source, sequence, column='_ingested_at') -%}
+    {#- the data files that main's appends after the recorded snapshot added (not compaction's
+        `replace`: its files hold rows appended before), by lineage and sequence number: the
+        entries with which main's ancestors added them (`all_entries`), whose bounds stay when
+        compaction has rewritten the files since. Every snapshot committed after the recorded one
+        has a larger sequence number than `sequence`, whatever its commit time says -#}
+    with lineage as ({{ lineage_sql(source) }})
+    select cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
            count(*) as files,
            count_if(readable_metrics.{{ column }}.lower_bound is null) as files_without_bounds
     from {{ source }}.all_entries
-    where status = 1 and data_file.content = 0 and snapshot_id in (select snapshot_id from later)
+    where status = 1 and data_file.content = 0 and sequence_number > {{ sequence }}
+      and snapshot_id in (select snapshot_id from lineage where operation <> 'replace')
 {%- endmacro %}
 
 
@@ -254,20 +273,20 @@
         {{ return(none) }}
     {%- endif -%}
     {#- after the snapshot above: the files below include every one the run's query may miss -#}
+    {%- set source_name = source.schema ~ '.' ~ source.identifier -%}
     {%- set recorded = recorded_bronze_snapshot(existing, source) -%}
-    {%- if recorded is not none -%}
-        {%- set added = run_query(files_added_since_sql(source, recorded, column)).rows[0] -%}
-        {%- if added[0] > 0 -%}
-            {%- set bound = bound_of_added_files(added[1], added[2], added[3], column) -%}
-            {%- if bound is not none -%}{{ return(bound) }}{%- endif -%}
-        {%- endif -%}
+    {%- set recorded_sequence = recorded_bronze_snapshot(existing, source, bronze_sequence_property(source_name)) -%}
+    {%- set known = recorded is not none and run_query(recorded_is_ancestor_sql(source, recorded)).rows[0][0] > 0 -%}
+    {%- if known and recorded_sequence is none -%}
+        {#- recorded by a version that kept no sequence number: read it from the snapshot -#}
+        {%- set recorded_sequence = run_query(sequence_as_of_sql(source, recorded)).rows[0][0] -%}
     {%- endif -%}
-    {%- set recorded_sequence = recorded_bronze_snapshot(existing, source,
-                                                         bronze_sequence_property(source.schema ~ '.' ~ source.identifier)) -%}
     {%- if recorded_sequence is not none -%}
-        {#- the recorded snapshot was expired: by data sequence number -#}
-        {%- set after = run_query(files_after_sequence_sql(source, recorded_sequence, column)).rows[0] -%}
-        {%- set bound = bound_of_added_files(after[0], after[1], after[2], column) -%}
+        {#- by lineage while the recorded snapshot is one of main's ancestors; once maintenance has
+            expired it, by data sequence number over the live files -#}
+        {%- set added = run_query(files_added_since_sql(source, recorded_sequence, column) if known
+                                  else files_after_sequence_sql(source, recorded_sequence, column)).rows[0] -%}
+        {%- set bound = bound_of_added_files(added[0], added[1], added[2], column) -%}
         {%- if bound is not none -%}{{ return(bound) }}{%- endif -%}
     {%- endif -%}
     {{ return(ingested_since_last_run(existing, column)) }}

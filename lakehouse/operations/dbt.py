@@ -208,6 +208,9 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
         next_start = time.monotonic() + every
         started = time.time()
         with dbt_run_lock(settings) as holder:
+            # where each model's table was before the run: its rows written are what main's
+            # commits since then added (by lineage, not by commit time)
+            heads = _model_table_heads(settings, parsed.result) if serving else {}
             os.environ.update(holder)  # what the project's on-run-start hook asks for
             try:
                 result = runner.invoke([*dbt_args, *project])
@@ -216,7 +219,7 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
                     os.environ.pop(key, None)
         if serving:
             try:
-                _record_metrics(settings, started, result)
+                _record_metrics(settings, heads, result)
             except Exception as exc:  # noqa: BLE001 - the metrics must never stop the loop
                 log.warning("dbt loop: metrics not updated: %s: %s", type(exc).__name__, exc)
         summary = _run_summary(len(summaries) + 1, started, time.time(), result)
@@ -277,13 +280,36 @@ def _previous_successes() -> None:
             metrics.dbt_model_succeeded_before(name, done.timestamp())
 
 
-def _record_metrics(settings: Settings, started: float, result) -> None:
+def _model_table_heads(settings: Settings, manifest) -> dict[str, int | None]:
+    """{table: its main's head snapshot id (None: none yet)} of every model that dbt materializes
+    as a table, read through pyiceberg; a metrics failure must never stop the loop."""
+    from lakehouse.operations import status
+
+    try:
+        catalog = status.existing_catalog(settings)
+        if catalog is None:
+            return {}
+        heads = {}
+        for node in manifest.nodes.values():
+            if node.resource_type == "model" and node.config.materialized not in ("view", "ephemeral"):
+                name = f"{node.schema}.{node.alias or node.name}"
+                table = status.existing_table(catalog, name)
+                snapshot = table.current_snapshot() if table is not None else None
+                heads[name] = snapshot.snapshot_id if snapshot is not None else None
+        return heads
+    except Exception as exc:  # noqa: BLE001 - the metrics must never stop the loop
+        log.warning("dbt loop: tables not read before the run (rows written not counted): %s: %s",
+                    type(exc).__name__, exc)
+        return {}
+
+
+def _record_metrics(settings: Settings, heads: dict[str, int | None], result) -> None:
     """A run's models (duration, rows written, success) and the last quality run's verdict,
     handed to the metrics endpoint.
 
-    dbt-spark reports no rows_affected, so a model's rows written are those the Iceberg
-    snapshots committed to its table since the run started added (their ``added-records``),
-    read through pyiceberg as `lakehouse status` reads tables; a view writes none.
+    dbt-spark reports no rows_affected, so a model's rows written are those main's commits to its
+    table since its head before the run (``heads``) added (their ``added-records``), read through
+    pyiceberg as `lakehouse status` reads tables; a view writes none.
     """
     from lakehouse.operations import status
 
@@ -293,11 +319,12 @@ def _record_metrics(settings: Settings, started: float, result) -> None:
         if node is None or getattr(node, "resource_type", None) != "model":
             continue
         success = str(node_result.status) == "success"
+        name = f"{node.schema}.{node.alias or node.name}"
         table = None if catalog is None or node.config.materialized in ("view", "ephemeral") else \
-            status.existing_table(catalog, f"{node.schema}.{node.alias or node.name}")
+            status.existing_table(catalog, name)
         ends = [_utc(step.completed_at) for step in node_result.timing if step.completed_at is not None]
         metrics.dbt_model_ran(node.name, success, node_result.execution_time,
-                              rows_added_since(table, started) if table is not None else None,
+                              rows_added_since(table, heads[name]) if table is not None and name in heads else None,
                               max(ends).timestamp() if ends else None)
     metrics.dbt_run(bool(result.success))
     quality = status.quality_status(catalog) if catalog is not None else None
@@ -307,10 +334,20 @@ def _record_metrics(settings: Settings, started: float, result) -> None:
                             run_at.timestamp() if run_at else None)
 
 
-def rows_added_since(table, since: float) -> int:
-    """Rows the snapshots of a (pyiceberg) table committed at or after ``since`` (Unix time) added."""
-    return sum(int(dict(snapshot.summary.additional_properties).get("added-records", 0))
-               for snapshot in table.metadata.snapshots if snapshot.timestamp_ms >= since * 1000)
+def rows_added_since(table, since: int | None) -> int:
+    """Rows the commits to main of a (pyiceberg) table after snapshot ``since`` (None: all of
+    them) added: main's ancestors from its head back to ``since``, by their parent links. Not by
+    commit time: a snapshot carries its writer's clock, and one committed from a host whose clock
+    is behind is stamped before the run started (Iceberg accepts up to a minute before its
+    parent). A table replaced since (a full refresh) starts a new line: all of it counts."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    added = 0
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        if snapshot.snapshot_id == since:
+            break
+        added += int(dict(snapshot.summary.additional_properties).get("added-records", 0))
+    return added
 
 
 def _utc(moment: datetime) -> datetime:

@@ -16,6 +16,7 @@
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'employees')) -%}
+{%- set loaded_at = run_stamp(this) -%}
 
 with
 
@@ -47,7 +48,7 @@ renamed as (
         _kafka_offset,
         _kafka_timestamp,
         _ingested_at,
-        current_timestamp() as _loaded_at
+        {{ loaded_at }} as _loaded_at
     from bronze_employees
 
 )

@@ -24,6 +24,7 @@
 -#}
 
 {%- set increment = bronze_increment(this, source('bronze', 'user_events')) -%}
+{%- set loaded_at = run_stamp(this) -%}
 
 with
 
@@ -55,7 +56,7 @@ renamed as (
         _kafka_offset,
         _kafka_timestamp,
         _ingested_at,
-        current_timestamp() as _loaded_at
+        {{ loaded_at }} as _loaded_at
     from bronze_user_events
 
 )

@@ -7,8 +7,9 @@ key (BeforeImageSettings, pk-only), which tells an update of the primary key fro
 With ``IncludeTransactionDetails`` the
 metadata carries the commit timestamp, the source's log position (``stream-position``), the
 transaction id and the record's position in its transaction; the order of changes rests on the
-commit timestamp (microseconds), then the log position, never the transaction id (a database
-assigns it when the transaction starts): see NormalizedChange.seq.
+log position (the source's log is in commit order), not the commit timestamp (the source host's
+clock, which can step back) and never the transaction id (a database assigns it when the
+transaction starts): see NormalizedChange.seq.
 
 Encoding is generic over the source tables, but only `accounts` is streamed this way.
 """
@@ -125,7 +126,7 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
         op = OPS_BY_OPERATION[metadata["operation"]]
         commit_us = epoch_us(metadata["commit-timestamp"])
         position = _text(metadata["stream-position"])
-        seq = (commit_us, log_order(position), position, strict_int(metadata["transaction-id"]),
+        seq = (log_order(position), commit_us, position, strict_int(metadata["transaction-id"]),
                strict_int(metadata["transaction-record-id"]))
     except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None

@@ -37,14 +37,16 @@ class NormalizedChange:
       of streamed changes is commit order, including two changes of the key inside one
       transaction; the commit timestamp is not usable at all (two transactions can commit in
       the same millisecond).
-    - AWS DMS: ``(commit timestamp in µs, log order, stream position, transaction id,
-      transaction record id)``. The commit time orders transactions; the source's log position
-      (DMS's ``stream-position``, in its log order: producers.cdc.dms.log_order, never as text,
-      whose order differs once an offset grows a digit) breaks ties between changes committed
-      in the same microsecond. Never the transaction id: a database assigns it when the
-      transaction starts, so of two overlapping transactions the one with the lower id can
-      commit second (the simulator does so too). The id and the record id only order changes
-      that share a position (one transaction's).
+    - AWS DMS: ``(log order, commit timestamp in µs, stream position, transaction id,
+      transaction record id)``. The source's log position (DMS's ``stream-position``, in its log
+      order: producers.cdc.dms.log_order, never as text, whose order differs once an offset
+      grows a digit) orders the changes: a source server writes its log in commit order. Not the
+      commit timestamp, which is the source host's clock: a clock stepped back stamps a later
+      commit earlier, and ordered by it the mirror kept the older row. The commit time only
+      breaks a tie of positions, which one server never writes for two commits. Never the
+      transaction id: a database assigns it when the transaction starts, so of two overlapping
+      transactions the one with the lower id can commit second (the simulator does so too). The
+      id and the record id only order changes that share a position (one transaction's).
 
     Only seqs of the same format are ever compared: one table comes from one stream.
 

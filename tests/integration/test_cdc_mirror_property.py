@@ -3,9 +3,10 @@
 Each example draws a source table's history and a delivery of it, then runs the real thing:
 dbt (dbtRunner, in this process, on the tests' Spark session) runs the project's own mirror
 model files (models/silver/customers_mirror.sql for Debezium's {phase, commit_pos, change_pos}
-sequence, accounts_mirror.sql for DMS's {commit_us, stream_position, transaction_id, record_id}) with the project's
-macros/: the `cdc_mirror` materialization (create, changes table, column evolution, MERGE,
-tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`. They run in a small
+sequence, accounts_mirror.sql for DMS's {log_position, commit_us, stream_position, transaction_id,
+record_id}) with the project's macros/: the `cdc_mirror` materialization (create, changes table,
+column evolution, MERGE, tombstone purge), `cdc_mirror_changes` and `ingested_since_last_run`.
+They run in a small
 private dbt project whose `<table>_changelog` is an Iceberg table the test appends each
 increment to, as ingestion appends to bronze (it is the project's `bronze` source too, whose
 snapshots bound each run's increment); dbt runs once per increment. Before a run the mirror
@@ -75,7 +76,7 @@ RETENTION_HOURS = 24
 # the mirror model per sequence shape: (model file, key column, sequence fields)
 MODELS = {"debezium": ("customers_mirror", "customer_id", ("phase", "commit_pos", "change_pos")),
           "dms": ("accounts_mirror", "account_id",
-                  ("commit_us", "log_position", "stream_position", "transaction_id", "record_id"))}
+                  ("log_position", "commit_us", "stream_position", "transaction_id", "record_id"))}
 ADDED_COLUMN = "tier"  # the column the source adds part-way
 # the numeric columns whose type the source widens part-way, before and after: Iceberg's
 # promotions, which bronze makes in place and the mirror must follow without a full refresh
@@ -107,13 +108,14 @@ def seq_of(position: int, shape: str, snapshot_read: bool = False) -> tuple[int,
         # two changes per transaction: the commit position rises, the changes' own positions
         # fall from one transaction to the next (written before the one committed earlier)
         return (1, 1000 + 10 * (position // 2), 5000 - 10 * (position // 2) + position % 2)
-    # DMS: three changes per commit instant, two per transaction: ties on commit_us, which the
-    # log position breaks; transaction ids given at transaction start, not in commit order (1,
-    # 0, 3, 2, ...), so ordering by them would fail. The log position is a number here (a
+    # DMS: the log position orders; the commit time after it steps back every fourth instant
+    # (a source clock set back: three changes per instant, 0, 0, 0, 1, 1, 1, ... 3, 0, ...), so
+    # ordering by it would fail; transaction ids given at transaction start, not in commit order
+    # (1, 0, 3, 2, ...), so ordering by them would fail. The log position is a number here (a
     # string in bronze, padded to sort as text: tests/unit/test_decode_formats.py): the mirror
     # compares `_seq` field by field whatever the fields' types. The raw position after it falls
     # as the log position rises, so a mirror ordering by it would fail too.
-    return (position // 3, position, -position, (position // 2) ^ 1, position % 2)
+    return (position, (position // 3) % 4, -position, (position // 2) ^ 1, position % 2)
 
 
 # --- drawing a source history and its delivery --------------------------------------------------

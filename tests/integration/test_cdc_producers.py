@@ -61,10 +61,11 @@ def read_dms(table: str, key: bytes | None, value: bytes | None):
             raise Unreadable
         committed = datetime.fromisoformat(metadata["commit-timestamp"]).astimezone(UTC)
         commit_us = (committed - datetime(1970, 1, 1, tzinfo=UTC)) // datetime.resolution
-        # the log position, not the transaction id (given at transaction start), orders commits:
-        # a MySQL binlog position, file and offset, the offset in decimal of any width
+        # the log position orders commits, not the commit time (the source's clock) nor the
+        # transaction id (given at transaction start): a MySQL binlog position, file and offset,
+        # the offset in decimal of any width
         file, offset = re.fullmatch(r"mysql-bin-changelog\.(\d{6}):(\d+)", metadata["stream-position"]).groups()
-        seq = (commit_us, int(file), int(offset), int(metadata["transaction-record-id"]))
+        seq = (int(file), int(offset), commit_us, int(metadata["transaction-record-id"]))
         op = DMS_OPS[metadata["operation"]]
         row_key = image[KEYS[table]]
         if key is not None and int(key.decode()) != row_key:

@@ -10,17 +10,23 @@ row lacks); after v3 is registered under the subject, the replay (the real comma
 evolves bronze, replaces the v3 purchases' dead rows by their decoded rows at the same Kafka
 coordinates, in one commit, and the next incremental dbt run carries them into silver. A
 second replay changes nothing. Then a replay killed half way, between its two stream tables'
-commits, leaves every offset once, and the next one finishes it.
+commits, leaves every offset once, and the next one finishes it. And a replay run by a host whose
+clock is behind (the real command line under Debian's `faketime`) reaches silver all the same:
+silver selects bronze's commits by lineage, not by their commit times.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import random
+import shutil
+import signal
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -41,6 +47,7 @@ from lakehouse.operations.status import pyiceberg_catalog
 from producers import avro, purchases
 from producers.delivery import ensure_topic, producer_config
 from tests.conftest import REPO_ROOT
+from tests.integration import dbt_in_process
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
 
 pytestmark = pytest.mark.integration
@@ -303,3 +310,121 @@ def test_a_bad_reason_is_one_line_without_a_traceback(lake):
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("error: unknown reason 'NOT_A_REASON' for --reason; reasons: CORRUPT_PAYLOAD")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+# --- a replay from a host whose clock is behind ------------------------------------------------
+
+# Seconds the replay's host is behind. The issue's case is 30 s; the replay must commit within
+# that many seconds after the snapshot a dbt run recorded for its commit to look older, and a dbt
+# run happens in between, which takes longer than 30 s on a loaded machine. 50 s stays inside the
+# minute Iceberg accepts a commit stamped before its parent.
+CLOCK_BEHIND = 50
+MORE = 3  # good purchases ingested while the replay is held: the snapshot the next dbt run records
+REPLAY_MERGES = "replacing or marking its dead rows"  # the replay's line just before its MERGE
+
+
+def faketime(offset_seconds: int) -> list[str]:
+    """The command prefix that runs a process with its clock moved by `offset_seconds` (Debian's
+    faketime, libfaketime preloaded into the process and its children: the JVM too)."""
+    path = shutil.which("faketime")
+    if path is None:
+        pytest.fail("faketime is not installed: `make faketime` installs it (Debian package faketime)")
+    return [path, "-f", f"{offset_seconds:+d}s"]
+
+
+def v4_schema() -> str:
+    """v2 plus another optional field, registered late as v3 is in the test above."""
+    schema = json.loads(purchases.SCHEMAS[2].text)
+    schema["fields"].append({"name": "gift_note", "type": ["null", "string"], "default": None})
+    return json.dumps(schema)
+
+
+def ingest_purchases(own: Settings, session, messages: list[tuple[bytes, bytes]]) -> None:
+    from confluent_kafka import Producer
+
+    ensure_topic(own, purchases.TOPIC)
+    producer = Producer(producer_config(own))
+    for key, value in messages:
+        producer.produce(purchases.TOPIC, value, key)
+    assert producer.flush(30) == 0
+    job.run(session, own, ["purchases"], available_now=True)
+
+
+def replay_snapshots(session) -> dict[int, datetime]:
+    """{snapshot id: commit time} of the replays' commits to bronze.purchases."""
+    return {r.snapshot_id: r.committed_at.replace(tzinfo=UTC) for r in session.sql(
+        "select snapshot_id, committed_at, summary from bronze.purchases.snapshots").collect()
+        if REPLAY_ID_PROPERTY in r.summary}
+
+
+def silver_ids(session) -> set[str]:
+    return {r.transaction_id for r in session.table("silver.purchases").select("transaction_id").collect()}
+
+
+def test_a_replay_by_a_host_whose_clock_is_behind_reaches_silver(lake):
+    """`lakehouse dlq replay` run under faketime in the past (CLOCK_BEHIND) commits a snapshot
+    stamped before its parent, which Iceberg accepts (up to a minute). The replay is held (SIGSTOP) just before
+    its MERGE while ingestion commits more purchases and a dbt run records that commit as the
+    snapshot it read; then it commits. Chosen by commit time, that commit was the newest and the
+    replay's "older": the next run never read the replayed purchases (skipped for good). Chosen by
+    main's lineage and sequence numbers, the next run reads them."""
+    own, session, target = lake
+    registry = registry_for(own)
+    ids = purchases.register_schemas(registry)
+    v4_id = registry.register("purchases-staging-v4-value", v4_schema())
+    rng, now = random.Random(29), datetime.now(UTC)
+    parsed = avro.parsed(purchases.SCHEMAS[2].text)
+    pending = [{**purchases.make_purchase(rng, now, 2), "gift_note": "for you"} for _ in range(4)]
+    more = [purchases.make_purchase(rng, now, 2) for _ in range(MORE)]
+    ingest_purchases(own, session, [(purchases.key(p), purchases.encode(p, v4_id, avro.parsed(v4_schema())))
+                                    for p in pending])
+    # silver built, and dbt's project parsed in this process, before the clock matters
+    dbt_in_process.run_dbt(own, ["run", "--select", "purchases"], target_dir=target)
+    assert not {p["transaction_id"] for p in pending} & silver_ids(session)
+    assert registry.register(purchases.SUBJECT, v4_schema()) == v4_id  # the fix
+
+    replays_before = replay_snapshots(session)
+    replay = subprocess.Popen([*faketime(-CLOCK_BEHIND), LAKEHOUSE, "dlq", "replay", "--stream", "purchases"],
+                              cwd=REPO_ROOT, env=cli_env(own), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    errors: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [errors.put(line) for line in replay.stderr], daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        while not any(REPLAY_MERGES in line for line in seen):
+            try:
+                seen.append(errors.get(timeout=300))
+            except queue.Empty:
+                pytest.fail("the replay never reached its MERGE: " + "".join(seen)[-3000:])
+        os.killpg(replay.pid, signal.SIGSTOP)  # Python and its JVM: held before the MERGE commits
+        # meanwhile ingestion commits more purchases, and a dbt run records that commit as read
+        ingest_purchases(own, session, [(purchases.key(p), purchases.encode(p, ids[2], parsed)) for p in more])
+        recorded = session.sql("select s.committed_at from bronze.purchases.refs r join bronze.purchases.snapshots s "
+                               "on r.snapshot_id = s.snapshot_id where r.name = 'main'").first()[0].replace(tzinfo=UTC)
+        dbt_in_process.run_dbt(own, ["run", "--select", "purchases"], target_dir=target)
+        os.killpg(replay.pid, signal.SIGCONT)
+        out = replay.stdout.read()
+        returncode = replay.wait(timeout=600)
+        exited = datetime.now(UTC)
+        reader.join(timeout=60)
+        seen.extend(errors.queue)
+        assert returncode == 0, out[-2000:] + "".join(seen)[-6000:]
+    finally:
+        if replay.poll() is None:
+            os.killpg(replay.pid, signal.SIGCONT)
+            os.killpg(replay.pid, signal.SIGKILL)
+            replay.wait()
+    assert f"{len(pending)} replayed into bronze.purchases" in out, out
+
+    # the replay's commit carries the clock of its host: 30 s behind this one (its JVM saw it)
+    [replayed] = [at for snapshot, at in replay_snapshots(session).items() if snapshot not in replays_before]
+    assert replayed <= exited - timedelta(seconds=CLOCK_BEHIND), (replayed, exited)
+    # (for the reader: whether it is also stamped before the commit the dbt run recorded, the
+    # case that lost it when increments were chosen by commit time, depends on how long that run
+    # took here)
+    print(f"replay committed at {replayed:%H:%M:%S.%f} by its clock, after the ingestion's commit of "
+          f"{recorded:%H:%M:%S.%f}: {'before' if replayed < recorded else 'after'} it by its stamp")
+
+    dbt_in_process.run_dbt(own, ["run", "--select", "purchases"], target_dir=target)
+    assert {p["transaction_id"] for p in pending + more} <= silver_ids(session)

@@ -761,6 +761,46 @@ def test_an_ordinary_history_run_reads_no_closed_version(lake, increments):
         assert "where stored.valid_to is null" in compiled, table
 
 
+# A dbt host whose clock is this many seconds ahead of this one: within the minute Iceberg accepts
+# a commit stamped before its parent (this host's runs commit after that host's to the same tables)
+OTHER_HOST_AHEAD = 55
+
+
+def test_gold_and_a_live_table_count_the_rows_of_a_run_on_a_host_whose_clock_is_behind(lake, increments):
+    """Two dbt hosts, this one 55 s behind the other (Debian's faketime runs `lakehouse dbt run`
+    55 s ahead): the other runs silver, this one gold and a live table (their marks: the newest
+    silver stamps they counted), then silver again after an increment, then gold and the live
+    table. Stamped with this host's clock, that silver run's rows fell before what gold and the
+    live table had counted, and they skipped them for good (headcount short, deleted customers
+    live). The run stamp is later than every stamp its table holds, whatever the clock."""
+    import shutil
+
+    own, session, target = lake
+    _, tables, _, _ = increments
+    silver, marts = ["employees", "customers_mirror"], ["headcount_by_team_role", "customers"]
+    faketime = shutil.which("faketime")
+    if faketime is None:
+        pytest.fail("faketime is not installed: `make faketime` installs it (Debian package faketime)")
+    load_increment(session, tables, HISTORY, INCREMENT, 6, datetime.now(UTC), late_share=0, late_days=1)
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    other_host = subprocess.run([faketime, "-f", f"+{OTHER_HOST_AHEAD}s", lakehouse, "dbt", "run", "--select", *silver],
+                                env=cli_env(own), capture_output=True, text=True, timeout=1800)
+    assert other_host.returncode == 0, other_host.stdout[-3000:] + other_host.stderr[-3000:]
+    ahead = {table: session.sql(f"select max(_loaded_at) from silver.{table}").first()[0] for table in silver}
+    run_dbt(own, ["run", "--select", *marts], target_dir=target, capture=True)
+    load_increment(session, tables, HISTORY, INCREMENT, 7, datetime.now(UTC), late_share=0, late_days=1)
+    run_dbt(own, ["run", "--select", *silver, *marts], target_dir=target, capture=True)
+    plain = session.sql(PLAIN_MARTS["headcount_by_team_role"])
+    mart = session.table("gold.headcount_by_team_role").select(*plain.columns)
+    assert sorted(map(tuple, mart.collect()), key=repr) == sorted(map(tuple, plain.collect()), key=repr)
+    live = session.table("silver.customers")
+    mirrored = session.table("silver.customers_mirror").where("not _is_deleted").select(*live.columns)
+    assert sorted(map(tuple, live.collect()), key=repr) == sorted(map(tuple, mirrored.collect()), key=repr)
+    for table in silver:  # because this host's run stamped its rows after the other host's
+        assert session.sql(f"select min(_loaded_at) from silver.{table} "
+                           f"where _loaded_at > timestamp'{ahead[table]}'").first()[0] is not None, table
+
+
 def versions(session, table: str) -> list[tuple]:
     """The history as its readers see it: every column but the run stamps."""
     frame = session.table(table).drop("_loaded_at", "_first_loaded_at")

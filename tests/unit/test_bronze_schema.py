@@ -41,6 +41,21 @@ def test_a_changelog_order_key_of_other_fields_is_refused_not_evolved():
     assert schema_changes(stored, decoded) == []
 
 
+def test_a_changelog_order_key_of_the_same_fields_in_another_order_is_refused():
+    """DMS's `_seq` put the commit time first, then the log position; now the log position comes
+    first. The same fields in another order are another order: a table of the old one stops the job."""
+    old = struct(account_id=LongType(), _seq=struct(commit_us=LongType(), log_position=StringType(),
+                                                    stream_position=StringType(), transaction_id=LongType(),
+                                                    record_id=LongType()))
+    new = struct(account_id=LongType(), _seq=struct(log_position=StringType(), commit_us=LongType(),
+                                                    stream_position=StringType(), transaction_id=LongType(),
+                                                    record_id=LongType()))
+    with pytest.raises(LakehouseError, match=r"by \{commit_us, log_position, stream_position, transaction_id, "
+                                             r"record_id\}; this version orders them by \{log_position, commit_us, "
+                                             r"stream_position, transaction_id, record_id\}"):
+        schema_changes(old, new)
+
+
 def test_a_table_without_partitioning_gets_no_partition_clause():
     """Spark refuses ``partitioned by ()``: an unpartitioned table has no clause at all."""
     columns = struct(id=LongType(), ts=StringType())

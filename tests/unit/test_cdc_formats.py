@@ -135,7 +135,7 @@ def test_dms_round_trip_gives_back_the_change(changes):
         before_key = change.before["account_id"] if change.op == "U" else None
         assert dms.decode(key, value) == NormalizedChange(
             "accounts", change.op, change.key, image,
-            (change.commit_ts_ms * 1000, dms.log_order(dms.stream_position(change.lsn)),
+            (dms.log_order(dms.stream_position(change.lsn)), change.commit_ts_ms * 1000,
              dms.stream_position(change.lsn), change.tx_id, change.position),
             change.commit_ts_ms, before_key)
     assert sum(1 for c in accounts if c.op == "U" and c.before["account_id"] != c.key) >= 3  # key changes
@@ -190,7 +190,7 @@ def _dms_with(**metadata) -> bytes:
 def test_dms_decode_of_a_hand_written_record():
     decoded = dms.decode(b"4", json.dumps(GOOD_DMS).encode())
     assert (decoded.table, decoded.op, decoded.key, decoded.image) == ("accounts", "I", 4, GOOD_DMS["data"])
-    assert decoded.seq == (1_793_491_200_000_000, ((1, "2"), (8, "7C007178")), "00000002/7C007178", 9, 0)
+    assert decoded.seq == (((1, "2"), (8, "7C007178")), 1_793_491_200_000_000, "00000002/7C007178", 9, 0)
 
 
 @pytest.mark.parametrize("value", [
@@ -256,6 +256,22 @@ def test_dms_two_commits_in_one_microsecond_are_ordered_by_log_position_not_tran
                                       "stream-position": "00000002/7C007328", "operation": "update"}}).encode()
     changes = [dms.decode(b"4", value) for value in (first, second)]
     assert changes[0].source_ts_ms == changes[1].source_ts_ms
+    assert apply(changes) == apply(reversed(changes)) == {4: {"account_id": 4, "balance": "2.00"}}
+
+
+def test_dms_changes_follow_the_log_position_when_the_source_clock_steps_back():
+    """The source host's clock stepped back 5 s between two commits: the second update, later in
+    the log, carries the earlier commit timestamp. The row is the second's; ordered by commit
+    time first, the first update's older balance won."""
+    first = json.dumps({**GOOD_DMS, "before-image": {"account_id": 4}, "metadata": {
+        **GOOD_DMS["metadata"], "operation": "update", "stream-position": "00000002/7C007178",
+        "commit-timestamp": "2026-11-01T00:00:05.000000Z"}}).encode()
+    second = json.dumps({"before-image": {"account_id": 4}, "data": {**GOOD_DMS["data"], "balance": "2.00"},
+                         "metadata": {**GOOD_DMS["metadata"], "operation": "update", "transaction-id": 10,
+                                      "stream-position": "00000002/7C007328",
+                                      "commit-timestamp": "2026-11-01T00:00:00.000000Z"}}).encode()
+    changes = [dms.decode(b"4", value) for value in (first, second)]
+    assert changes[1].source_ts_ms < changes[0].source_ts_ms  # the clock went back
     assert apply(changes) == apply(reversed(changes)) == {4: {"account_id": 4, "balance": "2.00"}}
 
 

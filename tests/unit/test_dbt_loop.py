@@ -143,3 +143,29 @@ def test_the_loops_dbt_lines_are_the_projects_dated_log_lines(tmp_path):
     assert any(line["logger"] == "dbt" and line["message"] == "lakehouse.silver.user_events" for line in lines)
     (run,) = [line for line in lines if line["logger"] == "lakehouse.dbt"]
     assert run["message"].startswith("dbt loop run 1: success") and (run["run"], run["success"]) == (1, True)
+
+
+def test_rows_written_are_main_s_commits_since_the_head_before_the_run_whatever_their_time(tmp_path, monkeypatch):
+    """A model's rows written (the loop's metric) are what main's commits after the table's head
+    before the run added, found by parent links. A commit from a host whose clock is 30 s behind
+    carries a time before the run started: counted by commit time, its rows were not."""
+    import time
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    catalog.create_namespace("gold")
+    table = catalog.create_table("gold.mart", pa.schema([("n", pa.int64())]))
+    table.append(pa.table({"n": list(range(10))}))
+    before_run = table.current_snapshot().snapshot_id
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 30)  # the run's host: 30 s behind
+    table.append(pa.table({"n": list(range(4))}))
+    table.append(pa.table({"n": list(range(3))}))
+    monkeypatch.undo()
+    table = catalog.load_table("gold.mart")
+    newest, previous = table.current_snapshot(), table.metadata.snapshot_by_id(before_run)
+    assert newest.timestamp_ms < previous.timestamp_ms  # the run's commits look older
+    assert dbt_ops.rows_added_since(table, before_run) == 7
+    assert dbt_ops.rows_added_since(table, None) == 17  # a table the run created (or replaced)
