@@ -383,6 +383,35 @@ def test_a_run_without_the_changelog_fills_what_a_change_did_not_carry(lake):
     assert [(row.email, row.tier) for row in current] == [("carried@example.com", "platinum")]
 
 
+def test_a_change_mirrored_after_a_host_ahead_ran_reaches_the_live_table(lake):
+    """The run stamp `_loaded_at` is an order, not a clock reading (macros/run_stamp.sql). The
+    mirror's newest rows are given the stamps a dbt host whose clock ran 10 minutes ahead would
+    have written (the stamp is data: no clock race in this test), and the live table applies
+    them: its mark is then 10 minutes ahead. A change mirrored next by this host must be stamped
+    after that mark, or the live table skips it for good. Stamped with this host's clock (the
+    code before the run stamp), the new tier stayed out of silver.customers while the mirror
+    had it. `test_incremental_models.py` runs the same story with a real process under faketime."""
+    from pyspark.sql import functions as F
+
+    own, session, target = lake
+    key = session.sql("select customer_id from silver.customers_mirror where not _is_deleted "
+                      "and customer_id is not null order by customer_id limit 1").first()[0]
+    newest = session.sql("select cast(max(_loaded_at) as string) from silver.customers_mirror").first()[0]
+    session.sql("update silver.customers_mirror set _loaded_at = _loaded_at + interval 10 minutes "
+                f"where _loaded_at = timestamp'{newest}'")
+    run_dbt(own, ["run", "--select", "customers", *NO_OVERLAP], target_dir=target, capture=True)
+    ahead = session.sql("select max(_loaded_at) from silver.customers_mirror").first()[0]
+
+    land_changes(session, key, {"op": F.lit("U"), "tier": F.lit("after-the-host-ahead"),
+                                "_unavailable": null("_unavailable")})
+    run_dbt(own, ["run", "--select", "customers_mirror customers", *NO_OVERLAP], target_dir=target, capture=True)
+    stamped = session.sql(f"select tier, _loaded_at from silver.customers_mirror where customer_id = {key}").first()
+    live = session.sql(f"select tier from silver.customers where customer_id = {key}").collect()
+    assert stamped.tier == "after-the-host-ahead"
+    assert [row.tier for row in live] == ["after-the-host-ahead"], (stamped, ahead)
+    assert stamped._loaded_at > ahead, (stamped, ahead)
+
+
 def test_a_run_without_the_changelog_ends_every_version_at_a_truncate(lake):
     """A TRUNCATE applied by `dbt run --select customers_history` alone (the changelog view not
     in dbt-spark's relation cache) ends the open version of every key, as a full build does.
