@@ -57,29 +57,26 @@ preflight:
 	@$(PYTHON) lakehouse/core/preflight.py java
 	@$(PYTHON) lakehouse/core/preflight.py port $(KAFKA_PORT) $(STATE)/kafka/broker.pid
 
-chromium: ## Install headless Chromium (Debian package) for the report's browser test, if missing
-	@command -v chromium >/dev/null && exit 0; \
+# $(call apt_install,COMMAND,PACKAGE,WHY): install Debian's PACKAGE if COMMAND is missing, as root or
+# through sudo, refreshing the package lists once if the install fails; one error line otherwise
+define apt_install
+	@command -v $(1) >/dev/null && exit 0; \
 	sudo=""; if [ "$$(id -u)" != 0 ]; then \
-		command -v sudo >/dev/null || { echo "error: chromium is not installed and installing it needs root (no sudo): apt-get install chromium"; exit 1; }; \
+		command -v sudo >/dev/null || { echo "error: $(1) is not installed and installing it needs root (no sudo): apt-get install $(2)"; exit 1; }; \
 		sudo=sudo; fi; \
-	command -v apt-get >/dev/null || { echo "error: chromium is not installed and there is no apt-get: install chromium (or chromium-browser) by hand"; exit 1; }; \
-	echo "installing chromium (Debian package)"; \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+	command -v apt-get >/dev/null || { echo "error: $(1) is not installed and there is no apt-get: install $(2) by hand"; exit 1; }; \
+	echo "installing $(2) (Debian package)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(2) \
 		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
-			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
-		|| { echo "error: could not install chromium with apt-get (see above); the report's browser test needs it"; exit 1; }
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(2); } \
+		|| { echo "error: could not install $(2) with apt-get (see above); $(3)"; exit 1; }
+endef
+
+chromium: ## Install headless Chromium (Debian package) for the report's browser test, if missing
+	$(call apt_install,chromium,chromium,the report's browser test needs it)
 
 faketime: ## Install faketime (Debian package), which the clock tests run real processes under, if missing
-	@command -v faketime >/dev/null && exit 0; \
-	sudo=""; if [ "$$(id -u)" != 0 ]; then \
-		command -v sudo >/dev/null || { echo "error: faketime is not installed and installing it needs root (no sudo): apt-get install faketime"; exit 1; }; \
-		sudo=sudo; fi; \
-	command -v apt-get >/dev/null || { echo "error: faketime is not installed and there is no apt-get: install faketime (libfaketime) by hand"; exit 1; }; \
-	echo "installing faketime (Debian package)"; \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime \
-		|| { echo "apt-get install failed: refreshing the package lists (apt-get update), then retrying"; \
-			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime; } \
-		|| { echo "error: could not install faketime with apt-get (see above); the clock tests need it"; exit 1; }
+	$(call apt_install,faketime,faketime,the clock tests need it)
 
 debezium: debezium-databases $(DEBEZIUM_STAMP) ## PostgreSQL and MariaDB (Debian packages, if missing), Debezium, a Kafka Connect worker and Debezium Server (Maven Central; Java 21+ beside 17) for `make test-debezium`
 

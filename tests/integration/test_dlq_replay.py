@@ -109,14 +109,7 @@ def ingested(lake):
                 + [(CORRUPT_KEY, CORRUPT_VALUE),
                    (STALE_KEY, purchases.encode({**purchases.make_purchase(rng, now, 2),
                                                  "transaction_time": STALE_TIME_MS}, ids[2], parsed[2]))])
-    from confluent_kafka import Producer
-
-    ensure_topic(own, purchases.TOPIC)
-    producer = Producer(producer_config(own))
-    for key, value in messages:
-        producer.produce(purchases.TOPIC, value, key)
-    assert producer.flush(30) == 0
-    job.run(session, own, ["purchases"], available_now=True)
+    ingest_purchases(own, session, messages)
     return {p["transaction_id"] for p in good}, {p["transaction_id"] for p in pending}, v3_id, ids[2]
 
 
