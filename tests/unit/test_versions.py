@@ -5,19 +5,24 @@ pyproject.toml (and constraints.txt, which pins the tree), the pyspark installed
 that wheel ships, which the project's own JVM modules compile against (Jackson, SLF4J, Hive's
 service interface: provided scope, so the pom names their versions). The documents that name a
 version for a reader to copy (ARCHITECTURE §3, the managed-service packages of docs/cluster.md)
-are checked too. Every check reads the files as they are; the second half breaks a copy of the
-pom and shows each check notices.
+are checked too, and so are the loggers the Spark JVMs' logging configuration quiets by class
+name: a class an engine moved (Spark 4.1 moved its streaming classes into subpackages) leaves
+its logger configured for nothing, and the warnings it quieted back on every terminal. Every
+check reads the files as they are; the second half breaks a copy of the pom and shows each check
+notices.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from lakehouse.commands.cluster import spark_home
+from lakehouse.core.spark import LOG4J_FILE, PACKAGE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "jvm" / "pom.xml"
@@ -111,6 +116,31 @@ def test_provided_jars_are_the_wheels(props):
 def test_documents_name_the_pom_versions(props):
     assert doc_errors(props, (ROOT / "docs" / "ARCHITECTURE.md").read_text(),
                       (ROOT / "docs" / "cluster.md").read_text()) == []
+
+
+def logger_names(properties: str) -> list[str]:
+    return re.findall(r"^logger\.[\w-]+\.name\s*=\s*(\S+)\s*$", properties, re.M)
+
+
+def jar_entries(jars: list[Path]) -> set[str]:
+    """Every class (dotted, without .class) and every package the jars hold."""
+    names = set()
+    for jar in jars:
+        with zipfile.ZipFile(jar) as archive:
+            for entry in archive.namelist():
+                if entry.endswith(".class"):
+                    parts = entry[: -len(".class")].split("/")
+                    names.add(".".join(parts))
+                    names.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return names
+
+
+def test_quieted_loggers_name_classes_the_engines_ship(settings):
+    names = logger_names((PACKAGE_DIR / LOG4J_FILE).read_text())
+    assert "org.apache.spark.scheduler.DAGScheduler" in names
+    shipped = jar_entries(sorted((spark_home() / "jars").glob("*.jar"))
+                          + sorted((settings.jars_dir / "spark").glob("*.jar")))
+    assert [name for name in names if name not in shipped] == []
 
 
 # --- each check notices a pom that says something else --------------------------------------
