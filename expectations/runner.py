@@ -12,7 +12,7 @@ How GX is kept away from the SparkSession: the Spark datasource is registered wi
 differs from the running session and cannot be set at runtime
 (``SparkDFExecutionEngine._try_update_or_stop_misconfigured_spark_session``); with no options
 it merely calls ``SparkSession.builder.getOrCreate()``, which returns the already running
-session. (It first tries a Spark Connect session: with pyspark 4.0 that raises
+session. (It first tries a Spark Connect session: with pyspark 4.1 that raises
 ModuleNotFoundError while the Connect extras such as grpcio-status are not installed, and
 PySparkValueError, a ValueError, when they are but no ``spark.remote`` is set; GX catches
 both and falls back to the classic builder.) The dataframes carry the caller's session

@@ -49,7 +49,7 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 THRIFT_SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 # The Thrift Server's login check (jvm/thrift-auth): HiveServer2's CUSTOM authentication, the user
-# and password of the server's environment. Spark 4.0's server also knows NONE, NOSASL, LDAP,
+# and password of the server's environment. Spark's server also knows NONE, NOSASL, LDAP,
 # KERBEROS and PAM; CUSTOM needs no directory service and no PAM module on the host.
 THRIFT_AUTHENTICATOR_CLASS = "io.github.lakehouse.thrift.EnvironmentPasswordAuthenticator"
 THRIFT_AUTH_JAR = "lakehouse-thrift-auth-"

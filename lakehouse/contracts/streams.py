@@ -325,7 +325,8 @@ def _json_type(prop: dict, where: str) -> DataType:
     if kind in ("number", "string") and isinstance(form, str) and form.startswith("decimal"):
         return _decimal_type(form, where)
     if kind == "string":
-        # a time of day stays text ("10:15:30.5"): Spark 4.0 has no type for it
+        # a time of day stays text ("10:15:30.5"): Spark 4.1's TIME type is a preview that Iceberg's
+        # Spark runtime (1.12) cannot write
         return {"date-time": TimestampType(), "date": DateType()}.get(form, StringType())
     if kind == "integer":
         return LongType()
