@@ -33,8 +33,6 @@ def rest_catalog(jars_dir: Path, folder: Path, warehouse: str, s3=None) -> Itera
     # Hadoop's FileSystem (for the file:// warehouse) from Spark's own jars: one copy, one version.
     extra = sorted(str(p) for p in (spark_home() / "jars").glob("hadoop-client-*.jar"))
     extra += [str(p) for p in (spark_home() / "jars").glob("commons-logging-*.jar")]
-    # The AWS SDK for S3FileIO (iceberg-aws, in rest-catalog/): the bundle the Spark jobs use.
-    extra += [str(p) for p in (jars_dir / "spark").glob("iceberg-aws-bundle-*.jar")]
     # The catalog it serves: the project's fenced JDBC catalog (lakehouse/core/spark.py's too).
     extra += [str(p) for p in (jars_dir / "spark").glob("lakehouse-catalog-*.jar")]
     port = free_port()
