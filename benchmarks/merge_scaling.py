@@ -376,8 +376,6 @@ def statement_kind(statement: dict) -> str:
         return "metadata (bounds, purge check)"
     if nodes & {"AtomicCreateTableAsSelect", "CreateTableAsSelect"}:
         return "changes table (increment)" if any(t.endswith(MIRROR) for t in tables) else "create table as select"
-    if "CacheTableAsSelect" in nodes:
-        return "cache table (increment)"
     if tables and all(t.endswith("__dbt_changes") for t in tables):
         return "read changes table (count, lacking columns)"
     if nodes & {"MergeRows", "MergeRowsExec"}:
@@ -604,7 +602,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
     parser.add_argument("--keep", action="store_true", help="keep the state folders (for experiments)")
     parser.add_argument("--dbt-vars", metavar="YAML",
-                        help="dbt --vars for every run, to measure a variant, e.g. '{cdc_changes_storage: cache}'")
+                        help="dbt --vars for every run, to measure a variant, e.g. '{cdc_tombstone_retention_hours: 1}'")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
                         help="run dbt in this copy of the project (dbt_project.yml, profiles.yml, models/, macros/)"
                              " to measure a candidate change to a macro without editing the repository")

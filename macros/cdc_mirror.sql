@@ -34,10 +34,7 @@
     own (`<mirror>__dbt_changes`), partitioned by the same bucket(n, key) as the mirror, which
     the count and the MERGE then read. Being bucketed like the mirror, the MERGE joins it with
     the mirror bucket by bucket (a storage-partitioned join): the mirror is read once, column-
-    pruned, and never shuffled. The alternative, a cached view whose stored plan the count and
-    the MERGE reuse, stays behind `var('cdc_changes_storage')` so that the two can be measured
-    side by side (`benchmarks/merge_scaling.py --dbt-vars`); which wins is recorded in
-    benchmarks/RESULTS.md once measured.
+    pruned, and never shuffled.
 -#}
 
 {% macro cdc_mirror_table_properties() -%}
@@ -121,30 +118,18 @@
             as {{ sql }}
         {%- endcall -%}
     {%- else -%}
-        {%- set storage = var('cdc_changes_storage', 'table') -%}
-        {%- if storage == 'table' -%}
-            {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
-                                                        type='table') -%}
-            {#- left over by a run that failed half-way: its rows are recomputed below -#}
-            {%- call statement('drop_stale_changes') -%}
-                drop table if exists {{ changes_relation }} purge
-            {%- endcall -%}
-            {%- call statement('changes') -%}
-                create table {{ changes_relation }}
-                using iceberg
-                partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
-                as {{ sql }}
-            {%- endcall -%}
-        {%- else -%}
-            {#- the alternative to measure against it: a cached temporary view whose stored plan
-                the count and the MERGE reuse (see the header) -#}
-            {%- set changes_relation = api.Relation.create(identifier=this.identifier ~ '__dbt_changes', type='view') -%}
-            {%- set previous_view_setting = set_session_settings({'spark.sql.legacy.storeAnalyzedPlanForView': 'true'}) -%}
-            {%- call statement('changes') -%}
-                cache table {{ changes_relation }} as {{ sql }}
-            {%- endcall -%}
-            {%- do restore_session_settings(previous_view_setting) -%}
-        {%- endif -%}
+        {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
+                                                    type='table') -%}
+        {#- left over by a run that failed half-way: its rows are recomputed below -#}
+        {%- call statement('drop_stale_changes') -%}
+            drop table if exists {{ changes_relation }} purge
+        {%- endcall -%}
+        {%- call statement('changes') -%}
+            create table {{ changes_relation }}
+            using iceberg
+            partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
+            as {{ sql }}
+        {%- endcall -%}
         {#- the changelog grew a column (bronze schema evolution): the mirror grows it too -#}
         {%- do process_schema_changes('append_new_columns', changes_relation, existing_relation) -%}
         {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
@@ -159,7 +144,7 @@
                 asked of the (small) changes table first: a run without such changes reads key
                 and sequence only. -#}
             {%- set lacking = cdc_mirror_lacking_columns(changes_relation, carried) -%}
-            {%- set previous = set_session_settings(storage_partitioned_join_settings() if storage == 'table' else {}) -%}
+            {%- set previous = set_session_settings(storage_partitioned_join_settings()) -%}
             {%- call statement('main') -%}
                 merge into {{ target_relation }} as mirror
                 using {{ changes_relation }} as change
@@ -206,12 +191,8 @@
             {%- endcall -%}
         {%- endif -%}
         {%- call statement('drop_changes') -%}
-            {% if storage == 'table' %} drop table if exists {{ changes_relation }} purge
-            {% else %} uncache table if exists {{ changes_relation }} {% endif %}
+            drop table if exists {{ changes_relation }} purge
         {%- endcall -%}
-        {%- if storage != 'table' -%}
-            {%- call statement('drop_changes_view') -%} drop view if exists {{ changes_relation }} {%- endcall -%}
-        {%- endif -%}
     {%- endif -%}
 
     {%- set dead_letters = config.get('dead_letters') -%}
