@@ -19,6 +19,7 @@ breaks the rule fails here whether or not its own tests run.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
@@ -45,11 +46,16 @@ def python_files(folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*.py") if "__pycache__" not in path.parts)
 
 
-def imported_names(source: str) -> list[tuple[int, str]]:
-    """(line, dotted name) of everything the source imports, inside functions too:
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def imported_names(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, dotted name) of everything the module imports, inside functions too:
     `from a.b import c` gives a.b.c, `import a.b` gives a.b."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -57,16 +63,16 @@ def imported_names(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def jvm_problems(source: str) -> list[str]:
-    """What in a test file's source would start a JVM: `line: why` each."""
+def jvm_problems(tree: ast.Module) -> list[str]:
+    """What in a test module would start a JVM: `line: why` each."""
     problems = []
-    for line, name in imported_names(source):
+    for line, name in imported_names(tree):
         if name.split(".")[0] == "pyspark" and not any(name == allowed or name.startswith("pyspark.sql.types.")
                                                        for allowed in PYSPARK_ALLOWED):
             problems.append(f"{line}: imports {name}")
         if name in SESSION_BUILDERS:
             problems.append(f"{line}: imports {name}, which builds a Spark session")
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             arguments = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
             problems += [f"{node.lineno}: {node.name} asks for the `{name}` fixture"
@@ -77,24 +83,24 @@ def jvm_problems(source: str) -> list[str]:
     return problems
 
 
-def benchmark_imports(source: str) -> list[int]:
-    return sorted({line for line, name in imported_names(source) if name.split(".")[0] == "benchmarks"})
+def benchmark_imports(tree: ast.Module) -> list[int]:
+    return sorted({line for line, name in imported_names(tree) if name.split(".")[0] == "benchmarks"})
 
 
 def test_no_unit_test_starts_a_jvm():
     problems = [f"{path.relative_to(REPO_ROOT)}:{problem}"
-                for path in python_files(UNIT) for problem in jvm_problems(path.read_text())]
+                for path in python_files(UNIT) for problem in jvm_problems(syntax_tree(path))]
     assert not problems, "tests/unit starts no JVM; move these tests to tests/integration:\n" + "\n".join(problems)
 
 
 def test_tests_build_from_tests_support_never_from_benchmarks():
     importing = {str(path.relative_to(REPO_ROOT)): lines for path in python_files(TESTS)
-                 if (lines := benchmark_imports(path.read_text()))}
+                 if (lines := benchmark_imports(syntax_tree(path)))}
     unexpected = {path: lines for path, lines in importing.items() if path not in BENCHMARK_TESTS}
     assert not unexpected, f"import benchmarks/ (lines); build from tests/support instead: {unexpected}"
     assert set(importing) == set(BENCHMARK_TESTS), "a benchmark test named here no longer imports its benchmark"
     for path in BENCHMARK_TESTS:
-        summary = (ast.get_docstring(ast.parse((REPO_ROOT / path).read_text())) or "").split("\n\n")[0]
+        summary = (ast.get_docstring(syntax_tree(REPO_ROOT / path)) or "").split("\n\n")[0]
         assert "benchmarks/" in summary, f"{path}: its docstring's first paragraph names the benchmark it tests"
 
 
@@ -104,10 +110,10 @@ def test_the_checks_find_what_they_look_for():
               "from lakehouse.core.spark import get_spark\nimport benchmarks.dbt_scaling\n\n\n"
               "@pytest.mark.usefixtures('kafka')\ndef test_x(spark, tmp_path):\n"
               "    from benchmarks._machine import cpu_model\n")
-    assert jvm_problems(source) == [
+    assert jvm_problems(ast.parse(source)) == [
         "3: imports pyspark.sql.functions",
         "4: imports lakehouse.core.spark.get_spark, which builds a Spark session",
         "9: test_x asks for the `spark` fixture", "8: usefixtures('kafka')"]
-    assert benchmark_imports(source) == [5, 10]
-    assert jvm_problems("import pyspark\nfrom pyspark.sql.types import LongType\n"
-                        "from lakehouse.core.spark import LOG4J_FILE\n") == []
+    assert benchmark_imports(ast.parse(source)) == [5, 10]
+    assert jvm_problems(ast.parse("import pyspark\nfrom pyspark.sql.types import LongType\n"
+                                  "from lakehouse.core.spark import LOG4J_FILE\n")) == []
