@@ -125,10 +125,10 @@ docs: install ## Build the documentation site (MkDocs, --strict) into .lakehouse
 test: setup chromium faketime docs ## Set up, build the docs (a broken link fails), then run the default test suite (unit + integration, real Kafka/Spark/Iceberg)
 	$(BIN)/pytest $(PYTEST_DEFAULT)
 
-test-unit: setup ## Unit tests only
+test-unit: setup ## Unit tests only: plain Python, no JVM (no Spark, no broker; tests/unit/test_suite_layout.py keeps it so)
 	$(BIN)/pytest tests/unit
 
-test-integration: setup chromium faketime ## Integration tests only (real broker, Spark, Iceberg, dbt, GX)
+test-integration: setup chromium faketime ## Integration tests only: everything that starts a JVM (real broker, Spark, Iceberg, dbt, GX)
 	$(BIN)/pytest tests/integration $(PYTEST_DEFAULT)
 
 test-slow: setup ## Long-running tests

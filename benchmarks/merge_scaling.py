@@ -45,7 +45,6 @@ import hashlib
 import json
 import os
 import platform
-import random
 import shutil
 import subprocess
 import sys
@@ -58,15 +57,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._bronze_rows import append_rows  # noqa: E402
-from benchmarks._spark_events import event_log_env, sql_breakdown  # noqa: E402
 from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
+from tests.support.bronze_history import iso_text  # noqa: E402
+from tests.support.bronze_rows import append_rows  # noqa: E402
+from tests.support.change_patterns import KeySpace  # noqa: E402
+from tests.support.spark_events import event_log_env, sql_breakdown  # noqa: E402
 
 MIRROR = "silver.customers_mirror"
 MIRROR_MODEL = "model.lakehouse.customers_mirror"
-CHANGE_MIX = {"U": 0.8, "D": 0.1, "I": 0.1}  # updates and deletes of live keys, inserts of new keys
 FIRST_LSN = 0x1_6B3748  # producers/cdc/simulator.py starts its LSNs here too
 ROUND_LSN_STRIDE = 10**9  # every change of round r has an LSN above every earlier one
 # issue "dbt runs whose cost follows the change": the 10x larger mirror takes at most 1.5x the
@@ -122,13 +122,6 @@ def create_bronze(spark, settings: Settings) -> str:
     decoder.refresh()
     bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning)
     return spec.bronze_table
-
-
-def iso_text(column):
-    """The simulator's instants: ISO-8601 UTC with milliseconds, as text."""
-    from pyspark.sql import functions as F
-
-    return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
 
 
 def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_number: int):
@@ -200,42 +193,6 @@ def load_initial(spark, table: str, size: int, t0: datetime) -> float:
 
 
 # --- step 3: a round of changes ---------------------------------------------------------------
-
-class KeySpace:
-    """Which keys exist and which are deleted, to draw realistic changes (no update of a
-    deleted key, inserts beyond the largest key).
-
-    Two patterns (`--patterns`): "uniform", every change on a distinct key drawn evenly over
-    the key space; "skewed", a `hot_share` of the changes are updates of `hot_keys` hot keys
-    (drawn once, evenly over the key space, never deleted: the few busy customers), each
-    updated many times in one round, the rest drawn as in "uniform"."""
-
-    def __init__(self, size: int, seed: int, hot_keys: int = 100, hot_share: float = 0.9):
-        self.max_key = size
-        self.deleted: set[int] = set()
-        self.rng = random.Random(seed)
-        self.hot = self.rng.sample(range(1, size + 1), min(hot_keys, size))
-        self.hot_share = hot_share
-
-    def draw(self, count: int, pattern: str = "uniform") -> list[tuple[int, str]]:
-        hot = round(count * self.hot_share) if pattern == "skewed" else 0
-        rest = count - hot
-        updates = round(rest * CHANGE_MIX["U"])
-        deletes = round(rest * CHANGE_MIX["D"])
-        inserts = rest - updates - deletes
-        taken = self.deleted | set(self.hot)
-        existing: list[int] = []
-        while len(existing) < updates + deletes:  # distinct live keys, uniformly over the key space
-            drawn = self.rng.sample(range(1, self.max_key + 1), updates + deletes + len(taken) + 16)
-            existing = [k for k in dict.fromkeys(drawn) if k not in taken][: updates + deletes]
-        plan = [(k, "U") for k in existing[:updates]] + [(k, "D") for k in existing[updates:]]
-        plan += [(self.max_key + 1 + i, "I") for i in range(inserts)]
-        plan += [(self.rng.choice(self.hot), "U") for _ in range(hot)]
-        self.deleted.update(k for k, op in plan if op == "D")
-        self.max_key += inserts
-        self.rng.shuffle(plan)
-        return plan
-
 
 def load_changes(spark, table: str, plan: list[tuple[int, str]], round_number: int, t0: datetime):
     """Append one round of changes to bronze; returns the expected rows (a cached DataFrame)."""
@@ -367,7 +324,7 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
     return {"wall_s": round(wall, 2), "models": models, **usage, "statements": events}
 
 
-# --- Spark's event log (benchmarks/_spark_events.py): what each statement was --------------------
+# --- Spark's event log (tests/support/spark_events.py): what each statement was --------------------
 
 def statement_kind(statement: dict) -> str:
     """Which statement of the cdc_mirror materialization an execution is, from its plan."""

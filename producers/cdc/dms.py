@@ -66,7 +66,7 @@ def log_order(position: str) -> tuple[tuple[int, str], ...]:
     """The reference's order of DMS log positions: the position cut at every character that is
     no letter or digit, each part compared by its width without leading zeros, then as text.
     Decimals of any width then compare as numbers, fixed-width hex (an LSN half) as its text.
-    ingestion's log_position_key pads instead; both must agree (tests/unit/test_decode_formats.py)."""
+    ingestion's log_position_key pads instead; both must agree (tests/integration/test_decode_formats.py)."""
     return tuple((len(part.lstrip("0")), part.lstrip("0")) for part in re.split(r"[^0-9A-Za-z]", position))
 
 

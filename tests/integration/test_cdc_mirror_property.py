@@ -112,7 +112,7 @@ def seq_of(position: int, shape: str, snapshot_read: bool = False) -> tuple[int,
     # (a source clock set back: three changes per instant, 0, 0, 0, 1, 1, 1, ... 3, 0, ...), so
     # ordering by it would fail; transaction ids given at transaction start, not in commit order
     # (1, 0, 3, 2, ...), so ordering by them would fail. The log position is a number here (a
-    # string in bronze, padded to sort as text: tests/unit/test_decode_formats.py): the mirror
+    # string in bronze, padded to sort as text: tests/integration/test_decode_formats.py): the mirror
     # compares `_seq` field by field whatever the fields' types. The raw position after it falls
     # as the log position rises, so a mirror ordering by it would fail too.
     return (position, (position // 3) % 4, -position, (position // 2) ^ 1, position % 2)

@@ -1,7 +1,8 @@
 """The whole project's incremental runs: cost that follows the change, results that do not.
 
 A lakehouse of its own gets a bronze history for every stream, written straight into the bronze
-tables the ingestion creates (the generator of benchmarks/dbt_scaling.py), and `dbt run`
+tables the ingestion creates (tests/support/bronze_history.py, benchmarks/dbt_scaling.py's
+generator too), and `dbt run`
 builds silver and gold. Then increments land, each with late events, re-sent duplicates of
 earlier events and CDC changes (updates that move customers, deletes, new keys), and `dbt run`
 applies each. Checked:
@@ -39,10 +40,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._spark_events import event_log_env, merge_target_reads, newest_event_log, sql_breakdown
-from benchmarks.dbt_scaling import create_bronze, layer_rows, load_history, load_increment, own_table_of, per_model
 from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.support.bronze_history import create_bronze, load_history, load_increment
+from tests.support.spark_events import (
+    event_log_env,
+    layer_rows,
+    merge_target_reads,
+    newest_event_log,
+    own_table_of,
+    per_model,
+    sql_breakdown,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -108,7 +108,7 @@ def test_changelog_rows_carry_the_sequence_of_their_message(spark, kafka, ingest
             tombstones.add((message.partition(), message.offset()))
         else:
             # DMS: bronze's log_position (the position padded to sort as text) is checked against
-            # the reference's own log order by tests/unit/test_decode_formats.py; here the rest
+            # the reference's own log order by tests/integration/test_decode_formats.py; here the rest
             seq = change.seq if codec is debezium else change.seq[1:]
             expected[(message.partition(), message.offset())] = (change.op, seq, change.key)
     rows = spark.table(f"bronze.{name}").where("_error_code is null").collect()  # the dead rows: checked above

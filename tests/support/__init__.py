@@ -1,2 +1,7 @@
-"""Fixtures several test folders share: servers and helpers that stand in for nothing of the
-project's own, only for what a real deployment talks to (a Confluent-API schema registry)."""
+"""What several test folders and the benchmarks share; never the project's own code.
+
+Servers that stand in for what a real deployment talks to (a Confluent-API schema registry:
+registry_server.py); synthetic data written straight into the ingestion's bronze tables
+(bronze_history.py, bronze_rows.py, change_patterns.py); readers of what a run did (Spark's event
+log: spark_events.py). Tests build from here and from the product, never from benchmarks/; the
+benchmarks import from here (tests/unit/test_suite_layout.py checks the direction)."""

@@ -1,6 +1,9 @@
 """benchmarks/freshness.py reads the ingestion's per-batch log lines to report batch sizes and
-seconds. The job writes its counts with thousands separators, which the first version of the
-pattern did not accept: its report said "0 micro-batches with data" for a run of thousands."""
+seconds: a test of a benchmark's own code, so it imports the benchmark (tests/unit/
+test_suite_layout.py names it).
+
+The job writes its counts with thousands separators, which the first version of the pattern
+did not accept: its report said "0 micro-batches with data" for a run of thousands."""
 
 from __future__ import annotations
 

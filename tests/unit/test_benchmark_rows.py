@@ -1,13 +1,14 @@
-"""The benchmarks append synthetic rows straight to bronze. Rows that do not fit the table must
-stop them: conforming the rows to the table's schema would make a field the table lacks null in
-silence (the customers `_seq` of dbt_scaling and merge_scaling was once `struct<lsn>` against a
-table of `struct<phase, commit_pos, change_pos>`, so every change had a null sequence)."""
+"""The benchmarks and tests/support/bronze_history.py append synthetic rows straight to bronze
+(tests/support/bronze_rows.py). Rows that do not fit the table must stop them: conforming the
+rows to the table's schema would make a field the table lacks null in silence (the customers
+`_seq` of dbt_scaling and merge_scaling was once `struct<lsn>` against a table of
+`struct<phase, commit_pos, change_pos>`, so every change had a null sequence)."""
 
 from __future__ import annotations
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from benchmarks._bronze_rows import schema_mismatch
+from tests.support.bronze_rows import schema_mismatch
 
 SEQ = StructType([StructField("phase", IntegerType()), StructField("commit_pos", LongType()),
                   StructField("change_pos", LongType())])

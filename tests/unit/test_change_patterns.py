@@ -1,4 +1,4 @@
-"""The change patterns the dbt benchmarks draw (benchmarks/merge_scaling.py KeySpace): a skewed
+"""The change patterns the dbt benchmarks and tests draw (tests/support/change_patterns.py): a skewed
 round puts its hot share on the hot keys and never deletes one, a uniform round changes
 distinct keys, and neither updates a key deleted in an earlier round (a change after a delete
 would be a resurrection no source sends)."""
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from benchmarks.dbt_scaling import hot_keys
-from benchmarks.merge_scaling import KeySpace
+from tests.support.change_patterns import KeySpace, hot_keys
 
 
 def test_a_uniform_round_changes_distinct_keys():
@@ -36,6 +35,6 @@ def test_no_round_changes_a_key_deleted_before():
         deleted |= {k for k, op in plan if op == "D"}
 
 
-def test_dbt_scaling_spreads_its_hot_keys_over_the_key_space():
+def test_the_hot_keys_spread_over_the_key_space():
     keys = hot_keys(1_000_000, 100)
     assert len(set(keys)) == 100 and min(keys) == 1 and max(keys) > 900_000

@@ -1,11 +1,12 @@
 """benchmarks/ingest_throughput.py's own helpers: the order of each round's runs, the batch
 size that makes every run span at least N micro-batches, the faults of a batch that fails
-whole, and the raw ceiling's rows (the value with the Kafka metadata bronze keeps)."""
+whole. A test of a benchmark's own code, so it imports the benchmark (tests/unit/
+test_suite_layout.py names it); the raw ceiling's rows, which need Spark, are checked in
+tests/integration/test_ingest_benchmark.py."""
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 
 import pytest
 
@@ -14,7 +15,6 @@ from benchmarks.ingest_throughput import (
     RAW_CEILING,
     STEPS,
     parse_args,
-    raw_rows,
     records_per_batch,
     round_names,
     run_orders,
@@ -83,19 +83,3 @@ def test_the_options_of_a_whole_bad_batch_run():
                   ["--batches", "0"]):
         with pytest.raises(SystemExit):
             parse_args(wrong)
-
-
-def test_the_raw_ceiling_appends_the_value_with_the_kafka_metadata_bronze_keeps(spark):
-    from ingestion.formats import to_bronze
-
-    source = spark.createDataFrame(
-        [(b"k", b"\x01\x02", "employees", 3, 41, datetime(2026, 11, 30, 12, tzinfo=UTC))],
-        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp")
-    rows = raw_rows(source)
-    decoded = source.selectExpr("*", "cast(null as string) as _error_code", "cast(null as string) as _error_detail")
-    bronze = to_bronze(decoded, 0, source.timestamp)
-    kept = [field for field in bronze.schema.fields if field.name.startswith("_kafka_")]
-    assert [field.name for field in rows.schema.fields] == ["value", *[field.name for field in kept]]
-    assert rows.schema.fields[1:] == kept  # bronze's names and types
-    row = rows.first()
-    assert (row.value, row._kafka_key, row._kafka_partition, row._kafka_offset) == (b"\x01\x02", "k", 3, 41)

@@ -1,9 +1,9 @@
-"""Reading scans out of Spark's event log (benchmarks/_spark_events.py): the columns a scan reads,
+"""Reading scans out of Spark's event log (tests/support/spark_events.py): the columns a scan reads,
 and which scan of a MERGE is its read of the target."""
 
 from __future__ import annotations
 
-from benchmarks._spark_events import merge_target_reads, scan_columns
+from tests.support.spark_events import merge_target_reads, scan_columns
 
 MIRROR_SCAN = ("BatchScan lake.silver.customers_mirror[customer_id#46118L, _seq#46127, _file#46154, _pos#46155L, "
                "_spec_id#46152, _partition#46153] lake.silver.customers_mirror (branch=null) "

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
+
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
 
 # py4j's protocol: a reflection command ("r") asking for a member it does not know yet ("u"),
 # which the JVM answers by loading classes: what `sc._jvm.functions` (a short name, tried under

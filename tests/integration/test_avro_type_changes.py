@@ -25,6 +25,8 @@ from lakehouse.contracts.streams import StreamSpec
 from lakehouse.core.settings import Settings
 from producers import avro
 
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
+
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
 SHIP = {"type": "record", "name": "Ship", "fields": [{"name": "city", "type": "string"},

@@ -1,6 +1,7 @@
-"""Appending a benchmark's synthetic rows to a bronze table the ingestion created.
+"""Appending synthetic rows to a bronze table the ingestion created.
 
-dbt_scaling.py and merge_scaling.py write bronze directly, in the table's own schema, so that
+benchmarks/dbt_scaling.py, benchmarks/merge_scaling.py and the tests that build a history with
+tests/support/bronze_history.py write bronze directly, in the table's own schema, so that
 loading millions of rows takes seconds instead of a producer run. `ingestion.bronze
 .conform_to_schema` fills what the rows lack with nulls (right for the ingestion, whose older
 rows lack newer columns), so a synthetic field the table does not have would vanish in
@@ -9,8 +10,8 @@ silence: the benchmarks' customers `_seq` was once `struct<lsn>` after bronze ha
 
 So the rows must fit the table as the ingestion itself would judge them: the schema evolution
 it would need (`ingestion.bronze.schema_changes`: a column to add, a type to widen, a changed
-`_seq` or a narrowing it refuses) is an error here, since a benchmark must not change the table
-it measures.
+`_seq` or a narrowing it refuses) is an error here, since a benchmark or test must not change
+the table it measures.
 """
 
 from __future__ import annotations
@@ -38,6 +39,6 @@ def append_rows(spark, table: str, rows) -> None:
     schema = spark.table(table).schema
     mismatch = schema_mismatch(rows.schema, schema)
     if mismatch:
-        raise ValueError(f"{table} would need {mismatch}: the benchmark's rows are out of date with the "
+        raise ValueError(f"{table} would need {mismatch}: the synthetic rows are out of date with the "
                          f"table's schema")
     conform_to_schema(rows, schema).writeTo(table).append()

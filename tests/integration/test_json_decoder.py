@@ -24,7 +24,9 @@ from ingestion import formats, json_udf
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import JsonContract
 from lakehouse.core.errors import LakehouseError
-from tests.unit.test_decode_formats import kafka_rows
+from tests.support.kafka_rows import kafka_rows
+
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("at", TimestampType()),
                      StructField("ratio", DoubleType()), StructField("ok", BooleanType()),

@@ -12,12 +12,15 @@ import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+import pytest
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType, StructField, StructType, TimestampType
 
 from ingestion import formats
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import JsonContract
-from tests.unit.test_decode_formats import kafka_rows
+from tests.support.kafka_rows import kafka_rows
+
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
 
 EPOCH = datetime(1970, 1, 1)
 SCHEMA = StructType([

@@ -14,14 +14,11 @@ from lakehouse.contracts.streams import JsonContract, get_stream, json_contract
 from producers import avro, purchases
 from producers.cdc import debezium, dms, stream
 from producers.cdc.simulator import CdcSimulator
+from tests.support.kafka_rows import RECORD_TIME, kafka_rows
 
-NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
 
-
-def kafka_rows(spark, messages, topic="t"):
-    rows = [(key, value, topic, 0, offset, NOW) for offset, (key, value) in enumerate(messages)]
-    return spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, "
-                                       "offset long, timestamp timestamp")
+NOW = RECORD_TIME  # the records' Kafka timestamp
 
 
 # --- Avro ----------------------------------------------------------------------------------

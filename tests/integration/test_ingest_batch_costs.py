@@ -16,6 +16,8 @@ from ingestion.job import progress_lag
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract
 
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
+
 SPEC = get_stream("user_events")
 EVENT = {"event_id": "e-1", "customer_id": 7, "session_id": "s-7-1", "event_type": "search",
          "event_timestamp": "2026-11-21T12:00:00Z", "page": "/search", "device": "web", "duration_ms": 40}

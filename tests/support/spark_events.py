@@ -4,9 +4,11 @@ A dbt process started with :func:`event_log_env` writes Spark's event log (pyspa
 PYSPARK_SUBMIT_ARGS when dbt builds its session; no project file changes). :func:`sql_breakdown`
 reads it back: per SQL statement (a root execution with the executions it ran inside it) its
 start, end and wall time, the plan nodes it ran, and per Iceberg scan the table, data files
-read and skipped, delete files, rows read. Used by benchmarks/merge_scaling.py,
-benchmarks/dbt_scaling.py and the pruning test (tests/integration/test_incremental_models.py):
-rows and files read do not depend on the machine's load, times do.
+read and skipped, delete files, rows read. :func:`per_model` ties a `dbt run`'s statements to
+its models by time, :func:`layer_rows` sums a model's rows read per layer. Used by
+benchmarks/merge_scaling.py, benchmarks/dbt_scaling.py and the pruning test
+(tests/integration/test_incremental_models.py): rows and files read do not depend on the
+machine's load, times do.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 
 
@@ -151,3 +154,66 @@ def merge_target_reads(statements: list[dict]) -> list[tuple[str, list[str]]]:
             if "_file" in scan["columns"]:
                 reads.append((scan["table"], [c for c in scan["columns"] if c not in ROW_POSITION_COLUMNS]))
     return reads
+
+
+# --- per model of a dbt run ---------------------------------------------------------------------
+
+def _ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def per_model(run: dict) -> dict[str, dict]:
+    """Seconds, scans and statements of each model of a run (statements tied by time)."""
+    models = {}
+    windows = []
+    for result in run["results"]:
+        name = result["unique_id"].rsplit(".", 1)[-1]
+        if not result["unique_id"].startswith("model."):
+            continue
+        timing = {t["name"]: t for t in result.get("timing", [])}
+        start = _ms(timing["compile"]["started_at"]) if "compile" in timing else None
+        end = _ms(timing["execute"]["completed_at"]) if "execute" in timing else None
+        models[name] = {"seconds": round(result["execution_time"], 2), "status": result["status"],
+                        "reads": defaultdict(lambda: {"rows": 0, "data_files": 0, "skipped_data_files": 0,
+                                                      "delete_files": 0, "scans": 0}),
+                        "statements": 0}
+        if start and end:
+            windows.append((start, end, name))
+    for statement in run["statements"]:
+        owner = next((name for start, end, name in windows if start <= statement["start_ms"] <= end), None)
+        if owner is None:
+            continue
+        models[owner]["statements"] += 1
+        for scan in statement["scans"]:
+            table = scan["table"].removeprefix("lake.")
+            entry = models[owner]["reads"][table]
+            entry["scans"] += 1
+            for metric in ("rows", "data_files", "skipped_data_files", "delete_files"):
+                entry[metric] += scan.get(metric) or 0
+    for model in models.values():
+        model["reads"] = dict(model["reads"])
+    return models
+
+
+def layer_rows(model: dict, own_table: str | None) -> dict[str, int]:
+    """Rows read per layer; the model's own table (a MERGE's target side) and metadata apart."""
+    out = {"bronze": 0, "silver": 0, "gold": 0, "own table": 0, "metadata": 0}
+    for table, read in model["reads"].items():
+        parts = table.split(".")
+        if len(parts) > 2:  # silver.customers_mirror.data_files, ...: metadata tables
+            out["metadata"] += read["rows"]
+        elif own_table and table == own_table:
+            out["own table"] += read["rows"]
+        elif parts[0] in out:
+            out[parts[0]] += read["rows"]
+    return out
+
+
+def own_table_of(model: str) -> str | None:
+    for layer, names in (("silver", ("user_events", "purchases", "employees", "customers_mirror", "accounts_mirror",
+                                     "customers_history", "accounts_history")),
+                         ("gold", ("events_by_type_daily", "sales_by_region_daily", "customer_activity",
+                                   "headcount_by_team_role", "account_balance_summary"))):
+        if model in names:
+            return f"{layer}.{model}"
+    return None

@@ -11,6 +11,8 @@ from ingestion.formats import decode_json, to_bronze
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract
 
+pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
+
 SPEC = get_stream("user_events")
 CONTRACT = json_contract(SPEC)
 GOOD = {
