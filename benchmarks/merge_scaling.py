@@ -559,7 +559,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--home-parent", type=Path, help="where to create the temporary state folders")
     parser.add_argument("--keep", action="store_true", help="keep the state folders (for experiments)")
     parser.add_argument("--dbt-vars", metavar="YAML",
-                        help="dbt --vars for every run, to measure a variant, e.g. '{cdc_tombstone_retention_hours: 1}'")
+                        help="dbt --vars for every run, to measure a variant, e.g. '{overlap_minutes: 5}'")
     parser.add_argument("--project-dir", type=Path, default=PROJECT_ROOT,
                         help="run dbt in this copy of the project (dbt_project.yml, profiles.yml, models/, macros/)"
                              " to measure a candidate change to a macro without editing the repository")
