@@ -464,18 +464,8 @@ def run(
                 if spec.name not in created:
                     for change in ensure_tables(spark, spec, decoders[spec.name]):
                         log.info("%s: %s", spec.name, change)
-            # A query that replayed its checkpoint's uncommitted batch may fail after committing it, on
-            # Spark 4.1.1's Kafka source metrics (_ReplayedBatchReported): the queries start again,
-            # each time past a committed batch, as many times as a stream can replay one.
-            for attempt in range(2 * len(specs) + 1):
-                try:
-                    _run_queries(spark, settings, specs, decoders, leases, available_now, trigger,
-                                 max_offsets_per_trigger, starting_offsets, fault_point)
-                    break
-                except _ReplayedBatchReported as replayed:
-                    if attempt == 2 * len(specs):
-                        raise LakehouseError(str(replayed)) from None
-                    log.warning("%s; starting the queries again", replayed)
+            _run_queries(spark, settings, specs, decoders, leases, available_now, trigger, max_offsets_per_trigger,
+                         starting_offsets, fault_point)
         finally:
             leases.release()
 
@@ -555,10 +545,6 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
                 raise LakehouseError(f"query {query.name} stopped: stream {spec.name}: another job wrote its "
                                      f"checkpoint meanwhile, {leases.holder_text(spec)}: this job stops")
             location = checkpoint_location(settings, spec)
-            if _kafka_metrics_bug(query.exception()) and _replay_committed(location):
-                raise _ReplayedBatchReported(
-                    f"query {query.name}: the batch replayed from its checkpoint is committed, and Spark "
-                    f"{spark.version} then failed on the Kafka source's metrics (SPARK-55271, fixed in 4.1.3)")
             problem = checkpoint_problem(location) or _checkpoint_write_error(query.exception(), location)
             if problem:
                 raise LakehouseError(_unwritable(location, problem, f" (query {query.name} stopped)"))
@@ -568,32 +554,6 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
 
 
 CONCURRENT_LOG_UPDATE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error class: another writer of the checkpoint
-
-
-class _ReplayedBatchReported(Exception):
-    """A query failed after committing the batch it replayed: nothing to report, start it again."""
-
-
-def _kafka_metrics_bug(exc) -> bool:
-    """Spark 4.1.1's Kafka source fails a query when it reports the metrics of a batch replayed from
-    the checkpoint's offset log (its latest offsets were never read: `Some(null)`, SPARK-55271,
-    apache/spark#55236; 4.1.3 wraps them in `Option`, and its Kafka token provider is not served
-    here). The failure comes after the batch's commit (progress is reported last), so the replayed
-    batch is in bronze and in the checkpoint: starting the query again goes on from the next one."""
-    # PySpark keeps each JVM exception's stack trace as text, the cause's (the NPE) apart.
-    traces, cause = [], exc
-    while cause is not None and len(traces) < 8:
-        traces.append(str(getattr(cause, "_stackTrace", "") or ""))
-        cause = getattr(cause, "_cause", None)
-    trace = "\n".join(traces)
-    return ('"scala.Option.get()" is null' in str(getattr(exc, "desc", None) or exc)
-            and "KafkaMicroBatchStream" in trace and "extractSourceProgress" in trace)
-
-
-def _replay_committed(location: str) -> bool:
-    """Whether the checkpoint's last planned batch is committed (the replay finished its commit)."""
-    commit = checkpoint.last_commit(location)
-    return commit is not None and commit.batch_id == checkpoint.last_planned_batch(location)
 
 
 def _observe(specs: list[StreamSpec], queries) -> None:

@@ -76,7 +76,7 @@ def doc_errors(props: dict[str, str], architecture: str, cluster: str) -> list[s
     rows = {m.group(1): m.group(0) for m in table_rows}
     for row, needles in (("Spark", [props["spark.version"]]),
                          ("Iceberg", [props["iceberg.version"], runtime_artifact(props)]),
-                         ("Spark connectors", [props["spark.version"]])):
+                         ("Spark connectors", [props["spark.version"], props["spark.kafka.connector.version"]])):
         for needle in needles:
             if needle not in rows.get(row, ""):
                 errors.append(f"ARCHITECTURE.md §3, row {row}: does not name {needle}")
@@ -86,6 +86,8 @@ def doc_errors(props: dict[str, str], architecture: str, cluster: str) -> list[s
         errors.append("docs/cluster.md names no Spark or Iceberg package")
     for group, artifact, version in coordinates:
         want = props["spark.version"] if group == "org.apache.spark" else props["iceberg.version"]
+        if artifact.startswith("spark-sql-kafka-"):  # the Kafka source alone is at its own patch release
+            want = props["spark.kafka.connector.version"]
         if version != want:
             errors.append(f"docs/cluster.md: {group}:{artifact}:{version}, the pom builds {want}")
         if artifact.startswith("iceberg-spark-runtime-") and artifact != runtime_artifact(props):
