@@ -84,22 +84,20 @@ def _merge_statement(table: str, source: str, columns: list[str], now: str) -> s
 
 def migrate(spark, settings: Settings) -> list[StreamMigration]:
     """Move the old table's rows into the stream tables, drop it, create the view; what moved."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     from ingestion import bronze, dead_letters
     from ingestion.decoders import decoder_for
     from lakehouse.contracts.streams import get_stream, stream_names
-    from lakehouse.core.sql import timestamp_sql
+    from lakehouse.core.sql import sql_string, timestamp_sql
 
     if not dead_letters.old_table_exists(spark):
         changes = dead_letters.ensure_view(spark)
         log.info("%s is not a table: nothing to migrate%s", OLD_TABLE, f" ({changes[0]})" if changes else "")
         return []
     old = spark.table(OLD_TABLE)
-    if "replayed_at" not in old.columns:  # a table from before replay existed: all pending
-        old = old.select("*", *[F.lit(None).cast(t).alias(c) for c, t in (
-            ("replayed_at", "timestamp"), ("replay_attempts", "int"), ("last_replay_at", "timestamp"))])
+    # A table from before replay existed: every row pending.
+    missing = "" if "replayed_at" in old.columns else (
+        ", cast(null as timestamp) as replayed_at, cast(null as int) as replay_attempts, "
+        "cast(null as timestamp) as last_replay_at")
     streams = sorted(r.stream for r in old.select("stream").distinct().collect())
     configured = set(stream_names())
     unknown = [s for s in streams if s not in configured]
@@ -114,7 +112,6 @@ def migrate(spark, settings: Settings) -> list[StreamMigration]:
                              "older version's `lakehouse ingest` until it stops cleanly (it completes the batch's "
                              "dead letters), then `lakehouse migrate`")
     now = timestamp_sql(datetime.now(UTC))
-    newest_first = Window.partitionBy("topic", "partition", "offset").orderBy(F.col("ingested_at").desc())
     moved = []
     for spec in specs:
         decoder = decoder_for(spark, settings, spec)
@@ -122,17 +119,16 @@ def migrate(spark, settings: Settings) -> list[StreamMigration]:
         for change in bronze.ensure_table(spark, spec.bronze_table, decoder.bronze_schema(), spec.partitioning):
             log.info("%s: %s", spec.name, change)
         # One row per record: a reset checkpoint could dead-letter a record twice; a MERGE takes
-        # one source row per target row.
-        rows = (old.where(F.col("stream") == spec.name).withColumn("_n", F.row_number().over(newest_first))
-                .where("_n = 1").drop("_n"))
-        view = f"lakehouse_migrate_{spec.name}"
-        rows.createOrReplaceTempView(view)
-        count = rows.count()
+        # one source row per target row. The source is SQL over the table, not a temporary view
+        # of a DataFrame: Spark 4.1 keeps such a view's table as a TableReference, which Iceberg's
+        # MERGE planning cannot plan ("No plan for TableReference", an internal error).
+        rows = f"""(select * from (
+                      select *{missing}, row_number() over (partition by topic, `partition`, `offset`
+                                                       order by ingested_at desc) as _n
+                      from {OLD_TABLE} where stream = {sql_string(spec.name)}) where _n = 1)"""
+        count = spark.sql(f"select count(*) from {rows}").first()[0]
         log.info("%s: moving %d dead letter(s) into %s, in one commit", spec.name, count, spec.bronze_table)
-        try:
-            spark.sql(_merge_statement(spec.bronze_table, view, spark.table(spec.bronze_table).columns, now))
-        finally:
-            spark.catalog.dropTempView(view)
+        spark.sql(_merge_statement(spec.bronze_table, rows, spark.table(spec.bronze_table).columns, now))
         moved.append(StreamMigration(spec.name, spec.bronze_table, count))
     spark.sql(f"drop table {OLD_TABLE}")
     for change in dead_letters.ensure_view(spark):
