@@ -11,16 +11,6 @@ same way: ``where _error_code is not null`` on a stream's bronze table.
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from lakehouse.contracts import error_codes
 from lakehouse.core.errors import LakehouseError
@@ -38,26 +28,6 @@ GOOD = "_error_code is null"
 LISTED = f"({DEAD} or _replayed_at is not null)"
 
 # The view's columns (what `lakehouse dlq list/show` print), each from a bronze table's columns.
-SCHEMA = StructType([
-    StructField("stream", StringType(), False),
-    StructField("topic", StringType(), True),
-    StructField("partition", IntegerType(), True),
-    StructField("offset", LongType(), True),
-    StructField("kafka_timestamp", TimestampType(), True),
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("error_code", StringType(), True),
-    StructField("error_detail", StringType(), True),
-    StructField("schema_id", IntegerType(), True),
-    StructField("ingested_at", TimestampType(), True),
-    StructField("batch_id", LongType(), True),
-    StructField("replayed_at", TimestampType(), True),
-    StructField("replay_attempts", IntegerType(), True),
-    StructField("last_replay_at", TimestampType(), True),
-    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
-                                                 StructField("value", BinaryType())])), True),
-])
-
 _FROM_BRONZE = {
     "topic": "_kafka_topic",
     "partition": "_kafka_partition",

@@ -50,7 +50,6 @@ def kafka_columns(frame: DataFrame) -> tuple[str, ...]:
 ERROR_COLUMNS = ("_error_code", "_error_detail")
 EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
 MAX_CLOCK_SKEW = "INTERVAL 1 DAY"
-CDC_COLUMNS = ("op", "_source_ts", "_seq", "_is_tombstone")
 
 
 def _first_error(checks: list[tuple[Column, str, Column]]) -> tuple[Column, Column]:
