@@ -11,15 +11,6 @@ from lakehouse.contracts import bronze_columns
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("ingestion", "lakehouse", "macros", "models", "expectations", "producers")
 DECLARATION = Path("lakehouse/contracts/bronze_columns.py")
-# SQL that still spells names as literals: the demo's models and their templates (issue 57 item
-# 2, what is left). A file leaves this list when it reads the var; none may join it.
-NOT_YET_FROM_THE_VAR = {
-    "lakehouse/commands/cdc_models/changelog.sql", "lakehouse/commands/cdc_models/mirror.sql",
-    *(f"models/silver/{name}.sql" for name in (
-        "accounts_changelog", "accounts_history", "accounts_mirror", "customers_changelog", "customers_history",
-        "customers_mirror", "employees", "purchases", "user_events")),
-    "models/gold/events_by_type_daily.sql", "models/gold/sales_by_region_daily.sql",
-}
 # `op` is a word too common to grep for (Python's operator, `op` variables): it is left out.
 GREPPED = [column.name for column in bronze_columns.COLUMNS.values() if column.name != bronze_columns.OP]
 
@@ -36,7 +27,7 @@ def spellers(name: str, root: Path = ROOT) -> set[str]:
 
 
 def test_each_name_is_spelled_in_one_product_file():
-    extra = {name: sorted(spellers(name) - {DECLARATION.as_posix()} - NOT_YET_FROM_THE_VAR) for name in GREPPED}
+    extra = {name: sorted(spellers(name) - {DECLARATION.as_posix()}) for name in GREPPED}
     assert {name: files for name, files in extra.items() if files} == {}
 
 
