@@ -48,6 +48,7 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from expectations.history import RESULTS_TABLE
+from lakehouse.contracts.bronze_columns import DEAD, GOOD, INGESTED_AT, IS_TOMBSTONE, KAFKA_COORDINATES, OP, SEQ
 from lakehouse.contracts.error_codes import ERROR_CODES
 from lakehouse.contracts.streams import load_pipeline
 from lakehouse.core.errors import LakehouseError
@@ -72,10 +73,9 @@ SEVERITY_META_KEY = "severity"
 PARAMETER_KEY = "$PARAMETER"  # GX's marker for a value supplied at run time
 
 DEAD_LETTERS_TABLE = "bronze.dead_letters"  # the view over every bronze table's dead rows (ARCHITECTURE §7)
-GOOD_ROWS = "_error_code is null"  # a bronze table's decoded rows; its dead rows have a reason
+GOOD_ROWS = GOOD  # a bronze table's decoded rows; its dead rows have a reason
 REASON_CODES = tuple(ERROR_CODES)  # the closed set of ARCHITECTURE §7
 CDC_OPERATIONS = ("I", "U", "D", "R", "T")  # T: a TRUNCATE of the table (Debezium, PostgreSQL)
-KAFKA_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 # Touched days are those of silver rows ingested since the suite last passed, less this: a
 # micro-batch stamps its rows when it starts and commits later (the dbt models' overlap window).
 RECONCILE_MARGIN = timedelta(hours=1)
@@ -128,7 +128,7 @@ class TouchedDays:
 
     They are the days of the rows of ``source`` (silver) that dbt runs appended since the suite
     last passed, less a margin (by ``_loaded_at``, the run that appended the row): the days the
-    dbt runs since then recomputed in gold. Not by ``_ingested_at``: a late bronze commit
+    dbt runs since then recomputed in gold. Not by ``INGESTED_AT``: a late bronze commit
     stamped hours earlier reaches silver and gold all the same, and its day must be checked.
     A suite that has never passed (or no quality history) checks every day. The query's
     ``{gold_days}`` and ``{silver_days}`` become predicates on ``gold_column`` (a date) and
@@ -221,9 +221,9 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
     # truncation (op T) no row at all.
     # A dead row (ARCHITECTURE §7) has its decoded columns null: the column checks read good rows.
     spark_rows = {"condition_parser": "spark"}
-    data_rows = {"row_condition": f"{GOOD_ROWS} and not _is_tombstone and op <> 'T'", **spark_rows} \
+    data_rows = {"row_condition": f"{GOOD_ROWS} and not {IS_TOMBSTONE} and {OP} <> 'T'", **spark_rows} \
         if stream.is_cdc else {"row_condition": GOOD_ROWS, **spark_rows}
-    key_rows = {"row_condition": f"{GOOD_ROWS} and coalesce(op, '') <> 'T'", **spark_rows} if stream.is_cdc \
+    key_rows = {"row_condition": f"{GOOD_ROWS} and coalesce({OP}, '') <> 'T'", **spark_rows} if stream.is_cdc \
         else {"row_condition": GOOD_ROWS, **spark_rows}
     checks = [
         # Exactly once: a Kafka record lands at most once, good or dead. Re-sent duplicates have
@@ -239,7 +239,7 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
         at_least(time_column, param("oldest_expected_event_time"), WARNING),
     ]
     if stream.is_cdc:
-        checks.append(in_set("op", CDC_OPERATIONS))
+        checks.append(in_set(OP, CDC_OPERATIONS))
     table_suite = SuiteSpec(layer="bronze", stream=stream.name, table=stream.bronze_table,
                             expectations=tuple(checks))
     rate_suite = SuiteSpec(
@@ -248,15 +248,15 @@ def bronze_suites(stream: StreamSpec) -> list[SuiteSpec]:
         reads=(stream.bronze_table,),
         # The share of the records that arrived in the window which could not be read: the
         # stream's dead rows. A replayed one (`lakehouse dlq replay`) is a good row now, counted
-        # as such (with the replay's _ingested_at).
+        # as such (with the replay's INGESTED_AT).
         query=f"""
             select
-                count_if(_error_code is not null) as dead_letters,
+                count_if({DEAD}) as dead_letters,
                 count(*) as records,
-                count_if(_error_code is null) as good_rows,
-                coalesce(count_if(_error_code is not null) / nullif(count(*), 0), 0.0) as dead_letter_rate
+                count_if({GOOD}) as good_rows,
+                coalesce(count_if({DEAD}) / nullif(count(*), 0), 0.0) as dead_letter_rate
             from {quote_table(stream.bronze_table)}
-            where _ingested_at >= {{dead_letter_window_start}}
+            where {INGESTED_AT} >= {{dead_letter_window_start}}
         """,
         expectations=(
             expect("column_max_to_be_between", WARNING, column="dead_letter_rate",
@@ -307,7 +307,7 @@ def cdc_suites(stream: str, key: str | Sequence[str], live_checks: Sequence[Expe
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_mirror", expectations=(
             *(not_null(k, **key_rows) for k in keys), key_unique,
             not_null("op"), in_set("op", CDC_OPERATIONS),
-            not_null("_seq"), not_null("_is_deleted"),
+            not_null(SEQ), not_null("_is_deleted"),
         )),
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}", expectations=(
             *(not_null(k) for k in keys), key_unique,
@@ -324,7 +324,7 @@ def cdc_suites(stream: str, key: str | Sequence[str], live_checks: Sequence[Expe
                       expect("column_values_to_be_null", column="difference"),
                   )),
         SuiteSpec(layer="silver", stream=stream, table=f"silver.{stream}_history", expectations=(
-            *(not_null(k) for k in keys), unique_together(*keys, "_seq"),
+            *(not_null(k) for k in keys), unique_together(*keys, SEQ),
             not_null("valid_from"), not_null("is_current"), in_set("op", CDC_OPERATIONS),
             # SCD2: at most one current version per key.
             unique(keys[0], **current) if len(keys) == 1

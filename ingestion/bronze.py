@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from ingestion.column_types import holds_exactly, is_widening, same_type
+from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, SEQ
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
 
@@ -32,8 +33,8 @@ BATCH_PROPERTY = "lakehouse.batch-id"
 LEASE_HOLDER_PROPERTY = "lakehouse.writer-lease-holder"
 COMMITTED_PROPERTY_PREFIX = "lakehouse.committed."
 # The partition field that keeps a stream's dead rows in files of their own (ARCHITECTURE §6):
-# identity on the reason, null for good rows, so `_error_code is null` prunes every dead file.
-DEAD_PARTITION = "_error_code"
+# identity on the reason, null for good rows, so `GOOD` prunes every dead file.
+DEAD_PARTITION = ERROR_CODE
 
 # The fields an additive CDC stream took from its source, beyond its contract file (ARCHITECTURE
 # §6, "Fields the contract lacks"): a JSON object of JSON Schema properties by name. Kept with
@@ -101,7 +102,7 @@ def partition_fields(spark: SparkSession, table: str) -> list[str]:
 
 # A CDC changelog's order key (ARCHITECTURE §9): a struct compared field by field, so adding a
 # field to it (null in older rows) would silently reorder every change; never evolved.
-SEQUENCE_COLUMN = "_seq"
+SEQUENCE_COLUMN = SEQ
 
 
 def _field_names(data_type: DataType) -> str:
@@ -265,8 +266,8 @@ _OLD_INSTANT_PREFIX = "lakehouse.committed-instant."
 def last_offsets(spark: SparkSession, table: str, topic: str) -> dict[int, int]:
     """Per partition of ``topic``, the last offset the table holds, good and dead rows both (a new
     checkpoint starts after them: ingestion/starting_offsets.py). Two columns read."""
-    rows = spark.sql(f"select _kafka_partition as partition, max(_kafka_offset) as offset "
-                     f"from {quote_table(table)} where _kafka_topic = {sql_string(topic)} group by 1").collect()
+    rows = spark.sql(f"select {KAFKA_PARTITION} as partition, max({KAFKA_OFFSET}) as offset "
+                     f"from {quote_table(table)} where {KAFKA_TOPIC} = {sql_string(topic)} group by 1").collect()
     return {int(row.partition): int(row.offset) for row in rows}
 
 

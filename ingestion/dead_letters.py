@@ -2,27 +2,36 @@
 view `bronze.dead_letters` that lists every stream's (ARCHITECTURE §7).
 
 A dead row is a row of its stream's bronze table (ingestion/formats.py, `to_bronze`): its raw
-key, value and headers, its reason (``_error_code``, a code of the closed set) and detail,
+key, value and headers, its reason (``ERROR_CODE``, a code of the closed set) and detail,
 null decoded columns. Each offset of a topic is one row of its bronze table, good or dead.
 The view is plain SQL over the tables, so any engine that reads Iceberg reads dead letters the
-same way: ``where _error_code is not null`` on a stream's bronze table.
+same way: the filter ``DEAD`` on a stream's bronze table.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from lakehouse.contracts import error_codes
+from lakehouse.contracts.bronze_columns import (
+    BATCH_ID,
+    DEAD,
+    DEAD_AT,
+    ERROR_CODE,
+    ERROR_DETAIL,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    LAST_REPLAY_AT,
+    RAW_HEADERS,
+    RAW_KEY,
+    RAW_VALUE,
+    REPLAY_ATTEMPTS,
+    REPLAYED_AT,
+    REPLAYED_ERROR_CODE,
+    SCHEMA_ID,
+)
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
 
@@ -32,49 +41,27 @@ NAMESPACE = "bronze"
 ERROR_CODES = error_codes.ERROR_CODES  # the closed set lives in a pyspark-free module
 
 # A row of a bronze table is dead while its reason is set; a replay that reads it replaces it by
-# its decoded row, which keeps ``_replayed_at`` (ARCHITECTURE §7). Pruned by the partition field.
-DEAD = "_error_code is not null"
-GOOD = "_error_code is null"
-LISTED = f"({DEAD} or _replayed_at is not null)"
+# its decoded row, which keeps ``REPLAYED_AT`` (ARCHITECTURE §7). Pruned by the partition field.
+LISTED = f"({DEAD} or {REPLAYED_AT} is not null)"
 
 # The view's columns (what `lakehouse dlq list/show` print), each from a bronze table's columns.
-SCHEMA = StructType([
-    StructField("stream", StringType(), False),
-    StructField("topic", StringType(), True),
-    StructField("partition", IntegerType(), True),
-    StructField("offset", LongType(), True),
-    StructField("kafka_timestamp", TimestampType(), True),
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("error_code", StringType(), True),
-    StructField("error_detail", StringType(), True),
-    StructField("schema_id", IntegerType(), True),
-    StructField("ingested_at", TimestampType(), True),
-    StructField("batch_id", LongType(), True),
-    StructField("replayed_at", TimestampType(), True),
-    StructField("replay_attempts", IntegerType(), True),
-    StructField("last_replay_at", TimestampType(), True),
-    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
-                                                 StructField("value", BinaryType())])), True),
-])
-
 _FROM_BRONZE = {
-    "topic": "_kafka_topic",
-    "partition": "_kafka_partition",
-    "offset": "_kafka_offset",
-    "kafka_timestamp": "_kafka_timestamp",
-    "key": "_raw_key",
-    "value": "_raw_value",
+    "topic": KAFKA_TOPIC,
+    "partition": KAFKA_PARTITION,
+    "offset": KAFKA_OFFSET,
+    "kafka_timestamp": KAFKA_TIMESTAMP,
+    "key": RAW_KEY,
+    "value": RAW_VALUE,
     # a replayed row's reason is the one it had when it was dead
-    "error_code": "coalesce(_error_code, _replayed_error_code)",
-    "error_detail": "_error_detail",
-    "schema_id": "cast(_schema_id as int)",
-    "ingested_at": "_dead_at",  # when it was found dead
-    "batch_id": "_batch_id",
-    "replayed_at": "_replayed_at",
-    "replay_attempts": "_replay_attempts",
-    "last_replay_at": "_last_replay_at",
-    "headers": "_raw_headers",
+    "error_code": f"coalesce({ERROR_CODE}, {REPLAYED_ERROR_CODE})",
+    "error_detail": ERROR_DETAIL,
+    "schema_id": f"cast({SCHEMA_ID} as int)",
+    "ingested_at": DEAD_AT,  # when it was found dead
+    "batch_id": BATCH_ID,
+    "replayed_at": REPLAYED_AT,
+    "replay_attempts": REPLAY_ATTEMPTS,
+    "last_replay_at": LAST_REPLAY_AT,
+    "headers": RAW_HEADERS,
 }
 
 
@@ -86,7 +73,7 @@ def bronze_tables(spark: SparkSession) -> dict[str, str]:
         if row.isTemporary:
             continue
         table = f"{NAMESPACE}.{row.tableName}"
-        if {"_error_code", "_raw_value", "_replayed_at"} <= set(spark.table(quote_table(table)).columns):
+        if {ERROR_CODE, RAW_VALUE, REPLAYED_AT} <= set(spark.table(quote_table(table)).columns):
             found[row.tableName] = table
     return dict(sorted(found.items()))
 
@@ -120,7 +107,7 @@ def ensure_view(spark: SparkSession) -> list[str]:
         tables = bronze_tables(spark)
         if not tables:
             return []
-        has_schema_id = {stream for stream, table in tables.items() if "_schema_id" in spark.table(table).columns}
+        has_schema_id = {stream for stream, table in tables.items() if SCHEMA_ID in spark.table(table).columns}
         try:
             spark.sql(f"create or replace view {quote_table(VIEW)} as {view_sql(tables, has_schema_id)}")
         except Exception:  # a concurrent replace won the commit: list and replace again

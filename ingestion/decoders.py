@@ -73,7 +73,7 @@ class StreamDecoder:
 
     def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
         """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
-        checked against: the batch's own instant (its ``_ingested_at``), one per attempt, so every
+        checked against: the batch's own instant (its ``INGESTED_AT``), one per attempt, so every
         record of an attempt is classified against the same "now". A batch that a crash makes
         Spark run again is decoded afresh, with the new attempt's instant and the schemas current
         then: a record may change sides (good or dead), and only the attempt that commits leaves
@@ -116,7 +116,7 @@ def _field_changes(before: StructType | None, after: StructType) -> list[str]:
 
 class JsonStreamDecoder(StreamDecoder):
     """Formats whose schema file is a JSON Schema: JSON events (undeclared fields kept in
-    ``_rescued``), and Debezium or DMS change records (the schema of the row image) into the
+    ``RESCUED``), and Debezium or DMS change records (the schema of the row image) into the
     normalized changelog (ARCHITECTURE §6)."""
 
     _columns: StructType | None = None
@@ -129,7 +129,7 @@ class JsonStreamDecoder(StreamDecoder):
         if self.added is None:
             recorded = bronze.added_fields(self.spark, self.spec.bronze_table) if self.spec.is_cdc else {}
             # a version before bronze's own names were kept apart recorded them, and its stream
-            # then stopped at every batch: they are not columns, the rows keep them in _rescued
+            # then stopped at every batch: they are not columns, the rows keep them in RESCUED
             own = sorted(name for name in recorded if is_bronze_own(name))
             if own:
                 log.warning("%s: recorded added field(s) %s are named like bronze's own columns: not columns, kept "
@@ -145,7 +145,7 @@ class JsonStreamDecoder(StreamDecoder):
         """The row fields of ``raw``'s change events that the contract lacks: (those a column can
         hold, as JSON Schema properties; those none can, by name; those named like one of
         bronze's own columns (`is_bronze_own`) or like a column the contract reads from a field
-        of another name, by name). The last two stay in ``_rescued``."""
+        of another name, by name). The last two stay in ``RESCUED``."""
         if self._columns is None:
             self.refresh()
         seen: dict[str, list] = {}

@@ -2,8 +2,8 @@
 
 Input: the Kafka source's columns (key, value, topic, partition, offset, timestamp, ...).
 Output of every ``decode_*``: the stream's bronze payload columns (and format extras such
-as ``_rescued``, ``_schema_id`` or the CDC changelog columns), the Kafka columns, and
-``_error_code`` / ``_error_detail``, null for a good record and naming the reason
+as ``RESCUED``, ``SCHEMA_ID`` or the CDC changelog columns), the Kafka columns, and
+``ERROR_CODE`` / ``ERROR_DETAIL``, null for a good record and naming the reason
 (ARCHITECTURE §7) for one that must go to dead letters. A decode that "succeeds" into garbage
 (an all-null Avro struct, a Protobuf message without its identity) is caught here too.
 """
@@ -33,7 +33,31 @@ from pyspark.sql.types import (
 )
 
 from ingestion.column_types import misfits, same_type
+from lakehouse.contracts import bronze_columns as bronze_columns_declared
 from lakehouse.contracts import wire
+from lakehouse.contracts.bronze_columns import (
+    BATCH_ID,
+    BEFORE_KEY,
+    DEAD_AT,
+    ERROR_CODE,
+    ERROR_DETAIL,
+    INGESTED_AT,
+    IS_TOMBSTONE,
+    KAFKA_KEY,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_HEADERS,
+    RAW_KEY,
+    RAW_VALUE,
+    RESCUED,
+    SCHEMA_ID,
+    SEQ,
+    SOURCE_TS,
+    UNAVAILABLE,
+    type_of,
+)
 from lakehouse.contracts.streams import DEBEZIUM_UNAVAILABLE_PLACEHOLDER, JsonContract
 from lakehouse.core.sql import quote
 
@@ -47,10 +71,9 @@ HEADERS_COLUMN = "headers"
 def kafka_columns(frame: DataFrame) -> tuple[str, ...]:
     """The Kafka columns a decoder passes on: the headers too when ``frame`` has them."""
     return (*KAFKA_COLUMNS, HEADERS_COLUMN) if HEADERS_COLUMN in frame.columns else KAFKA_COLUMNS
-ERROR_COLUMNS = ("_error_code", "_error_detail")
+ERROR_COLUMNS = (ERROR_CODE, ERROR_DETAIL)
 EARLIEST_EVENT_TIME = "2000-01-01 00:00:00"
 MAX_CLOCK_SKEW = "INTERVAL 1 DAY"
-CDC_COLUMNS = ("op", "_source_ts", "_seq", "_is_tombstone")
 
 
 def _first_error(checks: list[tuple[Column, str, Column]]) -> tuple[Column, Column]:
@@ -115,7 +138,7 @@ def _event_time_check(event_time: Column, name: str, now: datetime | None) -> tu
 
 def _with_errors(frame: DataFrame, columns: list[Column], checks: list[tuple[Column, str, Column]]) -> DataFrame:
     code, detail = _first_error(checks)
-    return frame.select(*columns, *kafka_columns(frame), code.alias("_error_code"), detail.alias("_error_detail"))
+    return frame.select(*columns, *kafka_columns(frame), code.alias(ERROR_CODE), detail.alias(ERROR_DETAIL))
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -277,7 +300,7 @@ def decode_json(raw: DataFrame, function: str, contract: JsonContract, event_tim
                 now: datetime | None = None) -> DataFrame:
     """JSON objects through the registered function ``function`` (ingestion/json_udf.py), which
     reads each record once into its declared fields with the strict checks above. Only a record
-    with an undeclared key is parsed again, into a map, for ``_rescued``."""
+    with an undeclared key is parsed again, into a map, for ``RESCUED``."""
     parsed = raw.select(*kafka_columns(raw), F.call_function(function, F.col("value")).alias("_decoded"))
     decoded = F.col("_decoded")
     payload = decoded["payload"]
@@ -285,7 +308,7 @@ def decode_json(raw: DataFrame, function: str, contract: JsonContract, event_tim
     text = F.col("value").cast("string")
     extra = F.map_filter(F.from_json(text, MapType(StringType(), StringType())), lambda k, _v: ~k.isin(*declared))
     rescued = F.when(decoded["undeclared"], F.to_json(extra))
-    return _with_errors(parsed, [*[payload[name].alias(name) for name in declared], rescued.alias("_rescued")], [
+    return _with_errors(parsed, [*[payload[name].alias(name) for name in declared], rescued.alias(RESCUED)], [
         (decoded["not_object"], "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
         (decoded["wrong_fields"].isNotNull(), "SCHEMA_MISMATCH",
          F.concat(F.lit("wrong type for field(s): "), decoded["wrong_fields"])),
@@ -490,7 +513,7 @@ def decode_avro(
     # record once per field). PERMISSIVE: a body that does not decode gives null (or an
     # all-null struct), caught below.
     by_writer = {writer_id: f"_writer_{writer_id}" for writer_id in writer_schemas}
-    framed = raw.select(*kafka_columns(raw), schema_id.alias("_schema_id"), *[
+    framed = raw.select(*kafka_columns(raw), schema_id.alias(SCHEMA_ID), *[
         F.when(schema_id == writer_id, from_avro(body, writer_schema, {"mode": "PERMISSIVE"}))
         .alias(by_writer[writer_id])
         for writer_id, writer_schema in writer_schemas.items()])
@@ -499,7 +522,7 @@ def decode_avro(
     mismatch, mismatch_detail = F.lit(False), F.lit(None).cast("string")
     for writer_id in writer_schemas:
         decoded, writer = F.col(by_writer[writer_id]), writer_types[writer_id]
-        this_writer = F.col("_schema_id") == writer_id
+        this_writer = F.col(SCHEMA_ID) == writer_id
         payload = F.when(this_writer, conformed(decoded, writer, columns)).otherwise(payload)
         # what PERMISSIVE gives for a body that does not decode: null, or a struct of nulls
         undecoded = F.when(this_writer, decoded.isNull() | reduce(
@@ -512,13 +535,13 @@ def decode_avro(
                 F.lit(f"writer schema id {writer_id}: "),
                 F.concat_ws("; ", *[F.when(value_there, F.lit(text)) for text, value_there in present.items()]),
                 F.lit(": not held exactly, never cast"))).otherwise(mismatch_detail)
-    parsed = framed.select(*kafka_columns(framed), "_schema_id", payload.alias("_payload"),
+    parsed = framed.select(*kafka_columns(framed), SCHEMA_ID, payload.alias("_payload"),
                            undecoded.alias("_undecoded"), mismatch.alias("_mismatch"),
                            mismatch_detail.alias("_mismatch_detail"))
-    payload_col, id_col = F.col("_payload"), F.col("_schema_id")
+    payload_col, id_col = F.col("_payload"), F.col(SCHEMA_ID)
     known_ids = list(writer_schemas) or [-1]
     return _with_errors(parsed, [*[payload_col[f.name].alias(f.name) for f in columns.fields],
-                                 id_col.cast("int").alias("_schema_id")], [
+                                 id_col.cast("int").alias(SCHEMA_ID)], [
         (id_col.isNull(), "CORRUPT_PAYLOAD",
          F.lit("no Confluent wire-format header (magic byte 0 and a 4-byte schema id)")),
         (~id_col.isin(*known_ids), "UNKNOWN_SCHEMA_ID",
@@ -679,7 +702,7 @@ def _changelog(
 ) -> DataFrame:
     """The normalized changelog columns plus the checks every CDC format shares. A truncate
     (``truncate`` true) is a change of the whole table: no row, no key, its message key ignored.
-    ``rescued_fields``: the row's fields the contract lacks (``_rescued``); ``extra``: the
+    ``rescued_fields``: the row's fields the contract lacks (``RESCUED``); ``extra``: the
     format's own columns, after the shared ones."""
     row_change = ~truncate if truncate is not None else F.lit(True)
     key_present = F.col("key").isNotNull() & row_change
@@ -691,9 +714,9 @@ def _changelog(
         *[F.when(tombstone, message_key[f.name]).otherwise(image[f.name]).cast(f.dataType).alias(f.name)
           if f.name in identity else F.when(~tombstone, image[f.name]).alias(f.name)
           for f in image_schema.fields],
-        F.when(~tombstone, source_ts).alias("_source_ts"),
-        F.when(~tombstone, seq).alias("_seq"),
-        tombstone.alias("_is_tombstone"),
+        F.when(~tombstone, source_ts).alias(SOURCE_TS),
+        F.when(~tombstone, seq).alias(SEQ),
+        tombstone.alias(IS_TOMBSTONE),
         *([F.when(~tombstone, rescued_fields).alias(RESCUED_COLUMN)] if rescued_fields is not None else []),
         *(extra or []),
     ]
@@ -731,7 +754,7 @@ def _json_envelope(schema: StructType) -> tuple[Column, Column]:
 
 # --- row fields the contract lacks (ARCHITECTURE §6, "Fields the contract lacks") -----------
 
-RESCUED_COLUMN = "_rescued"
+RESCUED_COLUMN = RESCUED
 _TEXT_MAP = MapType(StringType(), StringType())
 
 
@@ -753,7 +776,7 @@ def _unknown_fields(image_text: Column, declared: StructType) -> Column:
 
 
 def rescued(loose: Column, fmt: str, declared: StructType) -> Column:
-    """``_rescued``: the row image's fields the contract lacks, as a JSON object; null when none."""
+    """``RESCUED``: the row image's fields the contract lacks, as a JSON object; null when none."""
     unknown = _unknown_fields(_row_image_text(loose, fmt), declared)
     return F.when(F.size(unknown) > 0, F.to_json(unknown))
 
@@ -804,7 +827,7 @@ def unavailable_spellings(placeholder: str) -> tuple[str, ...]:
 def without_unavailable_values(image: Column, schema: StructType, identity: tuple[str, ...],
                                placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER) -> tuple[Column, Column]:
     """(``image`` with every placeholder value (``unavailable_spellings``) made null, the names of
-    those columns: ``_unavailable``, null when none). Only text columns can hold one (the contract
+    those columns: ``UNAVAILABLE``, null when none). Only text columns can hold one (the contract
     declares text, JSON and binary columns as strings); a key is never left out (replica identity)."""
     candidates = [f.name for f in schema.fields if isinstance(f.dataType, StringType) and f.name not in identity]
     if not candidates:
@@ -864,10 +887,10 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
                     unavailable_placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER) -> DataFrame:
     """Debezium change events (JSON, with or without schemas) -> changelog; a null value is a tombstone.
 
-    ``_seq`` is ``debezium_seq``: the change's place in the source's commit order. Temporal and
+    ``SEQ`` is ``debezium_seq``: the change's place in the source's commit order. Temporal and
     decimal fields are read by their semantic type (debezium_semantic_types). A text column
     holding ``unavailable_placeholder`` (the connector's unavailable.value.placeholder) is null
-    and named in ``_unavailable``.
+    and named in ``UNAVAILABLE``.
     """
     image_schema = row.schema
     # the row image as the change events name its fields (a renamed column under its source's name)
@@ -913,7 +936,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
         tombstone=tombstone, message_key=message_key, truncate=truncate,
-        extra=[F.when(~tombstone, unavailable).alias("_unavailable")],
+        extra=[F.when(~tombstone, unavailable).alias(UNAVAILABLE)],
         rescued_fields=rescued(F.col("_loose"), "debezium", row.wire_schema),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),
@@ -959,7 +982,7 @@ def log_position_key(position: Column) -> Column:
 def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], source_table: str) -> DataFrame:
     """AWS DMS JSON records -> changelog. DMS sends no tombstones: a null value is invalid.
 
-    ``_seq`` is (log position, commit time in µs, stream position, transaction id, record
+    ``SEQ`` is (log position, commit time in µs, stream position, transaction id, record
     position in the transaction): the source's log position orders the changes, as the source
     committed them (one server writes its log in commit order); the commit time, the source
     host's clock, which can step back, only breaks a tie of positions; never the transaction id,
@@ -970,7 +993,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
     transaction id: the endpoint setting that gives one (``IncludeTransactionDetails``) gives the
     other.
 
-    ``_before_key`` is the key an update's ``before-image`` names (BeforeImageSettings; null for
+    ``BEFORE_KEY`` is the key an update's ``before-image`` names (BeforeImageSettings; null for
     other ops, or a key field the image leaves out): silver's changelog turns an update of the
     primary key into a delete of the old key and the new key's row. An update without a
     before-image is INVALID_CDC_ENVELOPE.
@@ -1009,7 +1032,7 @@ def decode_dms(raw: DataFrame, row: JsonContract, identity: tuple[str, ...], sou
                      metadata["transaction-record-id"].alias("record_id")),
         tombstone=F.lit(False), message_key=F.col("_key"),
         # the key an update's before-image names: the changelog view ends it when it differs
-        extra=[F.when(op == "U", env[BEFORE_IMAGE]).alias("_before_key")],
+        extra=[F.when(op == "U", env[BEFORE_IMAGE]).alias(BEFORE_KEY)],
         rescued_fields=rescued(F.col("_loose"), "dms", image_schema),
         checks=[
             (F.col("value").isNull(), "INVALID_CDC_ENVELOPE", F.lit("no value (DMS sends no tombstones)")),
@@ -1043,36 +1066,35 @@ def bronze_columns(decoded: DataFrame) -> list[str]:
 def to_bronze(decoded: DataFrame, batch_id: int, ingested_at: Column) -> DataFrame:
     """Bronze rows of a decoded batch, every record once (ARCHITECTURE §6): a good record's decoded
     columns; a failing record's raw key, value and headers, its reason, and null decoded columns
-    (``_schema_id`` kept: it tells which writer schema failed); both with their Kafka metadata."""
-    dead = F.col("_error_code").isNotNull()
+    (``SCHEMA_ID`` kept: it tells which writer schema failed); both with their Kafka metadata."""
+    dead = F.col(ERROR_CODE).isNotNull()
     headers = F.col(HEADERS_COLUMN) if HEADERS_COLUMN in decoded.columns else F.lit(None).cast(HEADERS_TYPE)
     return decoded.select(
         # quoted: a field name may hold `.`
         *[(F.col(quote(name)) if name in KEPT_ON_DEAD_ROWS else F.when(~dead, F.col(quote(name)))).alias(name)
           for name in bronze_columns(decoded)],
-        F.col("topic").alias("_kafka_topic"),
-        F.col("partition").cast("int").alias("_kafka_partition"),
-        F.col("offset").cast("long").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
-        F.col("key").cast("string").alias("_kafka_key"),
-        ingested_at.alias("_ingested_at"),
-        batch_constant(batch_id).alias("_batch_id"),
-        F.col("_error_code").cast("string").alias("_error_code"),
-        F.col("_error_detail").cast("string").alias("_error_detail"),
-        F.when(dead, F.col("key")).alias("_raw_key"),
-        F.when(dead, F.col("value")).alias("_raw_value"),
-        F.when(dead, headers.cast(HEADERS_TYPE)).alias("_raw_headers"),
-        F.when(dead, ingested_at).alias("_dead_at"),
+        F.col("topic").alias(KAFKA_TOPIC),
+        F.col("partition").cast("int").alias(KAFKA_PARTITION),
+        F.col("offset").cast("long").alias(KAFKA_OFFSET),
+        F.col("timestamp").alias(KAFKA_TIMESTAMP),
+        F.col("key").cast("string").alias(KAFKA_KEY),
+        ingested_at.alias(INGESTED_AT),
+        batch_constant(batch_id).alias(BATCH_ID),
+        F.col(ERROR_CODE).cast("string").alias(ERROR_CODE),
+        F.col(ERROR_DETAIL).cast("string").alias(ERROR_DETAIL),
+        F.when(dead, F.col("key")).alias(RAW_KEY),
+        F.when(dead, F.col("value")).alias(RAW_VALUE),
+        F.when(dead, headers.cast(HEADERS_TYPE)).alias(RAW_HEADERS),
+        F.when(dead, ingested_at).alias(DEAD_AT),
         *[F.lit(None).cast(data_type).alias(name) for name, data_type in REPLAY_COLUMNS],
     )
 
 
 # A dead row's columns beside the decoded ones (ARCHITECTURE §6, §7); null on a good row that was
-# never dead. ``_error_code`` is also a partition field: a reader of good rows prunes dead rows.
-HEADERS_TYPE = "array<struct<key: string, value: binary>>"
-DEAD_COLUMNS = ("_error_code", "_error_detail", "_raw_key", "_raw_value", "_raw_headers", "_dead_at")
+# never dead. ``ERROR_CODE`` is also a partition field: a reader of good rows prunes dead rows.
+HEADERS_TYPE = type_of(RAW_HEADERS)
+DEAD_COLUMNS = bronze_columns_declared.DEAD_COLUMNS
 # Replay bookkeeping (`lakehouse dlq replay`): attempts and the last one on a row still dead; on a
-# row a replay fixed, also when (``_replayed_at``) and the reason it had (``_replayed_error_code``).
-REPLAY_COLUMNS = (("_replay_attempts", "int"), ("_last_replay_at", "timestamp"), ("_replayed_at", "timestamp"),
-                  ("_replayed_error_code", "string"))
-KEPT_ON_DEAD_ROWS = frozenset({"_schema_id"})
+# row a replay fixed, also when (``REPLAYED_AT``) and the reason it had (``REPLAYED_ERROR_CODE``).
+REPLAY_COLUMNS = tuple((name, type_of(name)) for name in bronze_columns_declared.REPLAY_COLUMNS)
+KEPT_ON_DEAD_ROWS = frozenset({SCHEMA_ID})

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from lakehouse.contracts.streams import StreamSpec
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import relation_exists
@@ -131,10 +132,10 @@ def _coordinates(spark, spec: StreamSpec) -> DataFrame:
     if not relation_exists(spark, spec.bronze_table):
         return spark.createDataFrame([], "partition int, offset long, in_bronze int, in_dead int")
     table = spark.table(spec.bronze_table)
-    dead = F.col("_error_code").isNotNull() if "_error_code" in table.columns else F.lit(False)
-    return table.where(F.col("_kafka_topic") == spec.topic).select(
-        F.col("_kafka_partition").cast("int").alias("partition"),
-        F.col("_kafka_offset").cast("long").alias("offset"),
+    dead = F.col(ERROR_CODE).isNotNull() if ERROR_CODE in table.columns else F.lit(False)
+    return table.where(F.col(KAFKA_TOPIC) == spec.topic).select(
+        F.col(KAFKA_PARTITION).cast("int").alias("partition"),
+        F.col(KAFKA_OFFSET).cast("long").alias("offset"),
         F.when(dead, 0).otherwise(1).alias("in_bronze"), F.when(dead, 1).otherwise(0).alias("in_dead"))
 
 

@@ -31,6 +31,7 @@ from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
 from ingestion.formats import RESCUED_COLUMN, batch_instant, to_bronze
 from ingestion.starting_offsets import AFTER_BRONZE, MODES, resolve_starting_offsets
+from lakehouse.contracts.bronze_columns import ERROR_CODE
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core import metrics
 from lakehouse.core.console import progress
@@ -208,7 +209,7 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
                 tables: _BatchAppender, before_append=None) -> tuple[int, int, dict[str, int], int, str] | None:
     """The batch in one append to bronze, good and dead rows together (ARCHITECTURE §8): (records
     read, of which dead, dead by reason, records in bronze with fields the contract lacks in
-    ``_rescued``, those fields' names), or None when an earlier attempt committed it already.
+    ``RESCUED``, those fields' names), or None when an earlier attempt committed it already.
     ``before_append``: tests only (a fault point)."""
     if tables.includes(spec.bronze_table, query_id, batch_id):
         return None
@@ -225,7 +226,7 @@ def _write_once(spark, spec, decoder: StreamDecoder, batch: DataFrame, batch_id,
 def bronze_rows(decoder: StreamDecoder, batch: DataFrame, batch_id: int,
                 now: datetime) -> tuple[DataFrame, Observation]:
     """The batch as bronze rows, counted as they are written (`_observed`). ``now``: the one
-    instant of the whole batch (its ``_ingested_at`` and the checks' "now"). The batch's instant
+    instant of the whole batch (its ``INGESTED_AT`` and the checks' "now"). The batch's instant
     and id are kept out of the code Spark generates (formats.batch_constant): every batch's plan
     compiles to the same classes, which the JVM keeps compiled from one batch to the next."""
     counted, observation = _observed(decoder.decode(batch, now))
@@ -241,18 +242,18 @@ def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
     that `to_bronze` puts on it (the checks are computed once per record, not once per column).
     """
     observation = Observation()
-    metrics = [F.count(F.lit(1)).alias("read"), F.count("_error_code").alias("dead"),
-               *[F.count_if(F.col("_error_code") == code).alias(f"dead {code}") for code in dead_letters.ERROR_CODES],
+    metrics = [F.count(F.lit(1)).alias("read"), F.count(ERROR_CODE).alias("dead"),
+               *[F.count_if(F.col(ERROR_CODE) == code).alias(f"dead {code}") for code in dead_letters.ERROR_CODES],
                *_rescued_metrics(decoded)]
     return decoded.observe(observation, *metrics), observation
 
 
 def _rescued_metrics(decoded: DataFrame) -> list:
-    """Of the records bound for bronze: how many keep fields the contract lacks in ``_rescued``,
+    """Of the records bound for bronze: how many keep fields the contract lacks in ``RESCUED``,
     and those fields' names (comma-separated); none for a format without the column."""
     if RESCUED_COLUMN not in decoded.columns:
         return []
-    kept = F.when(F.col("_error_code").isNull(), F.col(RESCUED_COLUMN))
+    kept = F.when(F.col(ERROR_CODE).isNull(), F.col(RESCUED_COLUMN))
     names = F.array_sort(F.array_distinct(F.flatten(F.collect_set(F.json_object_keys(kept)))))
     return [F.count(kept).alias("rescued"), F.concat_ws(", ", names).alias("rescued_fields")]
 

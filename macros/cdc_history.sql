@@ -60,15 +60,18 @@
     it ends; `columns_of` is a relation with the changelog's columns (the model's changelog).
 
     `columns` (optional; the model passes cdc_changelog_columns(ref(...))): the changelog's
-    columns in order. When one is `_unavailable` (Debezium: the columns a change did not carry,
+    columns in order. When one is bronze's `unavailable` (Debezium: the columns a change did not carry,
     an unchanged TOASTed PostgreSQL value; ARCHITECTURE §9, "Unavailable values"), a version
     carries such a column's value from its predecessor by sequence (null if it has none). The
     first version of a key a run reads is final as stored, so a late change between stored
     versions re-fills the later versions that carried its column, and they are re-written.
 -#}
-{% macro cdc_history_versions(changes, key, sequence_by='_seq', committed_at='_source_ts', existing=none,
+{% macro cdc_history_versions(changes, key, sequence_by=none, committed_at=none, existing=none,
                               truncate_when=none, truncations=false, columns_of=none, columns=[],
                               open_versions_only=false) -%}
+{%- set sequence_by = sequence_by or var('bronze_columns').seq -%}
+{%- set committed_at = committed_at or var('bronze_columns').source_ts -%}
+{%- set own = var('bronze_columns') -%}
 {%- set keys = [key] if key is string else key -%}
 {%- set key_list = keys | join(', ') -%}
 {#- the run stamp: later than every stamp the history holds (macros/run_stamp.sql); `this`, not
@@ -92,7 +95,7 @@
     select _truncation_seq, _truncation_op, _truncation_at, _truncation_ingested_at
     from (
         select {{ sequence_by }} as _truncation_seq, op as _truncation_op,
-               {{ committed_at }} as _truncation_at, _ingested_at as _truncation_ingested_at,
+               {{ committed_at }} as _truncation_at, {{ own.ingested_at }} as _truncation_ingested_at,
                row_number() over (partition by {{ sequence_by }}
                                   order by {{ cdc_copy_order(changelog_columns) }}) as _truncation_copy
         from {{ changes }}
@@ -131,7 +134,7 @@ truncated_versions as (
     select
         {%- for column in changelog_columns %}
         {% if column == 'op' %}_truncation_op{% elif column == sequence_by %}_truncation_seq
-        {%- elif column == committed_at %}_truncation_at{% elif column == '_ingested_at' %}_truncation_ingested_at
+        {%- elif column == committed_at %}_truncation_at{% elif column == own.ingested_at %}_truncation_ingested_at
         {%- else %}{{ column }}{% endif %} as {{ column }}{{ ',' if not loop.last }}
         {%- endfor %}
     from before_truncation
@@ -262,7 +265,7 @@ filled_links as (
     select
         ranked_links.*,
         {%- for column in carried %}
-        last(case when _link_rank = 1 or not array_contains(coalesce(_unavailable, array()), '{{ column }}')
+        last(case when _link_rank = 1 or not array_contains(coalesce({{ own.unavailable }}, array()), '{{ column }}')
                   then named_struct('value', {{ column }}) end, true)
             over ({{ window }} rows between unbounded preceding and current row).value as _filled_{{ column }}
         {{- ',' if not loop.last }}
@@ -400,7 +403,8 @@ select * from final
     session for the run's MERGE (`cdc_history_merge_predicates`), which then reads only the
     target's open versions too. True (read all, as a full build would) where nothing can be
     asked: parsing, a dbt unit test's fixtures, a first build or full refresh (nothing stored). -#}
-{% macro cdc_history_reads_all(existing, changelog, key, where=none, truncations=false, sequence_by='_seq') -%}
+{% macro cdc_history_reads_all(existing, changelog, key, where=none, truncations=false, sequence_by=none) -%}
+    {%- set sequence_by = sequence_by or var('bronze_columns').seq -%}
     {%- if not execute or not is_incremental() or existing is string or (existing | string).startswith('__dbt__cte__')
            or changelog is string or (changelog | string).startswith('__dbt__cte__') -%}
         {{ return(true) }}
@@ -450,13 +454,14 @@ select * from final
 
 
 {#- The order in which the copies of one change (a replayed or re-sent duplicate: the same key
-    and sequence) are preferred: the first to arrive (`_ingested_at`), and of copies that arrived
+    and sequence) are preferred: the first to arrive (bronze's `ingested_at`), and of copies that arrived
     in one batch the first in Kafka's order (topic, partition, offset), those of `columns` (a
     changelog's columns; a unit test's fixture may lack some) that it has. A total order: a full
     refresh and an incremental run keep the same copy, its Kafka coordinates and arrival time. -#}
 {% macro cdc_copy_order(columns, prefix='') -%}
-    {%- set order = [prefix ~ '_ingested_at'] -%}
-    {%- for column in ['_kafka_topic', '_kafka_partition', '_kafka_offset'] -%}
+    {%- set own = var('bronze_columns') -%}
+    {%- set order = [prefix ~ own.ingested_at] -%}
+    {%- for column in [own.kafka_topic, own.kafka_partition, own.kafka_offset] -%}
         {%- if column in columns -%}{%- do order.append(prefix ~ column) -%}{%- endif -%}
     {%- endfor -%}
     {{ return(order | join(', ')) }}

@@ -5,9 +5,10 @@
 
       {%- set cdc = {
           'unique_key': 'customer_id',          -- the source's primary key: a column or a list
-          'sequence_by': '_seq',                -- totally orders the changes of one key
+          'sequence_by': '...',                 -- totally orders the changes of one key (optional:
+                                                -- bronze's `seq` of the var `bronze_columns`)
           'delete_when': "op = 'D'",            -- which changes are deletes
-          'except_columns': ['_kafka_topic'],   -- changelog columns not to keep (optional)
+          'except_columns': [var('bronze_columns').kafka_topic],  -- changelog columns not to keep (optional)
           'truncate_when': "op = 'T'",          -- changes that empty the table (optional)
       } -%}
       {{ config(materialized='cdc_mirror',
@@ -83,9 +84,10 @@
 
 
 {% materialization cdc_mirror, adapter='spark' -%}
+    {%- set own = var('bronze_columns') -%}
     {%- set unique_key = config.get('unique_key') -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
-    {%- set sequence_by = config.get('sequence_by', '_seq') -%}
+    {%- set sequence_by = config.get('sequence_by', own.seq) -%}
     {%- set buckets = config.get('buckets', 16) | int -%}
     {%- set retention_hours = var('cdc_tombstone_retention_hours',
                                   config.get('tombstone_retention_hours', 168)) | int -%}
@@ -138,7 +140,7 @@
             {%- set change_columns = adapter.get_columns_in_relation(changes_relation) | map(attribute='name') | list -%}
             {%- set carried = cdc_carried_columns(change_columns, keys + [sequence_by]) -%}
             {#- The MERGE reads of the mirror its key, its sequence and, only for the columns a
-                pending change did not carry (`_unavailable` and still null), their values. A
+                pending change did not carry (bronze's `unavailable`, and still null), their values. A
                 column it names reads that column of every mirror file the join reads (one read
                 schema for the whole scan), so the MERGE names only the columns some change lacks,
                 asked of the (small) changes table first: a run without such changes reads key
@@ -151,11 +153,11 @@
                 on {{ key_match | join(' and ') }}
                 when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set
                 {%- if carried %}
-                    {#- a column the change did not carry (`_unavailable`) and no earlier change of
+                    {#- a column the change did not carry (`unavailable`) and no earlier change of
                         the increment had (cdc_mirror_changes: it is null) keeps the mirror's value -#}
                     {%- for column in change_columns %}
                     {{ column }} = {% if column in lacking -%}
-                        case when array_contains(change._unavailable, '{{ column }}') and change.{{ column }} is null
+                        case when array_contains(change.{{ own.unavailable }}, '{{ column }}') and change.{{ column }} is null
                              then mirror.{{ column }} else change.{{ column }} end
                     {%- else %}change.{{ column }}{% endif %}{{ ',' if not loop.last }}
                     {%- endfor %}
@@ -180,7 +182,7 @@
                     when matched and mirror.{{ keys[0] }} is null then delete
                     when matched then update set
                         op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
-                        _source_ts = truncation._source_ts, _ingested_at = truncation._ingested_at,
+                        {{ own.source_ts }} = truncation.{{ own.source_ts }}, {{ own.ingested_at }} = truncation.{{ own.ingested_at }},
                         _loaded_at = truncation._loaded_at
                 {%- endcall -%}
             {%- endif -%}
@@ -208,17 +210,18 @@
 
 
 {#- The `carried` columns that some change of `changes` (a relation) did not carry: named in
-    its `_unavailable` and still null (cdc_mirror_changes found no earlier change of the
+    its `unavailable` (bronze's) and still null (cdc_mirror_changes found no earlier change of the
     increment with a value), so the MERGE must keep the mirror's value. -#}
 {% macro cdc_mirror_lacking_columns(changes, carried) -%}
+    {%- set own = var('bronze_columns') -%}
     {%- if not carried -%}{{ return([]) }}{%- endif -%}
     {%- set query -%}
         select
         {%- for column in carried %}
-            count_if(array_contains(_unavailable, '{{ column }}') and {{ column }} is null) > 0{{ ',' if not loop.last }}
+            count_if(array_contains({{ own.unavailable }}, '{{ column }}') and {{ column }} is null) > 0{{ ',' if not loop.last }}
         {%- endfor %}
         from {{ changes }}
-        where size(_unavailable) > 0
+        where size({{ own.unavailable }}) > 0
     {%- endset -%}
     {%- set found = run_query(query).rows[0] -%}
     {%- set lacking = [] -%}
@@ -232,7 +235,7 @@
     expected, and keeping every deleted key forever would grow the mirror unbounded.
 
     Except from the stream's dead letters: `lakehouse dlq replay` appends a change that failed
-    once, with its original `_seq` and a new `_ingested_at`, however long after. Were its key's
+    once, with its original `seq` and a new `ingested_at` (bronze's), however long after. Were its key's
     tombstone (or the truncation marker) purged by then, nothing would stop the old change and
     the deleted row would come back. So a tombstone stays while the stream has a dead letter that
     is pending, or was replayed within the retention (its rows may not have been read yet),
@@ -243,7 +246,7 @@
     replayed (`lakehouse dlq stats` lists the pending ones).
 
     Whether one can be old enough is read from metadata, not from the rows: a data file holds
-    an expired tombstone only if its `_is_deleted` upper bound is true and its `_ingested_at`
+    an expired tombstone only if its `_is_deleted` upper bound is true and its `ingested_at`
     range reaches below the cutoff. The table property `lakehouse.tombstones-purged-before`
     remembers the cutoff of the last purge, so files whose tombstones were all purged already
     (they stay in their data file, deleted by position, until compaction) are not looked at
@@ -252,6 +255,7 @@
     commits nothing.
 -#}
 {% macro purge_expired_tombstones(relation, retention_hours, dead_letters=none, stream=none) -%}
+    {%- set own = var('bronze_columns') -%}
     {%- set horizon_property = 'lakehouse.tombstones-purged-before' -%}
     {%- set retention_cutoff = 'current_timestamp() - interval ' ~ retention_hours ~ ' hours' -%}
     {%- set cutoff = run_query('select cast(' ~ retention_cutoff ~ ' as string)').rows[0][0] | string -%}
@@ -276,14 +280,14 @@
     {%- set candidate_files -%}
         select count(*) from {{ relation }}.data_files
         where coalesce(readable_metrics._is_deleted.upper_bound, true)
-          and coalesce(readable_metrics._ingested_at.lower_bound < {{ timestamp_literal(cutoff) }}, true)
-          and coalesce(readable_metrics._ingested_at.upper_bound >= {{ timestamp_literal(purged_before) }}, true)
+          and coalesce(readable_metrics.{{ own.ingested_at }}.lower_bound < {{ timestamp_literal(cutoff) }}, true)
+          and coalesce(readable_metrics.{{ own.ingested_at }}.upper_bound >= {{ timestamp_literal(purged_before) }}, true)
     {%- endset -%}
     {%- if run_query(candidate_files).rows[0][0] > 0 -%}
         {%- set expired -%}
             _is_deleted
-            and _ingested_at >= {{ timestamp_literal(purged_before) }}
-            and _ingested_at < {{ timestamp_literal(cutoff) }}
+            and {{ own.ingested_at }} >= {{ timestamp_literal(purged_before) }}
+            and {{ own.ingested_at }} < {{ timestamp_literal(cutoff) }}
         {%- endset -%}
         {%- set purging = run_query('select 1 from ' ~ relation ~ ' where ' ~ expired ~ ' limit 1') | length > 0 -%}
         {%- if purging -%}

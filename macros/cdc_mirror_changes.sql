@@ -17,7 +17,7 @@
     marker into a tombstone at the truncation's sequence (macros/cdc_mirror.sql).
 
     `columns` (optional; the model passes cdc_changelog_columns(ref(...))): the changelog's
-    columns in order. When one is `_unavailable` (Debezium: the columns a change did not carry,
+    columns in order. When one is bronze's `unavailable` (Debezium: the columns a change did not carry,
     an unchanged TOASTed PostgreSQL value; ARCHITECTURE §9, "Unavailable values"), each such
     column of the winning change takes the value of the latest earlier change of the increment
     that had it, if newer than the row the mirror holds; else it stays null, and the MERGE keeps
@@ -25,7 +25,9 @@
 -#}
 
 {% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
-                            sequence_by='_seq', except_columns=[], truncate_when=none, columns=[]) -%}
+                            sequence_by=none, except_columns=[], truncate_when=none, columns=[]) -%}
+    {%- set sequence_by = sequence_by or var('bronze_columns').seq -%}
+    {%- set own = var('bronze_columns') -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
     {%- if execute and not keys -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
@@ -44,7 +46,7 @@
         {% if column in carried -%}
         -- not carried by the change: the latest earlier change's of the increment that had it
         -- (and that change's sequence, below)
-        last(case when not array_contains(coalesce(changes._unavailable, array()), '{{ column }}')
+        last(case when not array_contains(coalesce(changes.{{ own.unavailable }}, array()), '{{ column }}')
                   then named_struct('value', changes.{{ column }}, 'seq', changes.{{ sequence_by }}) end, true) over (
             partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
             order by changes.{{ sequence_by }} rows between unbounded preceding and current row
@@ -63,7 +65,7 @@
         row_number() over (
             partition by {% for key in keys %}changes.{{ key }}{{ ', ' if not loop.last }}{% endfor %}
             order by changes.{{ sequence_by }} desc
-            {%- if '_ingested_at' in columns %}, {{ cdc_copy_order(columns, 'changes.') }}{% endif %}
+            {%- if own.ingested_at in columns %}, {{ cdc_copy_order(columns, 'changes.') }}{% endif %}
         ) as _change_rank
     from {{ changelog }} as changes
 
@@ -161,7 +163,7 @@ final as (
 
     -- `_loaded_at`: the run stamp (macros/run_stamp.sql: one value per run, later than every
     -- stamp the mirror holds, whatever the host's clock). Gold finds the keys changed since it
-    -- last looked by it, exactly: `_ingested_at` is bronze's clock, and a late bronze commit
+    -- last looked by it, exactly: bronze's `ingested_at` is bronze's clock, and a late bronze commit
     -- applied now can carry one hours old
     select * except ({{ dropped | join(', ') }}), {{ run_stamp(existing) }} as _loaded_at
     from {{ 'carried_changes' if carried else 'mirror_changes' }}
@@ -173,7 +175,7 @@ select * from final
 
 
 {#- The columns of a changelog relation, in order: for cdc_mirror_changes and
-    cdc_history_versions, which fill the columns a change did not carry (`_unavailable`). None
+    cdc_history_versions, which fill the columns a change did not carry (`unavailable`). None
     when they cannot be known: at parse time, or in a dbt unit test (refs are fixtures there:
     a unit test that needs them overrides this macro with its fixture's columns). -#}
 {% macro cdc_changelog_columns(relation) -%}
@@ -185,11 +187,11 @@ select * from final
 {%- endmacro %}
 
 
-{#- The columns of a changelog whose value a change may not carry: when it has `_unavailable`,
-    every column of the row but its key (replica identity: always sent). The changelog's own
-    columns (op, _seq, _source_ts, _ingested_at, _kafka_*, _unavailable, ...) are not the row's. -#}
+{#- The columns of a changelog whose value a change may not carry: when it has bronze's
+    `unavailable`, every column of the row but its key (replica identity: always sent). The
+    changelog's own columns (the var `bronze_columns`: op and the `_`-prefixed) are not the row's. -#}
 {% macro cdc_carried_columns(columns, keys) -%}
-    {%- if '_unavailable' not in columns -%}{{ return([]) }}{%- endif -%}
+    {%- if var('bronze_columns').unavailable not in columns -%}{{ return([]) }}{%- endif -%}
     {%- set carried = [] -%}
     {%- for column in columns -%}
         {%- if column not in keys and column != 'op' and not column.startswith('_') -%}{%- do carried.append(column) -%}{%- endif -%}

@@ -76,22 +76,24 @@
     the view was written (ARCHITECTURE §6, "Fields the contract lacks"), so they reach the
     mirror and the history with no edit. `named`: the bronze columns the view selects itself
     (renamed or cast); `except`: those it leaves out on purpose. Bronze's own columns (the
-    Kafka coordinates, `_batch_id`, `_is_tombstone`, `_rescued`, `_unavailable`, `_before_key`,
-    a dead row's columns) never pass. `null_when`: a condition under which each is null (a
+    var `bronze_columns`: the Kafka coordinates, the batch, the changelog's and a dead row's
+    columns) never pass. `null_when`: a condition under which each is null (a
     row that has no value for them, such as the old key's delete of accounts_changelog). Read
     when the view is built: a `dbt run` after the column appeared rebuilds it. -#}
 {% macro cdc_added_columns(relation, named, except=[], null_when=none) -%}
     {%- if execute -%}
-        {#- bronze's own columns, not the source's: ingestion's metadata, and a dead row's raw
-            record, reason and replay bookkeeping (ingestion/formats.py DEAD_COLUMNS,
-            REPLAY_COLUMNS; tests/unit/test_bronze_schema.py checks this list holds them) -#}
-        {%- set skip = ['op', '_seq', '_source_ts', '_ingested_at', '_is_tombstone', '_rescued', '_batch_id',
-                        '_unavailable', '_before_key',
-                        '_error_code', '_error_detail', '_raw_key', '_raw_value', '_raw_headers', '_dead_at',
-                        '_replay_attempts', '_last_replay_at', '_replayed_at', '_replayed_error_code'] -%}
+        {#- bronze's own columns, not the source's (the var, lakehouse/contracts/bronze_columns.py):
+            ingestion's metadata, every Kafka one by its prefix, and a dead row's raw record, reason
+            and replay bookkeeping; the Avro schema id is no column of a CDC stream -#}
+        {%- set own = var('bronze_columns') -%}
+        {%- set kafka_prefix = own.kafka_topic.replace('topic', '') -%}
+        {%- set skip = [] -%}
+        {%- for key, name in own.items() if key != 'schema_id' and not name.startswith(kafka_prefix) -%}
+            {%- do skip.append(name) -%}
+        {%- endfor -%}
         {%- for name in named + except -%}{%- do skip.append(name | lower) -%}{%- endfor -%}
         {%- for column in adapter.get_columns_in_relation(relation) -%}
-            {%- if column.name | lower not in skip and not (column.name | lower).startswith('_kafka_') -%}
+            {%- if column.name | lower not in skip and not (column.name | lower).startswith(kafka_prefix) -%}
         , {% if null_when %}case when not ({{ null_when }}) then {{ adapter.quote(column.name) }} end as {% endif %}{{ adapter.quote(column.name) }}
             {%- endif -%}
         {%- endfor -%}

@@ -9,13 +9,14 @@
     has events on, not the whole table.
 -#}
 {% macro first_occurrences(rows, identity, existing, incremental, existing_filter=none) -%}
+{%- set own = var('bronze_columns') -%}
 , ranked_occurrences as (
 
     select
         rows.*,
         row_number() over (
             partition by {% for column in identity %}rows.{{ column }}{{ ', ' if not loop.last }}{% endfor %}
-            order by rows._kafka_timestamp, rows._kafka_partition, rows._kafka_offset
+            order by rows.{{ own.kafka_timestamp }}, rows.{{ own.kafka_partition }}, rows.{{ own.kafka_offset }}
         ) as _occurrence
     from {{ rows }} as rows
 

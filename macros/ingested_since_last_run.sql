@@ -1,15 +1,16 @@
 {#-
     The increment of every incremental model: the rows of its input ingested after the newest
-    `_ingested_at` the model already holds (its high-water mark), minus an overlap window (var
+    `ingested_at` (bronze's column of the var `bronze_columns`, which every incremental model
+    keeps) the model already holds (its high-water mark), minus an overlap window (var
     overlap_minutes). A micro-batch stamps its rows with its start time but may commit minutes
     later, after a dbt run read past that time; the overlap re-reads those rows, and each model
     makes re-reading harmless (anti-join on identity, the mirror's sequence guard, recomputing
     whole days or keys).
 
     The bound is computed once, when dbt renders the model (run_query), and inlined as a
-    timestamp literal: `_ingested_at > timestamp'2026-11-23 10:50:00.123'`. Spark pushes a
+    timestamp literal: `ingested_at > timestamp'2026-11-23 10:50:00.123'`. Spark pushes a
     literal into the Iceberg scan, which skips every partition and data file whose
-    `_ingested_at` range lies below it, so a run reads the new files only. A scalar subquery
+    `ingested_at` range lies below it, so a run reads the new files only. A scalar subquery
     (`> (select max(...) from this)`) is evaluated at run time and pushes nothing: that read
     every file of the input on every run (benchmarks/RESULTS.md, "CDC mirror merge scaling").
 
@@ -27,7 +28,8 @@
     to the overlap before the mark, through dbt.
 -#}
 
-{% macro high_water_mark_sql(existing, column='_ingested_at', overlap_minutes=none) -%}
+{% macro high_water_mark_sql(existing, column=none, overlap_minutes=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     select coalesce(max({{ column }}), timestamp'1970-01-01')
            - interval {{ var('overlap_minutes') if overlap_minutes is none else overlap_minutes }} minutes
            as increment_start
@@ -35,7 +37,8 @@
 {%- endmacro %}
 
 
-{% macro high_water_mark_metadata_sql(existing, column='_ingested_at', overlap_minutes=none) -%}
+{% macro high_water_mark_metadata_sql(existing, column=none, overlap_minutes=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {#- a file with only nulls in the column has no upper bound but a value count: it holds no mark -#}
     select coalesce(max(readable_metrics.{{ column }}.upper_bound), timestamp'1970-01-01')
            - interval {{ var('overlap_minutes') if overlap_minutes is none else overlap_minutes }} minutes
@@ -57,12 +60,14 @@
 {%- endmacro %}
 
 
-{% macro ingested_after(start, column='_ingested_at') -%}
+{% macro ingested_after(start, column=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {{ column }} > {{ start }}
 {%- endmacro %}
 
 
-{% macro increment_start(existing, column='_ingested_at', overlap_minutes=none) -%}
+{% macro increment_start(existing, column=none, overlap_minutes=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {%- if execute and existing is not none and existing is not string -%}
         {%- set bound = run_query(as_text_sql(high_water_mark_metadata_sql(existing, column, overlap_minutes))).rows[0] -%}
         {%- if bound[1] > 0 -%}
@@ -93,7 +98,7 @@
     mirrors every row they insert or update (one value per run, later than every stamp the table
     already holds whatever the clock of the host: macros/run_stamp.sql), so "stamped after the
     newest stamp counted" misses nothing and counts nothing twice, with no overlap.
-    `_ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
+    `ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
     dead-letter replay, a held-up batch) that silver reads now can carry a stamp hours old.
     This needs dbt runs one at a time, which `lakehouse dbt` and `lakehouse dbt loop` ensure
     (the dbt-tables lock).
@@ -103,7 +108,8 @@
 {%- endmacro %}
 
 
-{% macro ingested_since_last_run(existing, column='_ingested_at') -%}
+{% macro ingested_since_last_run(existing, column=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {{ ingested_after(increment_start(existing, column), column) }}
 {%- endmacro %}
 
@@ -115,8 +121,8 @@
     snapshot its last run read (main's head, from the `refs` metadata table), in a table property
     of its own (`lakehouse.input-snapshot.<bronze table>`), with the largest data sequence number
     of that snapshot's files (`lakehouse.input-sequence.<bronze table>`). The next run reads the
-    rows of the data files that main's later commits added: `_ingested_at >= ` the smallest
-    `_ingested_at` lower bound of those files. Bronze files not added since hold rows the last run
+    rows of the data files that main's later commits added: `ingested_at >= ` the smallest
+    `ingested_at` lower bound of those files. Bronze files not added since hold rows the last run
     read, and lie below that bound unless a replay or a late batch stamped rows earlier; those few
     are read again, which each model makes harmless as for the overlap. A late commit stamped an
     hour early is read all the same: the bound comes from the files, not from the clock.
@@ -143,8 +149,8 @@
 
     When maintenance has expired the recorded snapshot (it is no longer one of main's ancestors),
     the live files whose data sequence number is above the recorded one hold every row appended
-    since, whatever its `_ingested_at`: a crashed batch completed later keeps its original instant,
-    which a window back from the newest `_ingested_at` could miss. (A file compaction wrote keeps
+    since, whatever its `ingested_at`: a crashed batch completed later keeps its original instant,
+    which a window back from the newest `ingested_at` could miss. (A file compaction wrote keeps
     the sequence number of the snapshot it started from, so it is read again only if that
     snapshot came after the recorded one: more read, nothing missed.)
 
@@ -187,7 +193,8 @@
 {%- endmacro %}
 
 
-{% macro files_added_since_sql(source, sequence, column='_ingested_at') -%}
+{% macro files_added_since_sql(source, sequence, column=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {#- the data files that main's appends after the recorded snapshot added (not compaction's
         `replace`: its files hold rows appended before), by lineage and sequence number: the
         entries with which main's ancestors added them (`all_entries`), whose bounds stay when
@@ -203,7 +210,8 @@
 {%- endmacro %}
 
 
-{% macro files_after_sequence_sql(source, sequence, column='_ingested_at') -%}
+{% macro files_after_sequence_sql(source, sequence, column=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {#- the live data files committed after the recorded snapshot, by data sequence number: what
         a run reads when that snapshot has been expired -#}
     select cast(min(readable_metrics.{{ column }}.lower_bound) as string) as increment_start,
@@ -256,7 +264,8 @@
 
 {#- The predicate of `existing`'s increment of `source` (a bronze table) on an incremental run,
     none on a full build; both remember the snapshot of `source` the run reads. -#}
-{% macro bronze_increment(existing, source, column='_ingested_at') -%}
+{% macro bronze_increment(existing, source, column=none) -%}
+    {%- set column = column or var('bronze_columns').ingested_at -%}
     {%- if not execute or existing is string or source is string or source.is_cte or load_relation(source) is none -%}
         {#- parsing; a dbt unit test, whose inputs are fixtures (CTEs, no metadata); or a bronze
             table not created yet (`dbt docs generate` or `dbt compile` compiles every model,

@@ -1,6 +1,6 @@
 {#-
     Data test: no two rows of the model share a value of `columns`, a key of several columns
-    (a composite primary key, a history's (key, _seq), a mart's grain). dbt's own `unique`
+    (a composite primary key, a history's (key, its order key), a mart's grain). dbt's own `unique`
     takes one column; dbt_utils' unique_combination_of_columns would need `dbt deps`, which
     reaches hub.getdbt.com, out of reach where only package registries are (PyPI has no
     dbt_utils). A null is a value like any other here (`group by` groups nulls): two rows whose

@@ -28,8 +28,6 @@ DEAD_LETTER_CODES = {
     "unknown_schema_id": "UNKNOWN_SCHEMA_ID",
     "invalid_envelope": "INVALID_CDC_ENVELOPE",
 }
-# Fault kinds whose records are readable and must reach bronze.
-KEPT_FAULTS = ("duplicate", "late", "out_of_order", "evolved")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from lakehouse.contracts.bronze_columns import SEQ, SOURCE_TS
 from lakehouse.contracts.source_tables import SourceTable, read_table
 from lakehouse.contracts.streams import (
     EXCLUDED_KEYWORD,
@@ -65,7 +66,7 @@ def pipeline_entry(stream: str, source: SourceTable, partitions: int, signal: st
     return (f"\n  {stream}:  # `lakehouse cdc add`, {source.kind} table {source.name}\n"
             f"    format: debezium\n"
             f"    schema: {stream}.schema.json\n"
-            f"    event_time: _source_ts\n"
+            f"    event_time: {SOURCE_TS}\n"
             f"    identity: [{identity}]\n"
             f"    source_table: {json.dumps(source.name)}\n"
             + (f"    signal_table: {json.dumps(signal)}\n" if signal else "")
@@ -85,10 +86,10 @@ def models(stream: str, source: SourceTable) -> dict[str, str]:
     values = {
         "stream": stream, "table": source.name, "kind": source.kind, "buckets": BUCKETS,
         "columns": [quote(name) for name in source.columns], "first_key": quote(key[0]),
-        "key_config": repr(key[0]) if len(key) == 1 else repr(key), "history_key": repr([*key, "_seq"]),
+        "key_config": repr(key[0]) if len(key) == 1 else repr(key), "history_key": repr([*key, SEQ]),
         # the data tests' YAML: JSON strings are YAML strings, whatever the column's name
         "key": [json.dumps(name) for name in key], "key_yaml": json.dumps(key),
-        "history_key_yaml": json.dumps([*key, "_seq"]), "key_text": ", ".join(key),
+        "history_key_yaml": json.dumps([*key, SEQ]), "key_text": ", ".join(key),
     }
     files = {"source.yml": f"models/bronze/_{stream}__source.yml",
              "changelog.sql": f"models/silver/{stream}_changelog.sql",
@@ -326,8 +327,8 @@ def _table_column(tables: list[str], entry: str, option: str) -> tuple[str, str]
 
 
 def check_source_column_names(sources: list[SourceTable]) -> None:
-    """Refuse tables with columns named like one of bronze's own (`is_bronze_own`: `op`, `_seq`,
-    `value`, `_error_code`, ...), every one of every table in one line: a contract cannot declare
+    """Refuse tables with columns named like one of bronze's own (`is_bronze_own`: `op`, `SEQ`,
+    `value`, `ERROR_CODE`, ...), every one of every table in one line: a contract cannot declare
     such a name (ARCHITECTURE §6, "Fields the contract lacks"), and the mirror could not carry
     it. `--rename-columns` names such a column otherwise in the stream; the source keeps it."""
     own = [(source, [column for column in source.columns if is_bronze_own(column)]) for source in sources]

@@ -20,6 +20,7 @@ from expectations.runner import QualityReport, format_summary, run_quality
 from ingestion import job
 from ingestion.dead_letters import DEAD
 from ingestion.invariant import check_every_offset_once, offset_ranges
+from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION
 from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
 from lakehouse.core.errors import LakehouseError
@@ -60,7 +61,7 @@ def dead_letters_by_reason(spark, spec: StreamSpec) -> dict[str, int]:
     """The stream's dead rows in its bronze table (ARCHITECTURE §7), by reason."""
     if not relation_exists(spark, spec.bronze_table):
         return {}
-    rows = (spark.table(spec.bronze_table).where(DEAD).groupBy(F.col("_error_code").alias("code")).count()
+    rows = (spark.table(spec.bronze_table).where(DEAD).groupBy(F.col(ERROR_CODE).alias("code")).count()
             .orderBy("code").collect())
     return {row.code: row["count"] for row in rows}
 
@@ -71,10 +72,10 @@ def dead_letters_at(spark, spec: StreamSpec, coordinates: dict) -> dict:
         return {}
     wanted = spark.createDataFrame(list(coordinates), "partition int, offset long")
     rows = (spark.table(spec.bronze_table).where(DEAD)
-            .select(F.col("_kafka_partition").alias("partition"), F.col("_kafka_offset").alias("offset"),
-                    "_error_code")
+            .select(F.col(KAFKA_PARTITION).alias("partition"), F.col(KAFKA_OFFSET).alias("offset"),
+                    ERROR_CODE)
             .join(wanted, ["partition", "offset"]).collect())
-    return {(row.partition, row.offset): row._error_code for row in rows}
+    return {(row.partition, row.offset): row[ERROR_CODE] for row in rows}
 
 
 def main(settings: Settings, events: int = 20_000) -> int:

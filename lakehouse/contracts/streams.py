@@ -28,6 +28,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse.contracts import bronze_columns
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import TABLE_NAME_RULE, check_table_name, quote
 
@@ -35,19 +36,17 @@ DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
 
 # The names bronze and the decoding give columns of their own (ARCHITECTURE §6, "Fields the
 # contract lacks"): the Kafka record's columns a decoded batch carries (ingestion/formats.py
-# KAFKA_COLUMNS, HEADERS_COLUMN), the format extras, the metadata (every `_kafka_` name
-# included) and a dead row's (DEAD_COLUMNS, REPLAY_COLUMNS); a CDC stream's also the
+# KAFKA_COLUMNS, HEADERS_COLUMN) and bronze's own (lakehouse/contracts/bronze_columns.py: the
+# metadata, every name of its Kafka prefix included, and a dead row's); a CDC stream's also the
 # changelog's. A record's field of one of these names, in any case (Spark resolves names
 # case-insensitively), is no column of the contract: beside bronze's own it made the decoded
 # batch ambiguous and stopped the stream.
 BRONZE_OWN_COLUMNS = frozenset({
     "key", "value", "topic", "partition", "offset", "timestamp", "headers",
-    "_rescued", "_schema_id", "_ingested_at", "_batch_id",
-    "_error_code", "_error_detail", "_raw_key", "_raw_value", "_raw_headers", "_dead_at",
-    "_replay_attempts", "_last_replay_at", "_replayed_at", "_replayed_error_code",
+    *bronze_columns.METADATA_COLUMNS,
 })
-CDC_OWN_COLUMNS = frozenset({"op", "_source_ts", "_seq", "_is_tombstone", "_unavailable", "_before_key"})
-BRONZE_OWN_PREFIX = "_kafka_"
+CDC_OWN_COLUMNS = frozenset(bronze_columns.CDC_COLUMNS)
+BRONZE_OWN_PREFIX = bronze_columns.KAFKA_PREFIX
 
 
 def is_bronze_own(name: str, cdc: bool = True) -> bool:
@@ -79,7 +78,7 @@ KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "even
         "source_table", "partitions", "source_url_variable", "contract", "unavailable_placeholder", "signal_table"}
 # CDC streams: what becomes of a row field the contract lacks (ARCHITECTURE §6, "Fields the
 # contract lacks"). additive: a new column of bronze, typed from the change event (the source
-# added a column); fixed: kept in `_rescued`. Neither drops it.
+# added a column); fixed: kept in `RESCUED`. Neither drops it.
 CONTRACT_MODES = ("additive", "fixed")
 # Debezium's stand-in for a value it does not have (its connector setting
 # `unavailable.value.placeholder`, this by default): an unchanged TOASTed PostgreSQL column. A
@@ -126,8 +125,8 @@ class StreamSpec:
         # DDL: the column quoted, as it comes from the pipeline file. Then the reason a row is
         # dead, null for good rows: dead rows in files of their own, pruned by a reader of good
         # rows (ARCHITECTURE §6; ingestion/bronze.py DEAD_PARTITION).
-        by_day = "days(_ingested_at)" if self.is_cdc else f"days({quote(self.event_time_column)})"
-        return (by_day, "_error_code")
+        by_day = f"days({bronze_columns.INGESTED_AT})" if self.is_cdc else f"days({quote(self.event_time_column)})"
+        return (by_day, bronze_columns.ERROR_CODE)
 
 
 def pipeline_file() -> Path:
@@ -427,8 +426,8 @@ def json_contract(spec: StreamSpec, added: dict[str, dict] | None = None) -> Jso
     except (OSError, json.JSONDecodeError) as exc:
         raise LakehouseError(f"cannot read JSON Schema {path}: {exc}") from None
     properties = document.get("properties") or {}
-    refuse_own_fields(spec, properties, str(path),
-                      "leave it out of the contract (the record's field is then kept in bronze's _rescued)")
+    refuse_own_fields(spec, properties, str(path), "leave it out of the contract (the record's field is then "
+                      f"kept in bronze's {bronze_columns.RESCUED})")
     properties = {**properties, **{name: prop for name, prop in (added or {}).items() if name not in properties}}
     fields = [StructField(name, _json_type(prop, f"{path.name}: {name}"), True) for name, prop in properties.items()]
     required = tuple(dict.fromkeys([*document.get("required", []), *spec.required_columns]))
@@ -464,7 +463,7 @@ def _source_names(properties: dict, spec: StreamSpec, where: str) -> dict[str, s
 # change events say of it: the Kafka Connect schema of the field when schemas are enabled
 # (type, semantic name, parameters), else the JSON types of its values. None when no column
 # type would hold every value as it is (a struct, an array, bytes, a decimal beyond 38 digits,
-# values of several JSON types, only nulls so far): the field stays in `_rescued`.
+# values of several JSON types, only nulls so far): the field stays in `RESCUED`.
 _CONNECT_INTEGERS = ("int8", "int16", "int32", "int64")
 _JSON_KINDS = {"BIGINT": "integer", "BOOLEAN": "boolean", "STRING": "string", "DOUBLE": "number"}
 

@@ -35,14 +35,6 @@ def check_table_name(name: str) -> str:
     return name
 
 
-def check_name_part(name: str, what: str = "namespace") -> str:
-    """One plain name (a namespace, or a table without its namespace)."""
-    if not isinstance(name, str) or not NAME_PART.fullmatch(name):
-        raise LakehouseError(f"invalid {what} name {name!r}: expected letters, digits and underscores, "
-                             "not starting with a digit")
-    return name
-
-
 def quote_table(name: str) -> str:
     """A checked table name, each part quoted: ``bronze.purchases`` -> ```bronze`.`purchases```."""
     return ".".join(quote(part) for part in check_table_name(name).split("."))

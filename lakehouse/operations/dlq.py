@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from lakehouse.contracts.bronze_columns import INGESTED_AT
 from lakehouse.contracts.error_codes import ERROR_CODES
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
@@ -93,7 +94,7 @@ def _add_replay(sub) -> None:
         description="Re-process the original bytes of the selected pending dead letters with each stream's "
                     "current decoder (e.g. after registering the missing schema or fixing the schema file). "
                     "A record that now reads replaces its dead row in the stream's bronze table, with its "
-                    "original Kafka coordinates and the replay time as _ingested_at, so the next `dbt run` "
+                    f"original Kafka coordinates and the replay time as {INGESTED_AT}, so the next `dbt run` "
                     "picks it up; the row keeps its bytes and replay state (`dlq list --include-replayed`). "
                     "Records that still fail stay dead, with the new reason. One commit per stream table: "
                     "a replay cut off half way leaves every record once, and the next one takes up the "

@@ -56,7 +56,6 @@ log = logging.getLogger("lakehouse.maintain")
 
 DEFAULT_POLICY_FILE = Path(__file__).resolve().parent / "maintenance.yml"
 POLICY_FILE_VARIABLE = "LAKEHOUSE_MAINTENANCE_FILE"
-STREAMING_NAMESPACES = ("bronze", QUALITY_NAMESPACE)  # append-only, written while maintenance runs
 DBT_NAMESPACES = ("silver", "gold")
 # Iceberg's remove_orphan_files refuses younger files: a write in progress has files no
 # snapshot references yet, and deleting them would corrupt the table when it commits.

@@ -21,6 +21,25 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from lakehouse.contracts.bronze_columns import (
+    BATCH_ID,
+    DEAD_AT,
+    ERROR_CODE,
+    ERROR_DETAIL,
+    INGESTED_AT,
+    KAFKA_KEY,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    LAST_REPLAY_AT,
+    RAW_KEY,
+    RAW_VALUE,
+    REPLAY_ATTEMPTS,
+    REPLAYED_AT,
+    REPLAYED_ERROR_CODE,
+    SCHEMA_ID,
+)
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -54,29 +73,29 @@ def unfinished_batches(settings: Settings, specs) -> list[str]:
 def _merge_statement(table: str, source: str, columns: list[str], now: str) -> str:
     from lakehouse.core.sql import quote, quote_table
 
-    on = "t._kafka_topic = s.topic and t._kafka_partition = s.`partition` and t._kafka_offset = s.`offset`"
+    on = f"t.{KAFKA_TOPIC} = s.topic and t.{KAFKA_PARTITION} = s.`partition` and t.{KAFKA_OFFSET} = s.`offset`"
     values = {
-        "_kafka_topic": "s.topic", "_kafka_partition": "s.`partition`", "_kafka_offset": "s.`offset`",
-        "_kafka_timestamp": "s.kafka_timestamp", "_kafka_key": "cast(s.key as string)",
-        "_ingested_at": "s.ingested_at", "_batch_id": "s.batch_id",
-        "_error_code": "s.error_code", "_error_detail": "s.error_detail",
-        "_raw_key": "s.key", "_raw_value": "s.value", "_dead_at": "s.ingested_at",
-        "_replay_attempts": "s.replay_attempts", "_last_replay_at": "s.last_replay_at",
-        "_schema_id": "s.schema_id",
+        KAFKA_TOPIC: "s.topic", KAFKA_PARTITION: "s.`partition`", KAFKA_OFFSET: "s.`offset`",
+        KAFKA_TIMESTAMP: "s.kafka_timestamp", KAFKA_KEY: "cast(s.key as string)",
+        INGESTED_AT: "s.ingested_at", BATCH_ID: "s.batch_id",
+        ERROR_CODE: "s.error_code", ERROR_DETAIL: "s.error_detail",
+        RAW_KEY: "s.key", RAW_VALUE: "s.value", DEAD_AT: "s.ingested_at",
+        REPLAY_ATTEMPTS: "s.replay_attempts", LAST_REPLAY_AT: "s.last_replay_at",
+        SCHEMA_ID: "s.schema_id",
     }
     inserted = [c for c in columns if c in values]
     return f"""
         merge into {quote_table(table)} t
         using {source} s
         on {on}
-        when matched and t._error_code is null and t._replayed_at is null and t._dead_at is null then update set
-            t._replayed_at = coalesce(s.replayed_at, {now}),
-            t._replayed_error_code = s.error_code,
-            t._dead_at = s.ingested_at,
-            t._replay_attempts = s.replay_attempts,
-            t._last_replay_at = s.last_replay_at,
-            t._raw_key = s.key,
-            t._raw_value = s.value
+        when matched and t.{ERROR_CODE} is null and t.{REPLAYED_AT} is null and t.{DEAD_AT} is null then update set
+            t.{REPLAYED_AT} = coalesce(s.replayed_at, {now}),
+            t.{REPLAYED_ERROR_CODE} = s.error_code,
+            t.{DEAD_AT} = s.ingested_at,
+            t.{REPLAY_ATTEMPTS} = s.replay_attempts,
+            t.{LAST_REPLAY_AT} = s.last_replay_at,
+            t.{RAW_KEY} = s.key,
+            t.{RAW_VALUE} = s.value
         when not matched then insert ({', '.join(quote(c) for c in inserted)})
             values ({', '.join(values[c] for c in inserted)})
     """

@@ -38,6 +38,7 @@ from typing import Any
 from ingestion import checkpoint
 from ingestion.checkpoint import records_of_batch
 from ingestion.job import checkpoint_location
+from lakehouse.contracts.bronze_columns import ERROR_CODE, REPLAYED_AT, REPLAYED_ERROR_CODE, RESCUED
 from lakehouse.contracts.streams import resolve_streams
 from lakehouse.core import maintenance_log
 from lakehouse.core.errors import LakehouseError
@@ -74,7 +75,7 @@ class StreamStatus:
     dead_letters: dict[str, int] = field(default_factory=dict)  # pending (not replayed) by error code
     dead_letters_replayed: int = 0
     # Row fields the contract lacks (ARCHITECTURE §6): those an additive CDC stream took from its
-    # source as columns (name -> JSON Schema type), and bronze rows that keep some in `_rescued`
+    # source as columns (name -> JSON Schema type), and bronze rows that keep some in `RESCUED`
     added_fields: dict[str, str] = field(default_factory=dict)
     rescued_rows: int = 0
     rescued_fields: list[str] = field(default_factory=list)
@@ -409,7 +410,7 @@ def field_notes(s: StreamStatus) -> list[str]:
         notes.append("fields the source added, now columns: "
                      + ", ".join(f"{name} ({kind})" for name, kind in s.added_fields.items()))
     if s.rescued_rows:
-        notes.append(f"{s.rescued_rows:,} bronze rows keep fields the contract lacks in _rescued: "
+        notes.append(f"{s.rescued_rows:,} bronze rows keep fields the contract lacks in {RESCUED}: "
                      + ", ".join(s.rescued_fields))
     return notes
 
@@ -644,7 +645,7 @@ def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | N
 
 
 ADDED_FIELDS_PROPERTY = "lakehouse.added-fields"  # ingestion.bronze's, without importing pyspark
-RESCUED_COLUMN = "_rescued"
+RESCUED_COLUMN = RESCUED
 
 
 def added_field_kinds(recorded: str | None) -> dict[str, str]:
@@ -655,7 +656,7 @@ def added_field_kinds(recorded: str | None) -> dict[str, str]:
 
 
 def rescued_field_names(rescued: Iterable[str]) -> list[str]:
-    """The field names in ``_rescued`` values (JSON objects), each once, sorted."""
+    """The field names in ``RESCUED`` values (JSON objects), each once, sorted."""
     return sorted({name for text in rescued for name in json.loads(text)})
 
 
@@ -673,8 +674,8 @@ def _fill_fields(table, status: StreamStatus) -> None:
 
 def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Each stream's dead rows, pending by reason, and replayed, from its bronze table
-    (ARCHITECTURE §7): a filter the partition on ``_error_code`` and the files' null counts of
-    ``_replayed_at`` answer without reading the good rows."""
+    (ARCHITECTURE §7): a filter the partition on ``ERROR_CODE`` and the files' null counts of
+    ``REPLAYED_AT`` answer without reading the good rows."""
     from pyiceberg.expressions import NotNull, Or
 
     streams, codes, replayed = [], [], []
@@ -682,14 +683,14 @@ def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], 
         table = existing_table(catalog, spec.bronze_table)
         if table is None or table.current_snapshot() is None:
             continue
-        if not {"_error_code", "_replayed_at"} <= {f.name for f in table.schema().fields}:
+        if not {ERROR_CODE, REPLAYED_AT} <= {f.name for f in table.schema().fields}:
             continue  # a table of a version before dead rows lived in bronze (`lakehouse migrate`)
-        rows = table.scan(row_filter=Or(NotNull("_error_code"), NotNull("_replayed_at")),
-                          selected_fields=("_error_code", "_replayed_at", "_replayed_error_code")).to_arrow()
+        rows = table.scan(row_filter=Or(NotNull(ERROR_CODE), NotNull(REPLAYED_AT)),
+                          selected_fields=(ERROR_CODE, REPLAYED_AT, REPLAYED_ERROR_CODE)).to_arrow()
         streams += [spec.name] * rows.num_rows
-        was_replayed = rows.column("_replayed_at").is_valid().to_pylist()
+        was_replayed = rows.column(REPLAYED_AT).is_valid().to_pylist()
         codes += [code if code is not None else before for code, before in zip(
-            rows.column("_error_code").to_pylist(), rows.column("_replayed_error_code").to_pylist(), strict=True)]
+            rows.column(ERROR_CODE).to_pylist(), rows.column(REPLAYED_ERROR_CODE).to_pylist(), strict=True)]
         replayed += [bool(r) for r in was_replayed]
     return dead_letter_counts(streams, codes, replayed)
 

@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
@@ -13,7 +14,7 @@
     silver rows since the last run, so late events correct their own day. Those rows are the
     ones silver runs appended after the newest run this table counted (`_loaded_at` against
     `_last_loaded_at`, macros/ingested_since_last_run.sql): exact, where silver's
-    `_ingested_at` would miss a late bronze commit stamped hours before the last run, which
+    `ingested_at` would miss a late bronze commit stamped hours before the last run, which
     silver reads all the same. The days are found once, as literals (macros/touched_days.sql),
     and silver, which is partitioned by the event day, is read for those days only. A day's rows
     never disappear (silver only grows), so a MERGE of the recomputed days is exact.
@@ -44,7 +45,7 @@ daily as (
         count(*) as event_count,
         count(distinct customer_id) as customer_count,
         count(distinct session_id) as session_count,
-        max(_ingested_at) as last_ingested_at,
+        max({{ own.ingested_at }}) as last_ingested_at,
         max(_loaded_at) as _last_loaded_at
     from silver_user_events
     group by 1, 2

@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
@@ -15,7 +16,7 @@
     with the current profile re-attributed every sale they ever made (and, incremental, had to
     recompute every day they ever bought on). One exception: a customer's first version, when it
     is a snapshot read (op R), holds the purchases before it as well. A snapshot read is not a
-    change made at its `_source_ts`: it is the row as the connector found it when it started,
+    change made at its `source_ts`: it is the row as the connector found it when it started,
     and it existed before, as it was or with values no changelog holds; without this every sale
     before the connector's snapshot (in the demo, every sale: the event producers run before
     the CDC simulator starts its clock) would count as 'unknown customer'. A purchase with no
@@ -48,7 +49,7 @@
       unavailable value) may have been re-filled: all of its interval is restated.
     Finding those days scans purchases' customer_id and purchase time (two columns) for the
     written versions' customers, as the join with the current profile did for the changed ones,
-    and the history's customer_id and `_seq` for the new versions' customers (is one of them
+    and the history's customer_id and `seq` for the new versions' customers (is one of them
     the first?).
     `_last_loaded_at` (newest silver run counted) and `_history_as_of` (the history's newest
     `_loaded_at` when the day was computed) are the marks.
@@ -63,9 +64,9 @@
         with written as (
 
             -- the versions history runs wrote since the last run; new: first written since
-            select customer_id, _seq, valid_from, valid_to, _source_ts,
+            select customer_id, {{ own.seq }}, valid_from, valid_to, {{ own.source_ts }},
                    coalesce({{ ingested_after(seen, '_first_loaded_at') }}, false) as is_new,
-                   array_contains(coalesce(_unavailable, array()), 'country_code') as carries_country
+                   array_contains(coalesce({{ own.unavailable }}, array()), 'country_code') as carries_country
             from {{ ref('customers_history') }}
             where {{ ingested_after(seen, '_loaded_at') }}
 
@@ -73,13 +74,13 @@
 
         first_new as (
 
-            -- a new version that is its customer's first (no version before it by `_seq`): the
+            -- a new version that is its customer's first (no version before it by `seq`): the
             -- purchases before it may have changed hands, to it (a snapshot read reaches back)
             -- or from the snapshot read that was first until now
             select new.customer_id, new.valid_to
             from (select * from written where is_new) as new
             left anti join {{ ref('customers_history') }} as earlier
-                on earlier.customer_id = new.customer_id and earlier._seq < new._seq
+                on earlier.customer_id = new.customer_id and earlier.{{ own.seq }} < new.{{ own.seq }}
 
         ),
 
@@ -95,8 +96,8 @@
             -- a re-written one: what it left when its valid_from rose (from its own commit time:
             -- its valid_from was never below it), and all of it when its country may have been
             -- re-filled (a version that did not carry it takes its predecessor's)
-            select customer_id, _source_ts, valid_from
-            from written where not is_new and _source_ts < valid_from
+            select customer_id, {{ own.source_ts }}, valid_from
+            from written where not is_new and {{ own.source_ts }} < valid_from
             union all
             select customer_id, valid_from, valid_to
             from written where not is_new and carries_country
@@ -134,7 +135,7 @@ customer_versions as (
     -- is a snapshot read (op R), also holds the purchases before it.
     select
         history.customer_id, history.country_code, history.op, history.valid_from, history.valid_to,
-        history.op = 'R' and history._seq = min(history._seq) over (partition by history.customer_id)
+        history.op = 'R' and history.{{ own.seq }} = min(history.{{ own.seq }}) over (partition by history.customer_id)
             as reaches_back
     from {{ ref('customers_history') }} as history
     left semi join purchases

@@ -1,12 +1,13 @@
+{%- set own = var('bronze_columns') -%}
 {{ config(materialized='view') }}
 
 {#-
     The accounts changelog (AWS DMS, normalized by ingestion) with silver's types and names:
     one row per change of one row, duplicates and all. The mirror and the history read it.
 
-    An update of the primary key (its before-image names another key, bronze's `_before_key`)
+    An update of the primary key (its before-image names another key, bronze's `before_key`)
     is two changes here, as Debezium sends one: the old key ends, a delete at the update's
-    `_seq` (its columns null: DMS's before-image carries the key only), and the new key's row
+    `seq` (its columns null: DMS's before-image carries the key only), and the new key's row
     begins, an insert. So the mirror and the history end with the old key gone. Bronze keeps
     one row per Kafka record (docs/ARCHITECTURE.md §6, §9).
 -#}
@@ -20,11 +21,11 @@ bronze_accounts as (
 
     select
         *,
-        coalesce(op = 'U' and _before_key.account_id <> account_id, false) as _changes_key
+        coalesce(op = 'U' and {{ own.before_key }}.account_id <> account_id, false) as _changes_key
     from {{ source('bronze', 'accounts') }}
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
     -- is the change. Good rows only: a dead row (its reason set) is a dead letter
-    where not _is_tombstone and _error_code is null
+    where not {{ own.is_tombstone }} and {{ own.error_code }} is null
 
 ),
 
@@ -34,7 +35,7 @@ row_changes as (
     -- it ended. Both come from one read of bronze (the lateral view); a union of two selects
     -- would read the increment twice, every time a model reads this view
     select
-        case when _ends_key then _before_key.account_id else account_id end as account_id,
+        case when _ends_key then {{ own.before_key }}.account_id else account_id end as account_id,
         case when not _ends_key then customer_id end as customer_id,
         case when not _ends_key then account_type end as account_type,
         case when not _ends_key then balance end as balance,
@@ -42,12 +43,12 @@ row_changes as (
         case when not _ends_key then status end as status,
         case when not _ends_key then updated_at end as updated_at,
         case when _ends_key then 'D' when _changes_key then 'I' else op end as op,
-        _seq,
-        _source_ts,
-        _ingested_at,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset
+        {{ own.seq }},
+        {{ own.source_ts }},
+        {{ own.ingested_at }},
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }}
         {{ cdc_added_columns(source('bronze', 'accounts'), named, null_when='_ends_key') }}
     from bronze_accounts
     lateral view explode(if(_changes_key, array(false, true), array(false))) key_end as _ends_key
@@ -66,12 +67,12 @@ final as (
         status,
         cast(updated_at as timestamp) as updated_at,
         op,
-        _seq,
-        _source_ts,
-        _ingested_at,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset
+        {{ own.seq }},
+        {{ own.source_ts }},
+        {{ own.ingested_at }},
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }}
         -- columns the source added since (macros/column_evolution.sql)
         {{ cdc_added_columns(source('bronze', 'accounts'), named) }}
     from row_changes

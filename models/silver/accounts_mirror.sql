@@ -1,8 +1,9 @@
+{%- set own = var('bronze_columns') -%}
 {%- set cdc = {
     'unique_key': 'account_id',
-    'sequence_by': '_seq',
+    'sequence_by': own.seq,
     'delete_when': "op = 'D'",
-    'except_columns': ['_kafka_topic'],
+    'except_columns': [own.kafka_topic],
 } -%}
 
 {{ config(materialized='cdc_mirror', buckets=16, dead_letters=['bronze', 'dead_letters'],

@@ -1,8 +1,9 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
         incremental_strategy='merge',
-        unique_key=['customer_id', '_seq'],
+        unique_key=['customer_id', own.seq],
         partition_by=['bucket(16, customer_id)', 'years(valid_to)'],
         tblproperties=merge_on_read_properties(),
         pre_hook=["{{ ensure_merge_on_read(this) }}", "{{ ensure_partition_fields(this) }}"],

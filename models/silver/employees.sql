@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
@@ -24,7 +25,7 @@ bronze_employees as (
 
     select * from {{ source('bronze', 'employees') }}
     -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
-    where _error_code is null
+    where {{ own.error_code }} is null
     {% if is_incremental() %}
     and {{ increment }}
     {% endif %}
@@ -43,11 +44,11 @@ renamed as (
         team.name as team_name,
         team.location as team_location,
         lower(role) as role,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset,
-        _kafka_timestamp,
-        _ingested_at,
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }},
+        {{ own.kafka_timestamp }},
+        {{ own.ingested_at }},
         {{ loaded_at }} as _loaded_at
     from bronze_employees
 

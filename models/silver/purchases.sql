@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
@@ -24,7 +25,7 @@ bronze_purchases as (
 
     select * from {{ source('bronze', 'purchases') }}
     -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
-    where _error_code is null
+    where {{ own.error_code }} is null
     {% if is_incremental() %}
     and {{ increment }}
     {% endif %}
@@ -45,12 +46,12 @@ renamed as (
         upper(currency) as currency,
         transaction_time as purchased_at,
         lower(payment_method) as payment_method,
-        _schema_id,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset,
-        _kafka_timestamp,
-        _ingested_at,
+        {{ own.schema_id }},
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }},
+        {{ own.kafka_timestamp }},
+        {{ own.ingested_at }},
         {{ loaded_at }} as _loaded_at
     from bronze_purchases
 

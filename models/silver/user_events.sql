@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{
     config(
         materialized='incremental',
@@ -32,7 +33,7 @@ bronze_user_events as (
 
     select * from {{ source('bronze', 'user_events') }}
     -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
-    where _error_code is null
+    where {{ own.error_code }} is null
     {% if is_incremental() %}
     and {{ increment }}
     {% endif %}
@@ -50,12 +51,12 @@ renamed as (
         page,
         device,
         cast(duration_ms as int) as duration_ms,
-        _rescued,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset,
-        _kafka_timestamp,
-        _ingested_at,
+        {{ own.rescued }},
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }},
+        {{ own.kafka_timestamp }},
+        {{ own.ingested_at }},
         {{ loaded_at }} as _loaded_at
     from bronze_user_events
 

@@ -132,12 +132,12 @@ def decode(key: bytes | None, value: bytes | None) -> NormalizedChange:
         raise InvalidChange(f"not a DMS data record: {type(exc).__name__}: {exc}") from None
     if not isinstance(table, str) or table not in TABLES or not isinstance(image, dict):
         raise InvalidChange(f"record of table {table!r} without a data object")
-    # `_source_ts` in milliseconds, like Debezium's: both streams then share one event-time type.
+    # `SOURCE_TS` in milliseconds, like Debezium's: both streams then share one event-time type.
     return NormalizedChange(table, op, _key(key, table, image), image, seq, commit_us // 1000,
-                            _before_key(record, table, op))
+                            _before_image_key(record, table, op))
 
 
-def _before_key(record: dict, table: str, op: str) -> int | None:
+def _before_image_key(record: dict, table: str, op: str) -> int | None:
     """The key an update's before-image names (None: the update does not say, the key stayed).
 
     Without a before-image an update of the primary key cannot be told from any other and the

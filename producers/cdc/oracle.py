@@ -60,7 +60,7 @@ class NormalizedChange:
     key: int
     image: dict = field(hash=False)
     seq: tuple
-    source_ts_ms: int | None = None  # commit time at the source; bronze's `_source_ts`
+    source_ts_ms: int | None = None  # commit time at the source; bronze's `SOURCE_TS`
     before_key: int | None = None
 
     def __post_init__(self) -> None:

@@ -66,23 +66,6 @@ def test_a_table_without_partitioning_gets_no_partition_clause():
     assert "using iceberg\npartitioned by (days(`ts`))\ntblproperties (" in partitioned
 
 
-def test_a_dead_rows_columns_never_pass_into_silver_as_source_columns():
-    """A CDC changelog passes on the bronze columns the source added (`cdc_added_columns`,
-    macros/column_evolution.sql) and skips bronze's own. Every column ingestion writes beside the
-    decoded ones for a dead row or its replay is bronze's own: before this list named them, the
-    changelogs carried all ten into the mirrors, the histories and the live tables (null there,
-    a silent change of silver's schema)."""
-    import re
-    from pathlib import Path
-
-    from ingestion.formats import DEAD_COLUMNS, REPLAY_COLUMNS
-
-    macro = (Path(__file__).resolve().parents[2] / "macros" / "column_evolution.sql").read_text()
-    skip_list = re.search(r"set skip = \[(.*?)\]", macro, re.S).group(1)
-    skipped = set(re.findall(r"'([^']+)'", skip_list))
-    assert {*DEAD_COLUMNS, *(name for name, _ in REPLAY_COLUMNS), "_ingested_at", "_batch_id"} <= skipped
-
-
 def test_a_decimals_precision_widens_in_place_and_its_scale_is_refused():
     from pyspark.sql.types import DecimalType
 

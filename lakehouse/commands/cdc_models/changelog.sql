@@ -1,3 +1,4 @@
+{%- set own = var('bronze_columns') -%}
 {{ config(materialized='view') }}
 
 {#-
@@ -13,7 +14,7 @@ bronze_changes as (
     select * from {{ source('bronze', '[[ stream ]]') }}
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
     -- is the change. Good rows only: a dead row (its reason set) is a dead letter
-    where not _is_tombstone and _error_code is null
+    where not {{ own.is_tombstone }} and {{ own.error_code }} is null
 
 ),
 
@@ -24,15 +25,15 @@ final as (
         [[ column ]],
 [%- endfor %]
         op,
-        _seq,
-        _source_ts,
-        _ingested_at,
-        _kafka_topic,
-        _kafka_partition,
-        _kafka_offset,
+        {{ own.seq }},
+        {{ own.source_ts }},
+        {{ own.ingested_at }},
+        {{ own.kafka_topic }},
+        {{ own.kafka_partition }},
+        {{ own.kafka_offset }},
         -- the columns the change did not carry (Debezium's placeholder; null in them, ARCHITECTURE §9):
         -- a column renamed above is renamed here too (transform, as customers_changelog does)
-        _unavailable
+        {{ own.unavailable }}
         -- columns the source added since (macros/column_evolution.sql); a column you leave
         -- out above on purpose goes in `except`
         {{ cdc_added_columns(source('bronze', '[[ stream ]]'), [

@@ -7,7 +7,7 @@ those that still fail, in one commit. A record is never in both shapes or in nei
 the replay is killed half way: a stream whose MERGE committed is done, the others are as they
 were, and the next replay takes them up. Replayed records keep their Kafka coordinates (and the
 batch id that first read them), so silver's deduplication treats them like any record; their
-``_ingested_at`` is the replay time, so the incremental silver models see them as new.
+``INGESTED_AT`` is the replay time, so the incremental silver models see them as new.
 """
 
 from __future__ import annotations
@@ -27,6 +27,21 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 from ingestion import bronze, dead_letters, job
 from ingestion.decoders import KAFKA_SOURCE_SCHEMA, StreamDecoder, decoder_for
 from ingestion.formats import HEADERS_COLUMN, to_bronze
+from lakehouse.contracts.bronze_columns import (
+    BATCH_ID,
+    DEAD_AT,
+    ERROR_CODE,
+    ERROR_DETAIL,
+    KAFKA_COORDINATES,
+    LAST_REPLAY_AT,
+    RAW_HEADERS,
+    RAW_KEY,
+    RAW_VALUE,
+    REPLAY_ATTEMPTS,
+    REPLAYED_AT,
+    REPLAYED_ERROR_CODE,
+    SCHEMA_ID,
+)
 from lakehouse.contracts.streams import StreamSpec, get_stream
 from lakehouse.core.console import progress
 from lakehouse.core.errors import LakehouseError
@@ -40,7 +55,7 @@ log = logging.getLogger("lakehouse.dlq")
 REPLAY_ID_PROPERTY = "lakehouse.replay-id"  # snapshot property of a replay's MERGE
 MERGE_ATTEMPTS = 3
 COORDINATES = ("topic", "partition", "offset")
-BRONZE_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+BRONZE_COORDINATES = KAFKA_COORDINATES
 
 
 # --- the report (pure) ---------------------------------------------------------------------------
@@ -166,7 +181,7 @@ def _pinned_selection(spark: SparkSession, stream: str, table: str, filters: Fil
     if snapshot is None:
         return None
     pinned = spark.sql(f"select * from {quote_table(table)} version as of {int(snapshot)}").where(dead_letters.DEAD)
-    listed = pinned.selectExpr(*dead_letters.view_columns(stream, "_schema_id" in pinned.columns))
+    listed = pinned.selectExpr(*dead_letters.view_columns(stream, SCHEMA_ID in pinned.columns))
     return listed.where(filters.where_sql())
 
 
@@ -192,8 +207,8 @@ def _replay_stream(spark: SparkSession, settings: Settings, report: ReplayReport
     decoder = _current_decoder(spark, settings, spec, result, report.dry_run)
     decoded = decoder.decode(_as_kafka_source(spark, records), report.started_at).persist()
     cached.append(decoded)
-    _count_outcomes(result, decoded.groupBy(F.col("_error_code").isNull().alias("replayed"),
-                                            F.col("_error_code").alias("error_code")).count().collect())
+    _count_outcomes(result, decoded.groupBy(F.col(ERROR_CODE).isNull().alias("replayed"),
+                                            F.col(ERROR_CODE).alias("error_code")).count().collect())
     log.info("%s: %d dead letter(s) selected: %d read now, %d still failing", name, result.selected,
              result.replayed, sum(result.still_failing.values()))
     if report.dry_run:
@@ -238,7 +253,7 @@ def _as_kafka_source(spark: SparkSession, records: DataFrame) -> DataFrame:
 def _replacements(spark: SparkSession, spec: StreamSpec, report: ReplayReport, records: DataFrame,
                   decoded: DataFrame) -> DataFrame:
     """Each record's row as the replay leaves it, in the bronze table's shape: decoded, with the
-    batch id that first read it, the replay time as ``_ingested_at``, and its history (its bytes,
+    batch id that first read it, the replay time as ``INGESTED_AT``, and its history (its bytes,
     when it was found dead, for which reason, how often replayed); or, still failing, its new
     reason."""
     now = F.lit(report.started_at).cast("timestamp")
@@ -247,15 +262,15 @@ def _replacements(spark: SparkSession, spec: StreamSpec, report: ReplayReport, r
                              F.col("value").alias("dead_value"), F.col("headers").alias("dead_headers"))
     # A fixed row keeps the bytes it was read from: `lakehouse dlq show` still shows them.
     rows = (to_bronze(decoded, 0, now).join(history, list(BRONZE_COORDINATES))
-            .withColumn("_batch_id", F.col("_first_batch"))
-            .withColumn("_raw_key", F.col("dead_key"))
-            .withColumn("_raw_value", F.col("dead_value"))
-            .withColumn("_raw_headers", F.col("dead_headers"))
-            .withColumn("_dead_at", F.col("dead_at"))
-            .withColumn("_replay_attempts", (F.coalesce(F.col("attempts"), F.lit(0)) + 1).cast("int"))
-            .withColumn("_last_replay_at", now)
-            .withColumn("_replayed_at", F.when(F.col("_error_code").isNull(), now))
-            .withColumn("_replayed_error_code", F.when(F.col("_error_code").isNull(), F.col("dead_code"))))
+            .withColumn(BATCH_ID, F.col("_first_batch"))
+            .withColumn(RAW_KEY, F.col("dead_key"))
+            .withColumn(RAW_VALUE, F.col("dead_value"))
+            .withColumn(RAW_HEADERS, F.col("dead_headers"))
+            .withColumn(DEAD_AT, F.col("dead_at"))
+            .withColumn(REPLAY_ATTEMPTS, (F.coalesce(F.col("attempts"), F.lit(0)) + 1).cast("int"))
+            .withColumn(LAST_REPLAY_AT, now)
+            .withColumn(REPLAYED_AT, F.when(F.col(ERROR_CODE).isNull(), now))
+            .withColumn(REPLAYED_ERROR_CODE, F.when(F.col(ERROR_CODE).isNull(), F.col("dead_code"))))
     return bronze.conform_to_schema(rows, spark.table(spec.bronze_table).schema)
 
 
@@ -267,23 +282,23 @@ def _as_bronze_coordinates() -> list[Column]:
 
 # What a replay changes on a dead row whose record still fails: the rest (its bytes, batch,
 # ingestion time) stays as the ingestion wrote it. A schema id it lacks is filled from the header.
-_STILL_FAILING = ("_error_code", "_error_detail", "_replay_attempts", "_last_replay_at")
+_STILL_FAILING = (ERROR_CODE, ERROR_DETAIL, REPLAY_ATTEMPTS, LAST_REPLAY_AT)
 
 
 def _merge_statement(table: str, view: str, columns: list[str]) -> str:
     """Fixed dead rows replaced whole by their decoded rows; still-failing ones get their new
-    reason and one more attempt. Only dead rows match (``_error_code is not null``, which also
+    reason and one more attempt. Only dead rows match (``DEAD``, which also
     prunes the good rows' partitions), so a good row is never touched."""
     on = " and ".join(f"t.{quote(c)} = s.{quote(c)}" for c in BRONZE_COORDINATES)
     fixed = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
     failing = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in _STILL_FAILING)
-    if "_schema_id" in columns:
-        failing += ", t.`_schema_id` = coalesce(t.`_schema_id`, s.`_schema_id`)"
+    if SCHEMA_ID in columns:
+        failing += f", t.{quote(SCHEMA_ID)} = coalesce(t.{quote(SCHEMA_ID)}, s.{quote(SCHEMA_ID)})"
     return f"""
         merge into {quote_table(table)} t
         using {view} s
-        on {on} and t.`_error_code` is not null
-        when matched and s.`_error_code` is null then update set {fixed}
+        on {on} and t.{quote(ERROR_CODE)} is not null
+        when matched and s.{quote(ERROR_CODE)} is null then update set {fixed}
         when matched then update set {failing}
     """
 
