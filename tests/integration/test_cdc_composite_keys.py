@@ -101,7 +101,9 @@ def project(spark, tmp_path_factory):
     (folder / "dbt_project.yml").write_text(yaml.safe_dump({
         "name": "cdc_composite", "version": "1.0", "config-version": 2, "profile": "cdc_composite",
         "model-paths": ["models"], "macro-paths": ["macros"], "flags": {"send_anonymous_usage_stats": False},
-        "vars": {"overlap_minutes": 10, "cdc_tombstone_retention_hours": 168},
+        # the project's vars (bronze's column names, which the macros read, among them)
+        "vars": {**yaml.safe_load((REPO / "dbt_project.yml").read_text())["vars"], "overlap_minutes": 10,
+                 "cdc_tombstone_retention_hours": 168},
         "models": {"cdc_composite": {"+file_format": "iceberg"}},
     }))
     (folder / "profiles.yml").write_text(yaml.safe_dump({"cdc_composite": {

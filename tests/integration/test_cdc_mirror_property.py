@@ -283,11 +283,13 @@ class MirrorProject:
             "name": "bronze", "schema": SCHEMA,
             "tables": [{"name": model.removesuffix("_mirror"), "identifier": self.changelog(model)}
                        for model, _, _ in MODELS.values()] + [{"name": "dead_letters"}]}]}))
-        silver = yaml.safe_load((REPO / "dbt_project.yml").read_text())["models"]["lakehouse"]["silver"]
+        project = yaml.safe_load((REPO / "dbt_project.yml").read_text())
+        silver = project["models"]["lakehouse"]["silver"]
         (folder / "dbt_project.yml").write_text(yaml.safe_dump({
             "name": "cdc_mirror_property", "version": "1.0", "config-version": 2, "profile": "cdc_mirror_property",
             "model-paths": ["models"], "macro-paths": ["macros"], "flags": {"send_anonymous_usage_stats": False},
-            "vars": {"overlap_minutes": int(OVERLAP.total_seconds() // 60),
+            # the project's vars (bronze's column names, which the macros read, among them)
+            "vars": {**project["vars"], "overlap_minutes": int(OVERLAP.total_seconds() // 60),
                      "cdc_tombstone_retention_hours": RETENTION_HOURS},
             # the project's silver post-hook: it records the bronze snapshot a run read
             "models": {"cdc_mirror_property": {"+file_format": "iceberg", "+post-hook": silver["+post-hook"]}},
