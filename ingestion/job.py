@@ -10,6 +10,7 @@ rows beside them (ARCHITECTURE §6-8), with no cache of the batch.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import logging
@@ -327,11 +328,16 @@ def progress_lag(query_progress: dict) -> int | None:
 
 
 def _offsets(value) -> dict[str, dict[int, int]] | None:
+    """A source's offsets from a progress report: JSON text, or (PySpark 4.1's progress objects)
+    the text of a Python dict, single quotes and all."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            return None
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                return None
     if not isinstance(value, dict):
         return None
     try:

@@ -73,6 +73,9 @@ def test_the_lag_comes_from_the_querys_progress():
     assert progress_lag(progress) == 35
     as_text = {**progress, "sources": [{key: json.dumps(value) for key, value in progress["sources"][0].items()}]}
     assert progress_lag(as_text) == 35
+    # PySpark 4.1's progress objects give a source's offsets as the text of a Python dict
+    as_python_text = {**progress, "sources": [{key: str(value) for key, value in progress["sources"][0].items()}]}
+    assert progress_lag(as_python_text) == 35
     assert progress_lag({"batchId": 0, "sources": [{"endOffset": None, "latestOffset": None}]}) is None
     assert progress_lag({"batchId": 0, "sources": []}) is None
 
