@@ -482,6 +482,9 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
                  trigger: str | None, max_offsets_per_trigger: int | None, start_mode: str,
                  fault_point: str | None) -> None:
     # Read with the leases held: no other job writes bronze between this and the query's start.
+    # The session's "a query terminated" record may hold another query's failure (an earlier
+    # run in this process): cleared, else the first wait below would end this run at once.
+    spark.streams.resetTerminated()
     starts = {spec.name: resolve_starting_offsets(spark, settings, spec, checkpoint_location(settings, spec),
                                                   start_mode) for spec in specs}
     queries = [
@@ -506,7 +509,10 @@ def _run_queries(spark: SparkSession, settings: Settings, specs: list[StreamSpec
             try:
                 spark.streams.awaitAnyTermination(1)
             except StreamingQueryException:
-                break
+                # Only a failure of one of these queries stops them: the session is shared
+                # (tests, `lakehouse demo`), and another query's failure is not this run's.
+                if any(query.exception() is not None for query in queries):
+                    break
             finally:
                 spark.streams.resetTerminated()
             if available_now:

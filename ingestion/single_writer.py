@@ -91,7 +91,11 @@ def local_locks(settings: Settings, specs: list[StreamSpec]) -> Iterator[None]:
                                      "job first (two jobs on one stream would race for its offsets)") from None
             held.callback(lock.release)
             if lock.lock_counter == 1:
-                path.with_suffix(".json").write_text(json.dumps(_identity(settings)))
+                holder = path.with_suffix(".json")
+                holder.write_text(json.dumps(_identity(settings)))
+                # Gone before the lock is released: a process that ran a job and lives on (a test
+                # worker, `lakehouse demo`) is not shown by `lakehouse status` as its writer.
+                held.callback(holder.unlink, missing_ok=True)
         yield
 
 
