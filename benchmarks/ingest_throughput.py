@@ -786,7 +786,9 @@ def _decode_only(spark, settings: Settings, spec, raw):
     from pyspark.sql.avro.functions import from_avro
 
     from ingestion.decoders import decoder_for
-    from ingestion.formats import ERROR_COLUMNS, HEADER_SIZE, KAFKA_COLUMNS, confluent_schema_id, to_bronze
+    from ingestion.formats.avro import HEADER_SIZE, confluent_schema_id
+    from ingestion.formats.bronze_shape import to_bronze
+    from ingestion.formats.checks import ERROR_COLUMNS, KAFKA_COLUMNS
     from lakehouse.contracts.registry import registry_for
 
     if spec.format == "avro":
@@ -816,7 +818,8 @@ def _checked(spark, settings: Settings, spec, raw):
     from pyspark.sql import functions as F
 
     from ingestion.decoders import decoder_for
-    from ingestion.formats import batch_instant, to_bronze
+    from ingestion.formats.bronze_shape import to_bronze
+    from ingestion.formats.checks import batch_instant
 
     now = datetime.now(UTC)
     # Observed, as the job's pass is (ingestion/job.py `_observed`): without it the optimizer
@@ -827,7 +830,7 @@ def _checked(spark, settings: Settings, spec, raw):
 
 def raw_rows(source):
     """The raw ceiling's rows: each record's value bytes, undecoded, with the Kafka metadata
-    bronze keeps, in bronze's columns and types (``ingestion.formats.to_bronze``)."""
+    bronze keeps, in bronze's columns and types (``ingestion.formats.bronze_shape.to_bronze``)."""
     from pyspark.sql import functions as F
 
     return source.select(

@@ -167,7 +167,7 @@ def changelog_rows(keys, lsn, op, ingested_at: datetime, batch_id: int, round_nu
         iso_text(F.when(op == F.lit("I"), changed_at).when(is_update, changed_at).otherwise(created))
          .alias("updated_at"),
         changed_at.alias("_source_ts"),
-        # a streamed PostgreSQL change's place (ingestion/formats.py debezium_seq)
+        # a streamed PostgreSQL change's place (ingestion/formats/debezium.py debezium_seq)
         F.struct(F.lit(1).alias("phase"), lsn.cast("bigint").alias("commit_pos"),
                  lsn.cast("bigint").alias("change_pos")).alias("_seq"),
         F.lit(False).alias("_is_tombstone"),

@@ -9,7 +9,7 @@ depth, never by position, and so do the structs inside arrays and maps.
 
 Anything else (an int column and a writer's double, a string over a number, a decimal of
 another scale) is a `Misfit` of that writer: the decoder never casts it; a record of that
-writer with a value there is a dead row SCHEMA_MISMATCH (ingestion/formats.py `decode_avro`).
+writer with a value there is a dead row SCHEMA_MISMATCH (ingestion/formats/avro.py `decode_avro`).
 A column's type is always one a schema declares (the stream's contract file or a writer
 schema), never one the ingestion invents: a writer that only a wider type would hold waits
 for the contract to declare that type (then the column widens and `lakehouse dlq replay`

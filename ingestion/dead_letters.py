@@ -1,7 +1,7 @@
 """Dead letters: the rows of a stream's bronze table whose record could not be read, and the
 view `bronze.dead_letters` that lists every stream's (ARCHITECTURE §7).
 
-A dead row is a row of its stream's bronze table (ingestion/formats.py, `to_bronze`): its raw
+A dead row is a row of its stream's bronze table (ingestion/formats/bronze_shape.py, `to_bronze`): its raw
 key, value and headers, its reason (``ERROR_CODE``, a code of the closed set) and detail,
 null decoded columns. Each offset of a topic is one row of its bronze table, good or dead.
 The view is plain SQL over the tables, so any engine that reads Iceberg reads dead letters the

@@ -1,4 +1,4 @@
-"""One decoder per stream: the pure decoding of ingestion/formats.py plus the schemas it reads.
+"""One decoder per stream: the pure decoding of ingestion/formats/ plus the schemas it reads.
 
 A decoder knows where its stream's schemas live (a schema file, the registry subject, a
 compiled descriptor set) and looks again before every micro-batch (`refresh`), so a new
@@ -24,11 +24,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ingestion import bronze, formats
+from ingestion import bronze
 from ingestion.column_types import misfits, union
+from ingestion.formats.avro import decode_avro
+from ingestion.formats.bronze_shape import to_bronze
+from ingestion.formats.changelog import unknown_field_descriptions
+from ingestion.formats.debezium import decode_debezium
+from ingestion.formats.dms import decode_dms
+from ingestion.formats.json_events import decode_json
+from ingestion.formats.protobuf import decode_protobuf
 from ingestion.json_udf import register_json_udf
 from ingestion.protobuf_udf import register_udf, udf_result_schema
 from lakehouse.contracts import protobuf
+from lakehouse.contracts.bronze_columns import RESCUED
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
 from lakehouse.contracts.streams import (
     JsonContract,
@@ -72,7 +80,7 @@ class StreamDecoder:
         return changes
 
     def decode(self, raw: DataFrame, now: datetime | None = None) -> DataFrame:
-        """The decoded rows (ingestion/formats.py). ``now`` is the instant event times are
+        """The decoded rows (ingestion/formats/). ``now`` is the instant event times are
         checked against: the batch's own instant (its ``INGESTED_AT``), one per attempt, so every
         record of an attempt is classified against the same "now". A batch that a crash makes
         Spark run again is decoded afresh, with the new attempt's instant and the schemas current
@@ -85,7 +93,7 @@ class StreamDecoder:
     def bronze_schema(self) -> StructType:
         """Columns of the bronze table: what `decode` gives for good records, with metadata."""
         empty = self.spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-        return formats.to_bronze(self.decode(empty), 0, F.lit(datetime.now(UTC)).cast("timestamp")).schema
+        return to_bronze(self.decode(empty), 0, F.lit(datetime.now(UTC)).cast("timestamp")).schema
 
     def _current_version(self) -> object:
         return _file_version(self.spec.schema_path)
@@ -133,7 +141,7 @@ class JsonStreamDecoder(StreamDecoder):
             own = sorted(name for name in recorded if is_bronze_own(name))
             if own:
                 log.warning("%s: recorded added field(s) %s are named like bronze's own columns: not columns, kept "
-                            "in %s", self.spec.name, ", ".join(own), formats.RESCUED_COLUMN)
+                            "in %s", self.spec.name, ", ".join(own), RESCUED)
             self.added = {name: prop for name, prop in recorded.items() if not is_bronze_own(name)}
         return _file_version(self.spec.schema_path), json.dumps(self.added, sort_keys=True)
 
@@ -149,7 +157,7 @@ class JsonStreamDecoder(StreamDecoder):
         if self._columns is None:
             self.refresh()
         seen: dict[str, list] = {}
-        for row in formats.unknown_field_descriptions(raw, self.spec.format, self._wire_columns).collect():
+        for row in unknown_field_descriptions(raw, self.spec.format, self._wire_columns).collect():
             parameters = json.loads(row.parameters) if row.parameters else None
             seen.setdefault(row.name, []).append((row.connect_type, row.connect_name, parameters, row.json_kind))
         taken = set(self._columns.fieldNames())
@@ -173,15 +181,15 @@ class JsonStreamDecoder(StreamDecoder):
 
             def decode(raw: DataFrame, now: datetime) -> DataFrame:
                 _ensure_function(raw.sparkSession, function, register)
-                return formats.decode_json(raw, function, contract, spec.event_time_column, now)
+                return decode_json(raw, function, contract, spec.event_time_column, now)
             self._decode = decode
         else:
             if spec.format == "debezium":
                 _warn_of_unscaled_decimals(spec, contract, self.added or {})
-                self._decode = lambda raw, now: formats.decode_debezium(
+                self._decode = lambda raw, now: decode_debezium(
                     raw, contract, spec.identity_columns, spec.source_table, spec.unavailable_placeholder)
             else:
-                self._decode = lambda raw, now: formats.decode_dms(
+                self._decode = lambda raw, now: decode_dms(
                     raw, contract, spec.identity_columns, spec.source_table)
         return changes
 
@@ -280,7 +288,7 @@ class AvroStreamDecoder(StreamDecoder):
         self._say_misfits(writer_types, columns)
         self._columns, self._schema_ids = columns, set(writer_schemas)
         spec = self.spec
-        self._decode = lambda raw, now: formats.decode_avro(raw, writer_schemas, writer_types, columns,
+        self._decode = lambda raw, now: decode_avro(raw, writer_schemas, writer_types, columns,
                                                            spec.required_columns, spec.event_time_column, now)
         return changes
 
@@ -339,7 +347,7 @@ class ProtobufStreamDecoder(StreamDecoder):
 
         def decode(raw: DataFrame, now: datetime) -> DataFrame:
             _ensure_function(raw.sparkSession, function, register)
-            return formats.decode_protobuf(raw, function, columns, spec.required_columns, spec.event_time_column, now)
+            return decode_protobuf(raw, function, columns, spec.required_columns, spec.event_time_column, now)
         self._decode = decode
         return changes
 

@@ -30,9 +30,10 @@ from pyspark.sql.types import StructType
 
 from ingestion import bronze, checkpoint, dead_letters, single_writer
 from ingestion.decoders import StreamDecoder, decoder_for
-from ingestion.formats import RESCUED_COLUMN, batch_instant, to_bronze
+from ingestion.formats.bronze_shape import to_bronze
+from ingestion.formats.checks import batch_instant
 from ingestion.starting_offsets import AFTER_BRONZE, MODES, resolve_starting_offsets
-from lakehouse.contracts.bronze_columns import ERROR_CODE
+from lakehouse.contracts.bronze_columns import ERROR_CODE, RESCUED
 from lakehouse.contracts.streams import StreamSpec, get_stream, resolve_streams, stream_names
 from lakehouse.core import metrics
 from lakehouse.core.console import progress
@@ -121,7 +122,7 @@ def batch_writer(spark: SparkSession, settings: Settings, spec: StreamSpec, deco
         read, dead, reasons, rescued, rescued_fields = counts
         if rescued:
             log.warning("%s batch %d: %s record(s) with field(s) the contract lacks, kept in bronze's %s: %s",
-                        spec.name, batch_id, f"{rescued:,}", RESCUED_COLUMN, rescued_fields,
+                        spec.name, batch_id, f"{rescued:,}", RESCUED, rescued_fields,
                         extra={"stream": spec.name, "batch": batch_id, "counts": {"rescued": rescued}})
         # the values of the line as fields too (lakehouse/core/logs.py): JSON logs, and a metrics hook
         log.info("%s batch %d: read %s, good %s, dead %s, %.1fs, %s rows/s", spec.name, batch_id,
@@ -147,11 +148,11 @@ def _add_source_fields(spark: SparkSession, spec: StreamSpec, decoder: StreamDec
         log.warning("%s batch %d: field(s) of the source table %s named like bronze's own columns (or a column "
                     "the contract renames a source column to), which keep their own values: %s; kept in %s "
                     "(ARCHITECTURE §6)", spec.name, batch_id, spec.source_table,
-                    ", ".join(own), RESCUED_COLUMN)
+                    ", ".join(own), RESCUED)
     if untyped:
         log.warning("%s batch %d: field(s) the contract lacks that no column type holds as they are (nested, "
                     "bytes, only nulls so far, or several JSON types): %s; kept in %s", spec.name, batch_id,
-                    ", ".join(untyped), RESCUED_COLUMN)
+                    ", ".join(untyped), RESCUED)
     if not found:
         return
     # a change event carries a row only when the row changes: after ADD COLUMN ... DEFAULT the rows
@@ -252,9 +253,9 @@ def _observed(decoded: DataFrame) -> tuple[DataFrame, Observation]:
 def _rescued_metrics(decoded: DataFrame) -> list:
     """Of the records bound for bronze: how many keep fields the contract lacks in ``RESCUED``,
     and those fields' names (comma-separated); none for a format without the column."""
-    if RESCUED_COLUMN not in decoded.columns:
+    if RESCUED not in decoded.columns:
         return []
-    kept = F.when(F.col(ERROR_CODE).isNull(), F.col(RESCUED_COLUMN))
+    kept = F.when(F.col(ERROR_CODE).isNull(), F.col(RESCUED))
     names = F.array_sort(F.array_distinct(F.flatten(F.collect_set(F.json_object_keys(kept)))))
     return [F.count(kept).alias("rescued"), F.concat_ws(", ", names).alias("rescued_fields")]
 

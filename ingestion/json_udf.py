@@ -1,7 +1,7 @@
 """The JVM JSON decoder (jvm/json-decoder) registered in a Spark session: Python glue only.
 
 ``io.github.lakehouse.json.JsonDecoder`` reads each JSON event once, with Jackson, into its
-declared fields, checking every token's JSON type as ingestion/formats.py documents (no
+declared fields, checking every token's JSON type as ingestion/formats/strict_json.py documents (no
 coercion; date-times and dates parsed by Spark's own cast). Before it, a record was read by
 ``from_json``, again by ``json_object_keys``, and its strings checked through VARIANT values:
 benchmarks/RESULTS.md has the cost of each.

@@ -35,7 +35,7 @@ from lakehouse.core.sql import TABLE_NAME_RULE, check_table_name, quote
 DEFAULT_PIPELINE_FILE = Path(__file__).resolve().parent / "pipeline.yml"
 
 # The names bronze and the decoding give columns of their own (ARCHITECTURE §6, "Fields the
-# contract lacks"): the Kafka record's columns a decoded batch carries (ingestion/formats.py
+# contract lacks"): the Kafka record's columns a decoded batch carries (ingestion/formats/checks.py
 # KAFKA_COLUMNS, HEADERS_COLUMN) and bronze's own (lakehouse/contracts/bronze_columns.py: the
 # metadata, every name of its Kafka prefix included, and a dead row's); a CDC stream's also the
 # changelog's. A record's field of one of these names, in any case (Spark resolves names
@@ -83,7 +83,7 @@ CONTRACT_MODES = ("additive", "fixed")
 # Debezium's stand-in for a value it does not have (its connector setting
 # `unavailable.value.placeholder`, this by default): an unchanged TOASTed PostgreSQL column. A
 # stream whose connector sets another one names it (`unavailable_placeholder`), or the stand-in
-# would be taken for the column's value (ingestion/formats.py without_unavailable_values).
+# would be taken for the column's value (ingestion/formats/debezium.py without_unavailable_values).
 DEBEZIUM_UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
 
 
@@ -161,7 +161,7 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         raise LakehouseError(f"{where}: a protobuf stream needs `message` (the full name of the message type)")
     identity = _as_names(entry["identity"], f"{where}.identity")
     if fmt == "dms" and len(identity) > 1:
-        # ingestion reads a DMS message key as the bare value of the key (ingestion/formats.py)
+        # ingestion reads a DMS message key as the bare value of the key (ingestion/formats/dms.py)
         raise LakehouseError(f"{where}.identity: a dms stream takes a one-column key, got {', '.join(identity)} "
                              "(a composite key needs Debezium)")
     event_time = entry["event_time"]

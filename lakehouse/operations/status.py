@@ -645,7 +645,6 @@ def ingestion_job(settings: Settings, stream: str, bronze_table=None) -> str | N
 
 
 ADDED_FIELDS_PROPERTY = "lakehouse.added-fields"  # ingestion.bronze's, without importing pyspark
-RESCUED_COLUMN = RESCUED
 
 
 def added_field_kinds(recorded: str | None) -> dict[str, str]:
@@ -664,12 +663,12 @@ def _fill_fields(table, status: StreamStatus) -> None:
     from pyiceberg.expressions import NotNull
 
     status.added_fields = added_field_kinds(table.properties.get(ADDED_FIELDS_PROPERTY))
-    if RESCUED_COLUMN not in {f.name for f in table.schema().fields} or table.current_snapshot() is None:
+    if RESCUED not in {f.name for f in table.schema().fields} or table.current_snapshot() is None:
         return
     # only the rows that have one: files whose column is all null are skipped by their metrics
-    rescued = table.scan(row_filter=NotNull(RESCUED_COLUMN), selected_fields=(RESCUED_COLUMN,)).to_arrow()
+    rescued = table.scan(row_filter=NotNull(RESCUED), selected_fields=(RESCUED,)).to_arrow()
     status.rescued_rows = rescued.num_rows
-    status.rescued_fields = rescued_field_names(rescued.column(RESCUED_COLUMN).to_pylist())
+    status.rescued_fields = rescued_field_names(rescued.column(RESCUED).to_pylist())
 
 
 def _dead_letters_by_stream(catalog, specs) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

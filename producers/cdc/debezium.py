@@ -125,7 +125,7 @@ SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_
 
 def sequence(source: dict, op: str) -> tuple[int, int, int]:
     """A change's place in its source's commit order, ``(phase, commit position, change position)``:
-    the oracle of ingestion.formats.debezium_seq (read there why), written apart from it."""
+    the oracle of ingestion.formats.debezium.debezium_seq (read there why), written apart from it."""
     if source["connector"] in ("mysql", "mariadb"):
         file_number = int(str(source["file"]).rsplit(".", 1)[1])
         return 1, (file_number << 32) + strict_int(source["pos"]), strict_int(source.get("row") or 0)

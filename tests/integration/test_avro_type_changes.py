@@ -1,5 +1,5 @@
 """A producer's Avro type changes through the stream's decoder (ingestion/decoders.py
-AvroStreamDecoder, ingestion/formats.py decode_avro), in Spark: every value lands exactly or its
+AvroStreamDecoder, ingestion/formats/avro.py decode_avro), in Spark: every value lands exactly or its
 record is a dead row SCHEMA_MISMATCH naming the writer schema id, the field and both types.
 
 Each test registers its writer schemas under a subject of its own (the local file registry),

@@ -15,7 +15,8 @@ from decimal import Decimal
 import pytest
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType, StructField, StructType, TimestampType
 
-from ingestion import formats
+from ingestion.formats.debezium import decode_debezium
+from ingestion.formats.json_events import decode_json
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import JsonContract
 from tests.support.kafka_rows import kafka_rows
@@ -107,7 +108,7 @@ def event(after: dict, schema: dict | None = None) -> tuple[bytes, bytes]:
 
 
 def decode(spark, contract, messages):
-    return formats.decode_debezium(kafka_rows(spark, messages), contract, ("id",), "typed").orderBy("offset").collect()
+    return decode_debezium(kafka_rows(spark, messages), contract, ("id",), "typed").orderBy("offset").collect()
 
 
 def values(row) -> dict:
@@ -190,7 +191,7 @@ def test_json_decimals_are_numbers_or_digits_that_fit_without_rounding(spark):
     messages = [(b"k", json.dumps({"id": n, "at": "2026-11-20T10:00:00Z", "price": p}).encode())
                 for n, p in enumerate(prices)]
     register_json_udf(spark, "decode_priced", contract.schema)
-    decoded = formats.decode_json(kafka_rows(spark, messages), "decode_priced", contract, "at", now)
+    decoded = decode_json(kafka_rows(spark, messages), "decode_priced", contract, "at", now)
     rows = decoded.orderBy("offset").collect()
     assert [(r.price, r._error_code) for r in rows] == [
         (Decimal("12.50"), None), (Decimal("12.50"), None), (Decimal("7.00"), None), (Decimal("-0.10"), None),
@@ -217,7 +218,7 @@ def keyed(after: dict, schema: dict | None = None, tombstone: bool = False) -> t
 
 
 def decode_keyed(spark, contract, messages):
-    return formats.decode_debezium(kafka_rows(spark, messages), contract, KEY_COLUMNS, "typed").orderBy(
+    return decode_debezium(kafka_rows(spark, messages), contract, KEY_COLUMNS, "typed").orderBy(
         "offset").collect()
 
 
@@ -275,9 +276,9 @@ def test_a_renamed_column_is_read_from_its_source_field_key_included(spark):
                 (b'{"key": 6}', None)]
     undeclared = JsonContract(RENAMED.schema, RENAMED.required, {k: (kind, None) for k, (kind, _) in
                                                                  RENAMED.semantic_fields.items()}, RENAMED.source_names)
-    rows = formats.decode_debezium(kafka_rows(spark, messages[:2] + messages[3:]), RENAMED, ("reading_id",),
+    rows = decode_debezium(kafka_rows(spark, messages[:2] + messages[3:]), RENAMED, ("reading_id",),
                                    "typed").orderBy("offset").collect()
-    rows += formats.decode_debezium(kafka_rows(spark, messages[2:3]), undeclared, ("reading_id",), "typed").collect()
+    rows += decode_debezium(kafka_rows(spark, messages[2:3]), undeclared, ("reading_id",), "typed").collect()
     assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
     assert [(r.reading_id, r.reading, r.read_at, r._rescued) for r in rows] == [
         (5, Decimal("1234.56"), AT, None), (6, Decimal("1234.56"), AT, '{"reading":"x"}'), (6, None, None, None),

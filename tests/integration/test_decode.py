@@ -7,7 +7,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from ingestion import dead_letters
-from ingestion.formats import decode_json, to_bronze
+from ingestion.formats.bronze_shape import to_bronze
+from ingestion.formats.json_events import decode_json
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract
 

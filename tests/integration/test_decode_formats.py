@@ -8,7 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from ingestion import formats
+from ingestion.formats.avro import decode_avro
+from ingestion.formats.bronze_shape import HEADERS_TYPE, to_bronze
+from ingestion.formats.changelog import unknown_field_descriptions
+from ingestion.formats.checks import HEADERS_COLUMN
+from ingestion.formats.debezium import decode_debezium
+from ingestion.formats.dms import decode_dms
 from lakehouse.contracts import wire
 from lakehouse.contracts.streams import JsonContract, get_stream, json_contract
 from producers import avro, purchases
@@ -47,7 +52,7 @@ def avro_decoded(spark):
         None,
     ]
     raw = kafka_rows(spark, [(b"k", m) for m in messages])
-    rows = formats.decode_avro(raw, schemas, writer_types, columns, ("transaction_id", "transaction_time"),
+    rows = decode_avro(raw, schemas, writer_types, columns, ("transaction_id", "transaction_time"),
                               "transaction_time").orderBy("offset").collect()
     return v1, v2, rows
 
@@ -99,7 +104,7 @@ def changes(tmp_path_factory):
 
 def _decode_cdc(spark, name, messages):
     spec = get_stream(name)
-    normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
+    normalize = decode_debezium if spec.format == "debezium" else decode_dms
     raw = kafka_rows(spark, messages, spec.topic)
     return normalize(raw, json_contract(spec), spec.identity_columns, spec.source_table) \
         .orderBy("offset").collect()
@@ -213,7 +218,7 @@ def test_dms_changes_of_one_microsecond_follow_the_log_position_of_any_width(spa
         **metadata, "stream-position": position, "transaction-record-id": 0}}).encode())
         for position in reversed(positions)]
     spec = get_stream("accounts")
-    decoded = formats.decode_dms(kafka_rows(spark, messages, spec.topic), json_contract(spec),
+    decoded = decode_dms(kafka_rows(spark, messages, spec.topic), json_contract(spec),
                                  spec.identity_columns, spec.source_table)
     rows = decoded.orderBy("_seq").collect()
     assert [r._error_code for r in rows] == [None] * len(positions)
@@ -282,7 +287,7 @@ def test_a_token_of_another_json_type_is_a_schema_mismatch_never_coerced(spark, 
         (key, event({"customer_id": 1, "name": 7, "updated_at": None})),
         (key, event({"customer_id": 1, "name": {"first": "Ann"}, "updated_at": "2026-11-20T10:00:00Z"})),
     ]
-    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+    rows = decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
         .orderBy("offset").collect()
     assert rows[0]._error_code is None, rows[0]._error_detail
     assert (rows[0].name, rows[0].updated_at) == ("Ann", datetime(2026, 11, 20, 10, 0, 0, 500000))
@@ -312,7 +317,7 @@ def _order_of(spark, sources: list[tuple[dict, str]]) -> list[int]:
                             ("customer_id",))
     messages = [(b'{"customer_id":3}', _debezium_event(source, op, name=str(n))) for n, (source, op) in
                 enumerate(sources)]
-    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers").collect()
+    rows = decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers").collect()
     assert [r._error_code for r in rows] == [None] * len(rows), [r._error_detail for r in rows]
     return [int(r.name) for r in sorted(rows, key=lambda r: tuple(r._seq))]
 
@@ -367,7 +372,7 @@ def test_a_debezium_change_without_its_source_position_or_of_another_connector_i
         {"connector": "sqlserver", "snapshot": "false", "lsn": 10},
         {"snapshot": "false", "lsn": 10},
     )]
-    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+    rows = decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
         .orderBy("offset").collect()
     assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * len(messages)
     assert ["source position" in r._error_detail for r in rows] == [True, True, True, False, False]
@@ -385,7 +390,7 @@ def test_a_truncate_is_a_change_without_key_or_row(spark):
     messages = [(None, json.dumps(truncate).encode()),
                 (None, json.dumps({**truncate, "source": {**source, "lsn": None,  # no position, nor in sequence
                                                           "sequence": '["26399000",null]'}}).encode())]
-    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+    rows = decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
         .orderBy("offset").collect()
     assert rows[0]._error_code is None, rows[0]._error_detail
     assert (rows[0].op, rows[0].customer_id, rows[0].name, rows[0]._is_tombstone) == ("T", None, None, False)
@@ -412,7 +417,7 @@ def test_debezium_unavailable_value_placeholder_is_null_and_named_never_a_value(
                 update("Ana", placeholder.encode().hex()),
                 update("Ana", "aGVsbG8=", tier=None),
                 (b'{"customer_id":3}', None)]
-    rows = formats.decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
+    rows = decode_debezium(kafka_rows(spark, messages), contract, ("customer_id",), "customers") \
         .orderBy("offset").collect()
     assert [r._error_code for r in rows] == [None] * 4, [r._error_detail for r in rows]
     assert [(r.name, r.photo, r.tier) for r in rows] == [
@@ -441,11 +446,11 @@ def test_a_connectors_own_unavailable_value_placeholder_is_null_and_named_too(sp
                                                   "op": "u", "ts_ms": 1, "source": source}).encode())
     messages = [update(placeholder, "PHRvYXN0ZWQ+"), update("Ana", placeholder.encode().hex())]
     raw = kafka_rows(spark, messages)
-    named = formats.decode_debezium(raw, contract, ("customer_id",), "customers", unavailable_placeholder=placeholder) \
+    named = decode_debezium(raw, contract, ("customer_id",), "customers", unavailable_placeholder=placeholder) \
         .orderBy("offset").collect()
     assert [(r.name, r.photo, r._unavailable) for r in named] == [
         (None, None, ["name", "photo"]), ("Ana", None, ["photo"])]
-    default = formats.decode_debezium(raw, contract, ("customer_id",), "customers").orderBy("offset").collect()
+    default = decode_debezium(raw, contract, ("customer_id",), "customers").orderBy("offset").collect()
     assert [(r.name, r._unavailable) for r in default] == [(placeholder, None), ("Ana", None)]
 
 
@@ -506,7 +511,7 @@ def test_unknown_fields_are_described_by_the_events_connect_schema_or_json_type(
     raw = kafka_rows(spark, [(key, plain), (key, wrapped)])
     declared = json_contract(get_stream("customers")).schema
     seen = {(r.name, r.connect_type, r.connect_name, r.json_kind)
-            for r in formats.unknown_field_descriptions(raw, "debezium", declared).collect()}
+            for r in unknown_field_descriptions(raw, "debezium", declared).collect()}
     assert seen == {("level", None, None, "BIGINT"), ("joined", None, None, "BIGINT"),
                     ("level", "int32", None, "BIGINT"), ("joined", "int32", "io.debezium.time.Date", "BIGINT")}
 
@@ -522,11 +527,11 @@ def test_every_column_bronze_writes_beside_the_source_rows_is_named_bronzes_own(
 
     spec = get_stream(name)
     contract = json_contract(spec)
-    normalize = formats.decode_debezium if spec.format == "debezium" else formats.decode_dms
+    normalize = decode_debezium if spec.format == "debezium" else decode_dms
     decoded = normalize(kafka_rows(spark, []), contract, spec.identity_columns, spec.source_table)
-    decoded = decoded.withColumn(formats.HEADERS_COLUMN, F.lit(None).cast(formats.HEADERS_TYPE))
+    decoded = decoded.withColumn(HEADERS_COLUMN, F.lit(None).cast(HEADERS_TYPE))
     image = set(contract.schema.fieldNames())
-    written = [c for c in formats.to_bronze(decoded, 0, F.current_timestamp()).columns if c not in image]
+    written = [c for c in to_bronze(decoded, 0, F.current_timestamp()).columns if c not in image]
     assert [c for c in written if not is_bronze_own(c)] == []
     assert [c for c in decoded.columns if c not in image and not is_bronze_own(c)] == []
     assert [c for c in image if is_bronze_own(c)] == []

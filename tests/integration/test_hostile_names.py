@@ -18,7 +18,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from ingestion import bronze
 from ingestion.decoders import KAFKA_SOURCE_SCHEMA, decoder_for
-from ingestion.formats import to_bronze
+from ingestion.formats.bronze_shape import to_bronze
 from lakehouse.contracts.streams import get_stream, load_pipeline
 from lakehouse.core.errors import LakehouseError
 from tests.unit.test_hostile_names import BREAKOUT, DOTTED, EVENT_TIME, SPACED

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingestion import decoders
-from ingestion.formats import decode_json
+from ingestion.formats.json_events import decode_json
 from ingestion.job import progress_lag
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import get_stream, json_contract

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts
 
 
 def test_the_raw_ceiling_appends_the_value_with_the_kafka_metadata_bronze_keeps(spark):
-    from ingestion.formats import to_bronze
+    from ingestion.formats.bronze_shape import to_bronze
 
     source = spark.createDataFrame(
         [(b"k", b"\x01\x02", "employees", 3, 41, datetime(2026, 11, 30, 12, tzinfo=UTC))],

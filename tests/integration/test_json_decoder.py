@@ -20,7 +20,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ingestion import formats, json_udf
+from ingestion import json_udf
+from ingestion.formats.json_events import decode_json
 from ingestion.json_udf import register_json_udf
 from lakehouse.contracts.streams import JsonContract
 from lakehouse.core.errors import LakehouseError
@@ -94,7 +95,7 @@ def decoded(spark) -> dict:
                 THREE_WRONG, FIRST_WRONG, LAST_WRONG, NOT_UTF8, SINGLE_QUOTES, UNDECLARED]
     values = list(dict.fromkeys(encoded(p) for p in payloads))
     register_json_udf(spark, "decode_typed", SCHEMA)
-    rows = formats.decode_json(kafka_rows(spark, [(b"k", v) for v in values]), "decode_typed", CONTRACT, "at", NOW)
+    rows = decode_json(kafka_rows(spark, [(b"k", v) for v in values]), "decode_typed", CONTRACT, "at", NOW)
     return {values[row.offset]: row for row in rows.collect()}
 
 

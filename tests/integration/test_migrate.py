@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from ingestion import bronze, job
 from ingestion.decoders import decoder_for
-from ingestion.formats import DEAD_COLUMNS, REPLAY_COLUMNS
+from ingestion.formats.bronze_shape import DEAD_COLUMNS, REPLAY_COLUMNS
 from ingestion.invariant import check_every_offset_once
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.errors import LakehouseError

@@ -721,12 +721,12 @@ def test_a_field_with_the_wrong_wire_type_is_a_schema_mismatch_naming_it(spark, 
 
 def test_a_producer_type_change_is_a_schema_mismatch_of_the_stream_not_a_default(spark, employee_udf,
                                                                                  employee_descriptor):
-    """The employees stream's decoding (ingestion/formats.py decode_protobuf): a producer that
+    """The employees stream's decoding (ingestion/formats/protobuf.py decode_protobuf): a producer that
     made `employee_age` a plain int32 (it is a google.protobuf.Int32Value) sends a varint where a
     message is declared; one that made `id` a string sends it length-delimited. Before, the
     first landed with a null age and the second with id 0, in silence; now each is a dead row
     SCHEMA_MISMATCH naming the field, and a corrupt message is still CORRUPT_PAYLOAD."""
-    from ingestion import formats
+    from ingestion.formats.protobuf import decode_protobuf
     from lakehouse.contracts.streams import get_stream
 
     spec = get_stream("employees")
@@ -741,7 +741,7 @@ def test_a_producer_type_change_is_a_schema_mismatch_of_the_stream_not_a_default
                                 "key binary, value binary, topic string, partition int, offset long, "
                                 "timestamp timestamp")
     columns = udf_result_schema(spark, employee_descriptor, employees.MESSAGE_NAME)["payload"].dataType
-    rows = formats.decode_protobuf(raw, employee_udf, columns, spec.required_columns, spec.event_time_column,
+    rows = decode_protobuf(raw, employee_udf, columns, spec.required_columns, spec.event_time_column,
                                    NOW).orderBy("offset").collect()
     assert [(r._error_code, r._error_detail) for r in rows[:3]] == [
         (None, None),

@@ -175,12 +175,12 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             iso_text(F.lit(datetime(2026, 1, 1, tzinfo=UTC))).alias("created_at"),
             iso_text(committed).alias("updated_at"),
             committed.alias("_source_ts"),
-            # a streamed PostgreSQL change's place (ingestion/formats.py debezium_seq)
+            # a streamed PostgreSQL change's place (ingestion/formats/debezium.py debezium_seq)
             F.struct(F.lit(1).alias("phase"), F.col("position").cast("bigint").alias("commit_pos"),
                      F.col("position").cast("bigint").alias("change_pos")).alias("_seq"),
         ]
     else:
-        from ingestion.formats import log_position_key
+        from ingestion.formats.dms import log_position_key
 
         position_text = F.format_string("mysql-bin-changelog.%06d:%d", F.floor(F.col("position") / 65536),
                                         (F.col("position") % 65536).cast("bigint"))
@@ -197,7 +197,7 @@ def change_rows(stream: str, changes, ingested_at, batch_id):
             pick(STATUSES, 38, "position").alias("status"),
             iso_text(committed).alias("updated_at"),
             committed.alias("_source_ts"),
-            # a DMS change's place (ingestion/formats.py decode_dms): the log position as DMS
+            # a DMS change's place (ingestion/formats/dms.py decode_dms): the log position as DMS
             # writes a MySQL source's, and the form of it that sorts as text
             F.struct(log_position_key(position_text).alias("log_position"),
                      (F.unix_micros(committed) + F.col("position") % 1000).cast("bigint").alias("commit_us"),

@@ -68,7 +68,7 @@ def test_a_type_it_cannot_read_is_refused_by_name(sql_type, message):
                                       pg.BOOLEAN(), mysql.DATETIME(fsp=6), mysql.DECIMAL(8, 3)])
 def test_a_key_column_takes_every_type_a_row_takes(sql_type):
     """A date in the key (every table partitioned by date has one), a numeric, an instant: each
-    is read from the message key as the row image reads it (ingestion/formats.py debezium_key_json)."""
+    is read from the message key as the row image reads it (ingestion/formats/debezium.py debezium_key_json)."""
     kind = "mysql" if type(sql_type).__module__.endswith("mysql.types") else "postgresql"
     assert source_tables.column_property(kind, "k", sql_type, key=True) == source_tables.column_property(
         kind, "k", sql_type)

@@ -26,7 +26,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 
 from ingestion import bronze, dead_letters, job
 from ingestion.decoders import KAFKA_SOURCE_SCHEMA, StreamDecoder, decoder_for
-from ingestion.formats import HEADERS_COLUMN, to_bronze
+from ingestion.formats.bronze_shape import to_bronze
+from ingestion.formats.checks import HEADERS_COLUMN
 from lakehouse.contracts.bronze_columns import (
     BATCH_ID,
     DEAD_AT,

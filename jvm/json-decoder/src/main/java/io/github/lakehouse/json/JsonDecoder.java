@@ -8,7 +8,7 @@ import org.apache.spark.sql.types.StructType;
  * Decodes JSON objects into Spark rows of their declared fields, in one parse per record.
  *
  * <p>Stands in for {@code from_json} plus {@code json_object_keys} plus the VARIANT-based type
- * checks of ingestion/formats.py, which together read every record three ways (benchmarks/
+ * checks of ingestion/formats/strict_json.py, which together read every record three ways (benchmarks/
  * RESULTS.md: 42% of the JSON stream's CPU in parsing, half of the rest in Spark's expression
  * helpers). The checks are the same: a token of the wrong JSON type is never coerced (a number
  * is no date-time, an object no string), and date-times and dates are parsed by Spark's own

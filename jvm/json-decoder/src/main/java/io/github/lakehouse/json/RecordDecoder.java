@@ -33,7 +33,7 @@ import scala.Option;
 
 /**
  * One JSON object into the declared fields, each token checked against its field's type
- * without coercion. The rules are those ingestion/formats.py documents (and its tests pin):
+ * without coercion. The rules are those ingestion/formats/strict_json.py documents (and its tests pin):
  *
  * <ul>
  *   <li>string: a JSON string only;
