@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from ingestion.column_types import holds_exactly, is_widening, same_type
+from ingestion.formats.column_types import holds_exactly, is_widening, same_type
 from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, SEQ
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
@@ -112,7 +112,7 @@ def _field_names(data_type: DataType) -> str:
 
 def schema_changes(current: StructType, wanted: StructType, prefix: str = "") -> list[str]:
     """ALTER clauses that make ``current`` hold ``wanted``: columns added (nested too: in structs,
-    in the structs of arrays and map values) and types widened (ingestion/column_types.py
+    in the structs of arrays and map values) and types widened (ingestion/formats/column_types.py
     `is_widening`). Columns ``wanted`` lacks stay (a record of an older schema has them null), and
     so does a type that already holds the wanted one exactly (`holds_exactly`: a bigint column
     where a decoder now says int); any other type change is refused rather than losing data."""

@@ -25,10 +25,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ingestion import bronze
-from ingestion.column_types import misfits, union
 from ingestion.formats.avro import decode_avro
 from ingestion.formats.bronze_shape import to_bronze
 from ingestion.formats.changelog import unknown_field_descriptions
+from ingestion.formats.column_types import misfits, union
 from ingestion.formats.debezium import decode_debezium
 from ingestion.formats.dms import decode_dms
 from ingestion.formats.json_events import decode_json
@@ -216,7 +216,7 @@ class AvroStreamDecoder(StreamDecoder):
     """Confluent-framed Avro: the writer schema of each record by the id in its header.
 
     The bronze columns are the union of the stream's base schema file and every version
-    registered under its subject, merged by name at every depth (ingestion/column_types.py
+    registered under its subject, merged by name at every depth (ingestion/formats/column_types.py
     `union`: a field a writer adds is a column, a type Iceberg widens widens); a writer's field
     the column does not hold exactly is never cast, its records with a value there are dead
     rows (SCHEMA_MISMATCH), and the job warns when it first sees such a writer. A record whose

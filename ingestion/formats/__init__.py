@@ -11,5 +11,7 @@ One module per wire format, each importable alone: `protobuf`, `avro`, `json_eve
 `debezium`, `dms`. What they share: `checks` (the dead-letter checks every format runs and
 the per-batch constants), `strict_json` (the JSON token rules of the CDC row images),
 `changelog` (the changelog shape both CDC formats produce, and the row fields a contract
-lacks), `bronze_shape` (a decoded batch as bronze rows, good and dead).
+lacks), `bronze_shape` (a decoded batch as bronze rows, good and dead), `column_types` (which
+producer types a column holds exactly, and the union of writer schemas). Nothing here imports
+the rest of ingestion: the job and decoders use the formats, never the reverse.
 """

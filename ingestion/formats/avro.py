@@ -16,8 +16,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ingestion.column_types import misfits, same_type
 from ingestion.formats.checks import any_of, event_time_check, kafka_columns, missing_check, with_errors
+from ingestion.formats.column_types import misfits, same_type
 from lakehouse.contracts import wire
 from lakehouse.contracts.bronze_columns import (
     SCHEMA_ID,
@@ -55,7 +55,7 @@ def decode_avro(
     """Avro records, each read with the writer schema its header names, as ``columns``.
 
     ``writer_types`` is the Spark type each writer schema decodes to; ``columns`` is their union
-    (bronze's payload columns, ingestion/column_types.py `union`): a field a writer lacks is null
+    (bronze's payload columns, ingestion/formats/column_types.py `union`): a field a writer lacks is null
     in its records. Each writer's record is fitted to ``columns`` by name at every depth
     (`conformed`), never by position, and never cast where the column does not hold the writer's
     type exactly: a record with a value in such a place (`misfits`) is SCHEMA_MISMATCH, naming

@@ -1,4 +1,4 @@
-"""Which producer types a bronze column takes (ingestion/column_types.py), and the union of writer
+"""Which producer types a bronze column takes (ingestion/formats/column_types.py), and the union of writer
 schemas; pure, no Spark session."""
 
 from pyspark.sql.types import (
@@ -14,7 +14,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ingestion.column_types import holds_exactly, is_widening, misfits, union
+from ingestion.formats.column_types import holds_exactly, is_widening, misfits, union
 
 
 def struct(**fields) -> StructType:

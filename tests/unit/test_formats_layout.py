@@ -12,7 +12,7 @@ from tests.conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "ingestion" / "formats"
 WIRE_FORMATS = {"protobuf", "avro", "json_events", "debezium", "dms"}
-SHARED = {"checks", "strict_json", "changelog", "bronze_shape"}
+SHARED = {"checks", "strict_json", "changelog", "bronze_shape", "column_types"}
 
 
 def _modules() -> set[str]:
@@ -31,6 +31,14 @@ def test_each_module_imports_alone(module):
     result = subprocess.run([sys.executable, "-c", f"import ingestion.formats.{module}"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_package_imports_nothing_else_of_ingestion():
+    # imports point one way: ingestion's job and decoders use the formats, never the reverse
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ingestion"):
+                assert node.module.startswith("ingestion.formats"), f"{path.name} imports {node.module}"
 
 
 def _formats_imported(path: Path) -> set[str]:
