@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lakehouse.contracts.bronze_columns import SEQ, SOURCE_TS
+from lakehouse.commands import cdc_models
+from lakehouse.contracts.bronze_columns import SOURCE_TS
 from lakehouse.contracts.source_tables import SourceTable, read_table
 from lakehouse.contracts.streams import (
     EXCLUDED_KEYWORD,
@@ -36,11 +37,6 @@ from lakehouse.contracts.streams import (
 )
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
-from lakehouse.core.sql import quote
-
-TEMPLATES = Path(__file__).resolve().parent / "cdc_models"
-BUCKETS = 16
-
 
 # --- the files it writes -------------------------------------------------------------------------
 
@@ -74,30 +70,10 @@ def pipeline_entry(stream: str, source: SourceTable, partitions: int, signal: st
 
 
 def models(stream: str, source: SourceTable) -> dict[str, str]:
-    """{path under the dbt project: text} of the stream's source entry and models."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    # the templates are dbt models, full of {{ }} and {% %}: ours are [[ ]] and [% %]
-    environment = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
-                              variable_start_string="[[", variable_end_string="]]",
-                              block_start_string="[%", block_end_string="%]",
-                              comment_start_string="[#", comment_end_string="#]")
-    key = list(source.key)
-    values = {
-        "stream": stream, "table": source.name, "kind": source.kind, "buckets": BUCKETS,
-        "columns": [quote(name) for name in source.columns], "first_key": quote(key[0]),
-        "key_config": repr(key[0]) if len(key) == 1 else repr(key), "history_key": repr([*key, SEQ]),
-        # the data tests' YAML: JSON strings are YAML strings, whatever the column's name
-        "key": [json.dumps(name) for name in key], "key_yaml": json.dumps(key),
-        "history_key_yaml": json.dumps([*key, SEQ]), "key_text": ", ".join(key),
-    }
-    files = {"source.yml": f"models/bronze/_{stream}__source.yml",
-             "changelog.sql": f"models/silver/{stream}_changelog.sql",
-             "mirror.sql": f"models/silver/{stream}_mirror.sql",
-             "live.sql": f"models/silver/{stream}.sql",
-             "history.sql": f"models/silver/{stream}_history.sql",
-             "models.yml": f"models/silver/_{stream}__models.yml"}
-    return {path: environment.get_template(template).render(values) for template, path in files.items()}
+    """{path under the dbt project: text} of the stream's source entry, models and data tests."""
+    return cdc_models.render(cdc_models.CdcStream(
+        stream, source.name, f"{source.kind}, through Debezium", "debezium", source.key,
+        tuple(cdc_models.Column(name) for name in source.columns), cdc_models.WRITTEN_BY_CDC_ADD))
 
 
 RUNTIMES = ("kafka-connect", "debezium-server")

@@ -1,6 +1,5 @@
 {{ config(materialized='cdc_live', unique_key='account_id', buckets=16) }}
 
-{#- The live accounts: an Iceberg table of accounts_mirror's rows that are not tombstones,
-    kept by a MERGE of the mirror's changed keys each run (macros/cdc_live.sql). -#}
+{#- The live accounts rows, the mirror's but tombstones: macros/cdc_live.sql. Rendered by lakehouse/commands/cdc_models. -#}
 
 select * from {{ ref('accounts_mirror') }}

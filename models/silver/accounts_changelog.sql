@@ -2,14 +2,15 @@
 {{ config(materialized='view') }}
 
 {#-
-    The accounts changelog (AWS DMS, normalized by ingestion) with silver's types and names:
-    one row per change of one row, duplicates and all. The mirror and the history read it.
+    The accounts changelog (AWS DMS, normalized by ingestion): one row per change,
+    duplicates and all. The mirror and the history read it, a column renamed or cast here too.
 
     An update of the primary key (its before-image names another key, bronze's `before_key`)
     is two changes here, as Debezium sends one: the old key ends, a delete at the update's
     `seq` (its columns null: DMS's before-image carries the key only), and the new key's row
     begins, an insert. So the mirror and the history end with the old key gone. Bronze keeps
     one row per Kafka record (docs/ARCHITECTURE.md §6, §9).
+    Rendered by lakehouse/commands/cdc_models.
 -#}
 
 {#- the bronze columns this view selects by name; the others the source added pass through -#}
@@ -17,7 +18,7 @@
 
 with
 
-bronze_accounts as (
+bronze_changes as (
 
     select
         *,
@@ -43,14 +44,9 @@ row_changes as (
         case when not _ends_key then status end as status,
         case when not _ends_key then updated_at end as updated_at,
         case when _ends_key then 'D' when _changes_key then 'I' else op end as op,
-        {{ own.seq }},
-        {{ own.source_ts }},
-        {{ own.ingested_at }},
-        {{ own.kafka_topic }},
-        {{ own.kafka_partition }},
-        {{ own.kafka_offset }}
+        {{ cdc_lineage_columns() }}
         {{ cdc_added_columns(source('bronze', 'accounts'), named, null_when='_ends_key') }}
-    from bronze_accounts
+    from bronze_changes
     lateral view explode(if(_changes_key, array(false, true), array(false))) key_end as _ends_key
 
 ),
@@ -67,14 +63,10 @@ final as (
         status,
         cast(updated_at as timestamp) as updated_at,
         op,
-        {{ own.seq }},
-        {{ own.source_ts }},
-        {{ own.ingested_at }},
-        {{ own.kafka_topic }},
-        {{ own.kafka_partition }},
-        {{ own.kafka_offset }}
-        -- columns the source added since (macros/column_evolution.sql)
-        {{ cdc_added_columns(source('bronze', 'accounts'), named) }}
+        {{ cdc_lineage_columns() }}
+        -- columns the source added since (macros/column_evolution.sql); a column you leave
+        -- out above on purpose goes in `except`
+        {{ cdc_added_columns(source('bronze', 'accounts'), named, except=[]) }}
     from row_changes
 
 )

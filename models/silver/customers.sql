@@ -1,6 +1,5 @@
 {{ config(materialized='cdc_live', unique_key='customer_id', buckets=16) }}
 
-{#- The live customers: an Iceberg table of customers_mirror's rows that are not tombstones,
-    kept by a MERGE of the mirror's changed keys each run (macros/cdc_live.sql). -#}
+{#- The live customers rows, the mirror's but tombstones: macros/cdc_live.sql. Rendered by lakehouse/commands/cdc_models. -#}
 
 select * from {{ ref('customers_mirror') }}

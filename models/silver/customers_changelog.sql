@@ -2,13 +2,17 @@
 {{ config(materialized='view') }}
 
 {#-
-    The customers changelog (Debezium, normalized by ingestion) with silver's types and names:
-    one row per change, duplicates and all. The mirror and the history read it.
+    The customers changelog (Debezium, normalized by ingestion): one row per change,
+    duplicates and all. The mirror and the history read it, a column renamed or cast here too.
+    Rendered by lakehouse/commands/cdc_models.
 -#}
+
+{#- the bronze columns this view selects by name; the others the source added pass through -#}
+{%- set named = ['customer_id', 'name', 'email', 'country', 'city', 'tier', 'created_at', 'updated_at'] -%}
 
 with
 
-bronze_customers as (
+bronze_changes as (
 
     select * from {{ source('bronze', 'customers') }}
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
@@ -29,20 +33,17 @@ final as (
         cast(created_at as timestamp) as created_at,
         cast(updated_at as timestamp) as updated_at,
         op,
-        {{ own.seq }},
-        {{ own.source_ts }},
-        {{ own.ingested_at }},
-        {{ own.kafka_topic }},
-        {{ own.kafka_partition }},
-        {{ own.kafka_offset }},
+        {{ cdc_lineage_columns() }},
         -- the columns the change did not carry (Debezium's placeholder; null in them, ARCHITECTURE §9),
         -- by silver's names: the mirror and the history carry them by these names
-        transform({{ own.unavailable }}, field -> case field when 'name' then 'customer_name'
+        transform({{ own.unavailable }}, field -> case field
+                                                    when 'name' then 'customer_name'
                                                     when 'country' then 'country_code'
                                                     else field end) as {{ own.unavailable }}
-        -- columns the source added since (macros/column_evolution.sql)
-        {{ cdc_added_columns(source('bronze', 'customers'), ['customer_id', 'name', 'email', 'country', 'city', 'tier', 'created_at', 'updated_at']) }}
-    from bronze_customers
+        -- columns the source added since (macros/column_evolution.sql); a column you leave
+        -- out above on purpose goes in `except`
+        {{ cdc_added_columns(source('bronze', 'customers'), named, except=[]) }}
+    from bronze_changes
 
 )
 

@@ -16,12 +16,13 @@ GREPPED = [column.name for column in bronze_columns.COLUMNS.values() if column.n
 
 
 def spellers(name: str, root: Path = ROOT) -> set[str]:
-    """The product files (code and SQL) that spell ``name`` as a word."""
+    """The product files (code, SQL and the templates of SQL) that spell ``name`` as a word."""
     word = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
     found = set()
     for folder in PRODUCT:
         for path in (root / folder).rglob("*"):
-            if path.suffix in {".py", ".sql"} and "__pycache__" not in path.parts and word.search(path.read_text()):
+            source = path.suffix in {".py", ".sql", ".j2"} and "__pycache__" not in path.parts
+            if source and word.search(path.read_text()):
                 found.add(path.relative_to(root).as_posix())
     return found
 
@@ -43,7 +44,8 @@ def test_yaml_names_only_declared_bronze_columns():
     declared = {column.name for column in bronze_columns.COLUMNS.values()}
     shaped = re.compile(r"(?<![\w])(_kafka_\w+|_replay\w*|_raw_\w+|_error_\w+|_dead_\w+)")
     undeclared = {}
-    for path in [ROOT / "dbt_project.yml", *[p for folder in PRODUCT for p in (ROOT / folder).rglob("*.yml")]]:
+    for path in [ROOT / "dbt_project.yml", *[p for folder in PRODUCT for pattern in ("*.yml", "*.yml.j2")
+                                                        for p in (ROOT / folder).rglob(pattern)]]:
         unknown = set(shaped.findall(path.read_text())) - declared
         if unknown:
             undeclared[path.relative_to(ROOT).as_posix()] = sorted(unknown)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects import postgresql as pg
 
-from lakehouse.commands import cdc
+from lakehouse.commands import cdc, cdc_models
 from lakehouse.contracts import source_tables
 from lakehouse.contracts.streams import EXCLUDED_KEYWORD, SOURCE_COLUMN_KEYWORD
 from lakehouse.core.errors import LakehouseError
@@ -352,8 +352,8 @@ def test_the_live_model_is_an_iceberg_table_kept_from_its_mirror_by_the_whole_ke
     written = cdc.models("shop_orders", source)
     live, mirror = written["models/silver/shop_orders.sql"], written["models/silver/shop_orders_mirror.sql"]
     config = re.search(r"config\((.*?)\) \}\}", live, re.S).group(1)
-    assert config == f"materialized='cdc_live', unique_key={['order_id', 'line_no']!r}, buckets={cdc.BUCKETS}"
-    assert f"buckets={cdc.BUCKETS}" in mirror and "'unique_key': ['order_id', 'line_no']" in mirror
+    assert config == f"materialized='cdc_live', unique_key={['order_id', 'line_no']!r}, buckets={cdc_models.BUCKETS}"
+    assert f"buckets={cdc_models.BUCKETS}" in mirror and "cdc_mirror_config(['order_id', 'line_no']," in mirror
     assert re.search(r"^select \* from \{\{ ref\('shop_orders_mirror'\) \}\}$", live, re.M)
 
 
