@@ -1,40 +1,12 @@
 {%- set own = var('bronze_columns') -%}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='append',
-        partition_by=['days(purchased_at)'],
-        on_schema_change='append_new_columns',
-        tblproperties=clustered_write_properties(),
-    )
-}}
+{{ config(**silver_events_config('purchased_at')) }}
 
 {#-
-    One row per transaction_id (macros/first_occurrences.sql), whatever Avro writer schema
-    (v1, v2) sent it; v1 rows have no payment method. Deduplicated against the stored rows of
-    the purchase days the increment has only: a re-send keeps its transaction_time, so it meets
-    its original on that day (the reasoning of user_events.sql). `_loaded_at`: as user_events.
+    One row per transaction_id (macros/silver_events.sql), whatever Avro writer schema (v1, v2)
+    sent it; v1 rows have no payment method.
 -#}
 
-{%- set increment = bronze_increment(this, source('bronze', 'purchases')) -%}
-{%- set loaded_at = run_stamp(this) -%}
-
-with
-
-bronze_purchases as (
-
-    select * from {{ source('bronze', 'purchases') }}
-    -- good rows only: a dead row (null decoded columns, its reason set) is a dead letter
-    where {{ own.error_code }} is null
-    {% if is_incremental() %}
-    and {{ increment }}
-    {% endif %}
-
-),
-
-renamed as (
-
-    select
+{% call silver_events(source('bronze', 'purchases'), ['transaction_id'], 'transaction_time', 'purchased_at') %}
         transaction_id,
         customer_id,
         product_id,
@@ -47,16 +19,4 @@ renamed as (
         transaction_time as purchased_at,
         lower(payment_method) as payment_method,
         {{ own.schema_id }},
-        {{ own.kafka_topic }},
-        {{ own.kafka_partition }},
-        {{ own.kafka_offset }},
-        {{ own.kafka_timestamp }},
-        {{ own.ingested_at }},
-        {{ loaded_at }} as _loaded_at
-    from bronze_purchases
-
-)
-
-{{ first_occurrences('renamed', ['transaction_id'], this, is_incremental(),
-                     existing_filter=event_days_filter(source('bronze', 'purchases'), 'transaction_time', increment,
-                                                       'purchased_at') if is_incremental()) }}
+{% endcall %}
