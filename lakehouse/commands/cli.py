@@ -143,32 +143,36 @@ def _produce(args, settings: Settings) -> int:
 
 # --- ingest, status, quality, maintain, dlq ------------------------------------------------------
 
+def _add_module_command(sub, name: str, module, **parser_options) -> None:
+    """A command whose module declares its arguments and runs it (`add_arguments`, `main`)."""
+    parser = sub.add_parser(name, **parser_options)
+    module.add_arguments(parser)
+    parser.set_defaults(func=module.main)
+
+
 def _add_ingest(sub) -> None:
-    parser = sub.add_parser("ingest", help="stream Kafka topics into bronze Iceberg tables",
-                            description="Kafka -> bronze.<stream>, exactly once: every record one row of the "
-                                        "stream's bronze table, a good row (decoded) or a dead row (its bytes and "
-                                        "the reason it cannot be read; the view bronze.dead_letters lists them). "
-                                        "With LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port "
-                                        "(/metrics: per stream records read, good rows, dead rows by reason, "
-                                        "batch duration, lag, last commit, query state). One job "
-                                        "per stream: a stream another job holds is refused once that job is "
-                                        "seen renewing its lease, and taken over when the lease stays "
-                                        "unchanged for LAKEHOUSE_WRITER_LEASE_SECONDS; a job that lost the "
-                                        "stream cannot commit a batch (the catalog refuses it).")
-    job.add_arguments(parser)
-    parser.set_defaults(func=job.main)
+    _add_module_command(
+        sub, "ingest", job, help="stream Kafka topics into bronze Iceberg tables",
+        description="Kafka -> bronze.<stream>, exactly once: every record one row of the "
+                    "stream's bronze table, a good row (decoded) or a dead row (its bytes and "
+                    "the reason it cannot be read; the view bronze.dead_letters lists them). "
+                    "With LAKEHOUSE_METRICS_PORT set, serves Prometheus metrics on that port "
+                    "(/metrics: per stream records read, good rows, dead rows by reason, "
+                    "batch duration, lag, last commit, query state). One job "
+                    "per stream: a stream another job holds is refused once that job is "
+                    "seen renewing its lease, and taken over when the lease stays "
+                    "unchanged for LAKEHOUSE_WRITER_LEASE_SECONDS; a job that lost the "
+                    "stream cannot commit a batch (the catalog refuses it).")
 
 
 def _add_status(sub) -> None:
-    parser = sub.add_parser(
-        "status", help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
+    _add_module_command(
+        sub, "status", status, help="where the lakehouse stands: streams, tables, last dbt run, last quality verdict",
         description="Per stream: the last committed micro-batch (when, how many records, how fast), the lag "
                     "behind the topic's end offsets, bronze rows, pending dead letters by reason. Per table: "
                     "rows, data and delete files, average file size, snapshots, last `lakehouse maintain`. "
                     "Then the last dbt run (target/run_results.json) and the last quality verdict. "
                     "Reads checkpoints, the catalog and files only: it does not start Spark.")
-    status.add_arguments(parser)
-    parser.set_defaults(func=status.main)
 
 
 def _add_quality(sub) -> None:
@@ -224,8 +228,8 @@ def _quality(args, settings: Settings) -> int:
 
 
 def _add_maintain(sub) -> None:
-    parser = sub.add_parser(
-        "maintain", help="compact, rewrite manifests, expire snapshots, remove orphan files",
+    _add_module_command(
+        sub, "maintain", maintenance, help="compact, rewrite manifests, expire snapshots, remove orphan files",
         description="One maintenance pass over the lakehouse's Iceberg tables, by the policies of "
                     "lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE): compaction "
                     "(streaming tables: only partitions no longer being written), position-delete rewrite "
@@ -234,28 +238,23 @@ def _add_maintain(sub) -> None:
                     "while ingestion runs; silver and gold tables wait for a dbt run started with "
                     "`lakehouse dbt` to finish. Prints files before/after, snapshots expired and bytes "
                     "reclaimed per table.")
-    maintenance.add_arguments(parser)
-    parser.set_defaults(func=maintenance.main)
 
 
 def _add_migrate(sub) -> None:
-    parser = sub.add_parser(
-        "migrate", help="move an older lakehouse's bronze.dead_letters table into the streams' bronze tables",
+    _add_module_command(
+        sub, "migrate", migrate,
+        help="move an older lakehouse's bronze.dead_letters table into the streams' bronze tables",
         description="For a lakehouse of a version whose dead letters were the table bronze.dead_letters: "
                     "moves each stream's dead letters into its bronze table as dead rows, in one commit per "
                     "table, drops the old table and creates the view bronze.dead_letters over the bronze "
                     "tables (docs/operations.md). Safe to run again if cut off. Stop the ingestion first.")
-    migrate.add_arguments(parser)
-    parser.set_defaults(func=migrate.main)
 
 
 def _add_dlq(sub) -> None:
-    parser = sub.add_parser(
-        "dlq", help="dead letters: stats, list, show, replay",
+    _add_module_command(
+        sub, "dlq", dlq, help="dead letters: stats, list, show, replay",
         description="Inspect the view bronze.dead_letters (every stream's dead rows) and replay fixed records "
                     "in place of their dead rows.")
-    dlq.add_arguments(parser)
-    parser.set_defaults(func=dlq.main)
 
 
 # --- dbt, dbt-profile, config --------------------------------------------------------------------
