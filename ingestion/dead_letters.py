@@ -12,26 +12,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from lakehouse.contracts import bronze_columns as own
 from lakehouse.contracts import error_codes
-from lakehouse.contracts.bronze_columns import (
-    BATCH_ID,
-    DEAD,
-    DEAD_AT,
-    ERROR_CODE,
-    ERROR_DETAIL,
-    KAFKA_OFFSET,
-    KAFKA_PARTITION,
-    KAFKA_TIMESTAMP,
-    KAFKA_TOPIC,
-    LAST_REPLAY_AT,
-    RAW_HEADERS,
-    RAW_KEY,
-    RAW_VALUE,
-    REPLAY_ATTEMPTS,
-    REPLAYED_AT,
-    REPLAYED_ERROR_CODE,
-    SCHEMA_ID,
-)
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
 
@@ -42,26 +24,26 @@ ERROR_CODES = error_codes.ERROR_CODES  # the closed set lives in a pyspark-free 
 
 # A row of a bronze table is dead while its reason is set; a replay that reads it replaces it by
 # its decoded row, which keeps ``REPLAYED_AT`` (ARCHITECTURE §7). Pruned by the partition field.
-LISTED = f"({DEAD} or {REPLAYED_AT} is not null)"
+LISTED = f"({own.DEAD} or {own.REPLAYED_AT} is not null)"
 
 # The view's columns (what `lakehouse dlq list/show` print), each from a bronze table's columns.
 _FROM_BRONZE = {
-    "topic": KAFKA_TOPIC,
-    "partition": KAFKA_PARTITION,
-    "offset": KAFKA_OFFSET,
-    "kafka_timestamp": KAFKA_TIMESTAMP,
-    "key": RAW_KEY,
-    "value": RAW_VALUE,
+    "topic": own.KAFKA_TOPIC,
+    "partition": own.KAFKA_PARTITION,
+    "offset": own.KAFKA_OFFSET,
+    "kafka_timestamp": own.KAFKA_TIMESTAMP,
+    "key": own.RAW_KEY,
+    "value": own.RAW_VALUE,
     # a replayed row's reason is the one it had when it was dead
-    "error_code": f"coalesce({ERROR_CODE}, {REPLAYED_ERROR_CODE})",
-    "error_detail": ERROR_DETAIL,
-    "schema_id": f"cast({SCHEMA_ID} as int)",
-    "ingested_at": DEAD_AT,  # when it was found dead
-    "batch_id": BATCH_ID,
-    "replayed_at": REPLAYED_AT,
-    "replay_attempts": REPLAY_ATTEMPTS,
-    "last_replay_at": LAST_REPLAY_AT,
-    "headers": RAW_HEADERS,
+    "error_code": f"coalesce({own.ERROR_CODE}, {own.REPLAYED_ERROR_CODE})",
+    "error_detail": own.ERROR_DETAIL,
+    "schema_id": f"cast({own.SCHEMA_ID} as int)",
+    "ingested_at": own.DEAD_AT,  # when it was found dead
+    "batch_id": own.BATCH_ID,
+    "replayed_at": own.REPLAYED_AT,
+    "replay_attempts": own.REPLAY_ATTEMPTS,
+    "last_replay_at": own.LAST_REPLAY_AT,
+    "headers": own.RAW_HEADERS,
 }
 
 
@@ -73,7 +55,7 @@ def bronze_tables(spark: SparkSession) -> dict[str, str]:
         if row.isTemporary:
             continue
         table = f"{NAMESPACE}.{row.tableName}"
-        if {ERROR_CODE, RAW_VALUE, REPLAYED_AT} <= set(spark.table(quote_table(table)).columns):
+        if {own.ERROR_CODE, own.RAW_VALUE, own.REPLAYED_AT} <= set(spark.table(quote_table(table)).columns):
             found[row.tableName] = table
     return dict(sorted(found.items()))
 
@@ -107,7 +89,7 @@ def ensure_view(spark: SparkSession) -> list[str]:
         tables = bronze_tables(spark)
         if not tables:
             return []
-        has_schema_id = {stream for stream, table in tables.items() if SCHEMA_ID in spark.table(table).columns}
+        has_schema_id = {stream for stream, table in tables.items() if own.SCHEMA_ID in spark.table(table).columns}
         try:
             spark.sql(f"create or replace view {quote_table(VIEW)} as {view_sql(tables, has_schema_id)}")
         except Exception:  # a concurrent replace won the commit: list and replace again

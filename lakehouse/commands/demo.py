@@ -18,9 +18,8 @@ from pyspark.sql import functions as F
 from expectations.mirror import check_mirror
 from expectations.runner import QualityReport, format_summary, run_quality
 from ingestion import job
-from ingestion.dead_letters import DEAD
 from ingestion.invariant import check_every_offset_once, offset_ranges
-from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION
+from lakehouse.contracts.bronze_columns import DEAD, ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION
 from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
 from lakehouse.core.errors import LakehouseError

@@ -21,25 +21,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from lakehouse.contracts.bronze_columns import (
-    BATCH_ID,
-    DEAD_AT,
-    ERROR_CODE,
-    ERROR_DETAIL,
-    INGESTED_AT,
-    KAFKA_KEY,
-    KAFKA_OFFSET,
-    KAFKA_PARTITION,
-    KAFKA_TIMESTAMP,
-    KAFKA_TOPIC,
-    LAST_REPLAY_AT,
-    RAW_KEY,
-    RAW_VALUE,
-    REPLAY_ATTEMPTS,
-    REPLAYED_AT,
-    REPLAYED_ERROR_CODE,
-    SCHEMA_ID,
-)
+from lakehouse.contracts import bronze_columns as own
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 
@@ -73,29 +55,31 @@ def unfinished_batches(settings: Settings, specs) -> list[str]:
 def _merge_statement(table: str, source: str, columns: list[str], now: str) -> str:
     from lakehouse.core.sql import quote, quote_table
 
-    on = f"t.{KAFKA_TOPIC} = s.topic and t.{KAFKA_PARTITION} = s.`partition` and t.{KAFKA_OFFSET} = s.`offset`"
+    on = (f"t.{own.KAFKA_TOPIC} = s.topic and t.{own.KAFKA_PARTITION} = s.`partition` "
+          f"and t.{own.KAFKA_OFFSET} = s.`offset`")
     values = {
-        KAFKA_TOPIC: "s.topic", KAFKA_PARTITION: "s.`partition`", KAFKA_OFFSET: "s.`offset`",
-        KAFKA_TIMESTAMP: "s.kafka_timestamp", KAFKA_KEY: "cast(s.key as string)",
-        INGESTED_AT: "s.ingested_at", BATCH_ID: "s.batch_id",
-        ERROR_CODE: "s.error_code", ERROR_DETAIL: "s.error_detail",
-        RAW_KEY: "s.key", RAW_VALUE: "s.value", DEAD_AT: "s.ingested_at",
-        REPLAY_ATTEMPTS: "s.replay_attempts", LAST_REPLAY_AT: "s.last_replay_at",
-        SCHEMA_ID: "s.schema_id",
+        own.KAFKA_TOPIC: "s.topic", own.KAFKA_PARTITION: "s.`partition`", own.KAFKA_OFFSET: "s.`offset`",
+        own.KAFKA_TIMESTAMP: "s.kafka_timestamp", own.KAFKA_KEY: "cast(s.key as string)",
+        own.INGESTED_AT: "s.ingested_at", own.BATCH_ID: "s.batch_id",
+        own.ERROR_CODE: "s.error_code", own.ERROR_DETAIL: "s.error_detail",
+        own.RAW_KEY: "s.key", own.RAW_VALUE: "s.value", own.DEAD_AT: "s.ingested_at",
+        own.REPLAY_ATTEMPTS: "s.replay_attempts", own.LAST_REPLAY_AT: "s.last_replay_at",
+        own.SCHEMA_ID: "s.schema_id",
     }
     inserted = [c for c in columns if c in values]
     return f"""
         merge into {quote_table(table)} t
         using {source} s
         on {on}
-        when matched and t.{ERROR_CODE} is null and t.{REPLAYED_AT} is null and t.{DEAD_AT} is null then update set
-            t.{REPLAYED_AT} = coalesce(s.replayed_at, {now}),
-            t.{REPLAYED_ERROR_CODE} = s.error_code,
-            t.{DEAD_AT} = s.ingested_at,
-            t.{REPLAY_ATTEMPTS} = s.replay_attempts,
-            t.{LAST_REPLAY_AT} = s.last_replay_at,
-            t.{RAW_KEY} = s.key,
-            t.{RAW_VALUE} = s.value
+        when matched and t.{own.ERROR_CODE} is null and t.{own.REPLAYED_AT} is null
+                     and t.{own.DEAD_AT} is null then update set
+            t.{own.REPLAYED_AT} = coalesce(s.replayed_at, {now}),
+            t.{own.REPLAYED_ERROR_CODE} = s.error_code,
+            t.{own.DEAD_AT} = s.ingested_at,
+            t.{own.REPLAY_ATTEMPTS} = s.replay_attempts,
+            t.{own.LAST_REPLAY_AT} = s.last_replay_at,
+            t.{own.RAW_KEY} = s.key,
+            t.{own.RAW_VALUE} = s.value
         when not matched then insert ({', '.join(quote(c) for c in inserted)})
             values ({', '.join(values[c] for c in inserted)})
     """

@@ -30,6 +30,7 @@ from ingestion.formats.bronze_shape import to_bronze
 from ingestion.formats.checks import HEADERS_COLUMN
 from lakehouse.contracts.bronze_columns import (
     BATCH_ID,
+    DEAD,
     DEAD_AT,
     ERROR_CODE,
     ERROR_DETAIL,
@@ -181,7 +182,7 @@ def _pinned_selection(spark: SparkSession, stream: str, table: str, filters: Fil
     snapshot = _current_snapshot(spark, table)
     if snapshot is None:
         return None
-    pinned = spark.sql(f"select * from {quote_table(table)} version as of {int(snapshot)}").where(dead_letters.DEAD)
+    pinned = spark.sql(f"select * from {quote_table(table)} version as of {int(snapshot)}").where(DEAD)
     listed = pinned.selectExpr(*dead_letters.view_columns(stream, SCHEMA_ID in pinned.columns))
     return listed.where(filters.where_sql())
 
