@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lakehouse.core.console import progress as progress_bar
@@ -195,3 +195,18 @@ def produce_to_topic(
     ensure_topic(settings, topic, partitions)
     return send_all(settings, topic, messages, total=total, progress=progress, rate=rate,
                     track_faults=faults != FaultRates())
+
+
+def stream_producer(topic: str, messages: Callable[..., Iterable[Outgoing]], partitions: int = 3,
+                    doc: str | None = None) -> Callable[..., DeliveryReport]:
+    """The produce function of a stream whose ``messages(count, faults, seed, duration)`` need
+    nothing more, by the signature producers.run calls every producer with."""
+
+    def produce(settings: Settings, count: int | None = None, faults: FaultRates = FaultRates(),
+                seed: int | None = None, progress: bool = True, duration: float | None = None,
+                rate: float | None = None) -> DeliveryReport:
+        return produce_to_topic(settings, topic, messages(count, faults, seed, duration), faults, partitions,
+                                total=count, progress=progress, rate=rate)
+
+    produce.__doc__ = doc
+    return produce

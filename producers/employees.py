@@ -20,8 +20,7 @@ from datetime import UTC, datetime
 from functools import cache, lru_cache
 
 from lakehouse.contracts import protobuf
-from lakehouse.core.settings import Settings
-from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
+from producers.delivery import Outgoing, stream_producer
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 _pb2 = protobuf.load("employee")  # compiles Employee.proto first if needed
@@ -207,9 +206,9 @@ HOOKS = FaultHooks(
 
 def messages(
     count: int | None,
+    faults: FaultRates = FaultRates(),
     seed: int | None = None,
     duration: float | None = None,
-    faults: FaultRates = FaultRates(),
 ) -> Iterator[Outgoing]:
     """``count`` employees, or as many as ``duration`` seconds allow, with faults injected."""
     rng = random.Random(seed)
@@ -229,15 +228,4 @@ def messages(
             yield message_key, value, None, None
 
 
-def produce(
-    settings: Settings,
-    count: int | None = None,
-    faults: FaultRates = FaultRates(),
-    seed: int | None = None,
-    progress: bool = True,
-    duration: float | None = None,
-    rate: float | None = None,
-) -> DeliveryReport:
-    """Produce employees to the `employees` topic (the signature of every producer, see producers.run)."""
-    return produce_to_topic(settings, TOPIC, messages(count, seed, duration, faults), faults, total=count,
-                            progress=progress, rate=rate)
+produce = stream_producer(TOPIC, messages, doc="Produce employees to the `employees` topic.")

@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from lakehouse.contracts import SCHEMAS_DIR
-from lakehouse.core.settings import Settings
-from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
+from producers.delivery import Outgoing, stream_producer
 from producers.faults import Budget, FaultHooks, FaultRates, inject
 
 TOPIC = "user_events"
@@ -112,15 +111,5 @@ def messages(
     return inject(budget.records(make, clock_every=10_000), faults, seed, HOOKS, budget.share_done)
 
 
-def produce(
-    settings: Settings,
-    count: int | None = None,
-    faults: FaultRates = FaultRates(),
-    seed: int | None = None,
-    progress: bool = True,
-    duration: float | None = None,
-    rate: float | None = None,
-) -> DeliveryReport:
-    return produce_to_topic(settings, TOPIC, messages(count, faults, seed, duration), faults, PARTITIONS,
-                            total=count, progress=progress, rate=rate)
+produce = stream_producer(TOPIC, messages, PARTITIONS, doc="Produce user events to the `user_events` topic.")
 

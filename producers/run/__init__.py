@@ -37,7 +37,7 @@ def _cdc_messages(settings, count, faults, seed, *, stream):
 # Stream name -> the messages alone, no Kafka: (settings, count, faults, seed) -> Outgoing
 # messages. For measuring generation and serialization apart from delivery (benchmarks/).
 MESSAGE_SOURCES = {
-    "employees": lambda settings, count, faults, seed: employees.messages(count, seed, None, faults),
+    "employees": lambda settings, count, faults, seed: employees.messages(count, faults, seed),
     "purchases": lambda settings, count, faults, seed: purchases.messages(
         count, purchases.register_schemas(registry_for(settings)), seed, faults=faults),
     "user_events": lambda settings, count, faults, seed: user_events.messages(count, faults, seed),

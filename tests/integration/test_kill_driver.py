@@ -45,7 +45,7 @@ def kill_and_restart(settings, tmp_path, stream: str, messages: int, kills: int,
     pipeline.write_text(yaml.safe_dump({"schema_dir": str(SCHEMAS_DIR), "streams": {stream: {
         "format": "protobuf", "schema": "Employee.proto", "message": employees.MESSAGE_NAME,
         "event_time": "start_date", "identity": ["id", "start_date"]}}}))
-    report = produce_to_topic(settings, stream, employees.messages(messages, seed, None, FAULTS), FAULTS,
+    report = produce_to_topic(settings, stream, employees.messages(messages, FAULTS, seed), FAULTS,
                               total=messages, progress=False)
     assert report.failed == 0
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),

@@ -105,7 +105,7 @@ def two_drivers(lake, tmp_path: Path, stream: str) -> None:
     own, session, _ = lake
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
-    report = produce_to_topic(own, stream, employees.messages(MESSAGES, 7, None, FAULTS), FAULTS,
+    report = produce_to_topic(own, stream, employees.messages(MESSAGES, FAULTS, 7), FAULTS,
                               total=MESSAGES, progress=False)
     assert report.failed == 0
     env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}
@@ -182,7 +182,7 @@ def test_a_job_whose_lease_another_job_took_over_stops(lake, tmp_path, monkeypat
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
     monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
-    report = produce_to_topic(own, stream, employees.messages(MESSAGES, 8, None, FAULTS), FAULTS,
+    report = produce_to_topic(own, stream, employees.messages(MESSAGES, FAULTS, 8), FAULTS,
                               total=MESSAGES, progress=False)
     assert report.failed == 0
     own = dataclasses.replace(own, writer_renew_seconds=0.0)  # every batch reads its lease
@@ -242,7 +242,7 @@ def stalled_driver(lake, tmp_path: Path, stream: str, rest: bool = False) -> Non
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
     messages = 2_000
-    report = produce_to_topic(own, stream, employees.messages(messages, 9, None, FAULTS), FAULTS,
+    report = produce_to_topic(own, stream, employees.messages(messages, FAULTS, 9), FAULTS,
                               total=messages, progress=False)
     assert report.failed == 0
     env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}
@@ -298,7 +298,7 @@ def test_a_stalled_holder_lapses_on_the_takers_clock_and_a_renewing_one_is_refus
     stream = "single_writer_lapse"
     pipeline = tmp_path / "pipeline.yml"
     write_pipeline(pipeline, stream)
-    report = produce_to_topic(own, stream, employees.messages(1_000, 10, None, FAULTS), FAULTS, total=1_000,
+    report = produce_to_topic(own, stream, employees.messages(1_000, FAULTS, 10), FAULTS, total=1_000,
                               progress=False)
     assert report.failed == 0
     env = {**cli_env(own), "LAKEHOUSE_PIPELINE_FILE": str(pipeline), **LEASE}

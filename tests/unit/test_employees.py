@@ -8,8 +8,9 @@ from google.protobuf.message import DecodeError
 
 from lakehouse.contracts import protobuf
 from lakehouse.core.errors import LakehouseError
-from producers import delivery, employees
+from producers import employees
 from producers.employees import Employee, Role, decode, encode, key, make_employee, payloads
+from tests.support.deliveries import capture_sends
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -148,14 +149,7 @@ def test_garbage_does_not_decode():
 
 
 def test_produce_sends_count_keyed_employees(monkeypatch):
-    sent = {}
-
-    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None, track_faults=True):
-        sent[topic] = list(messages)
-        return employees.DeliveryReport(topic=topic)
-
-    monkeypatch.setattr(delivery, "ensure_topic", lambda *a, **k: None)
-    monkeypatch.setattr(delivery, "send_all", fake_send_all)
+    sent = capture_sends(monkeypatch)
     employees.produce(None, 2500, seed=3, progress=False)
     batch = sent["employees"]
     assert len(batch) == 2500

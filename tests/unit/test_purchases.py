@@ -8,8 +8,9 @@ import pytest
 
 from lakehouse.contracts import wire
 from lakehouse.contracts.registry import LocalSchemaRegistry, SchemaNotFound
-from producers import avro, delivery, purchases
+from producers import avro, purchases
 from producers.purchases import SCHEMAS, decode, encode, key, make_purchase, payloads, register_schemas
+from tests.support.deliveries import capture_sends
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -132,14 +133,7 @@ def test_parsed_schemas_are_reused():
 
 
 def test_produce_registers_both_versions_then_sends_a_mix(monkeypatch, registry):
-    sent = {}
-
-    def fake_send_all(settings, topic, messages, total=None, progress=True, rate=None, track_faults=True):
-        sent[topic] = list(messages)
-        return purchases.DeliveryReport(topic=topic)
-
-    monkeypatch.setattr(delivery, "ensure_topic", lambda *a, **k: None)
-    monkeypatch.setattr(delivery, "send_all", fake_send_all)
+    sent = capture_sends(monkeypatch)
     purchases.produce(None, 2500, seed=3, progress=False, registry=registry)
     assert registry.subject_versions("purchases-value") == [1, 2]
     batch = sent["purchases"]
