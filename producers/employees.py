@@ -204,12 +204,8 @@ HOOKS = FaultHooks(
 )
 
 
-def messages(
-    count: int | None,
-    faults: FaultRates = FaultRates(),
-    seed: int | None = None,
-    duration: float | None = None,
-) -> Iterator[Outgoing]:
+def messages(count: int | None, faults: FaultRates = FaultRates(), seed: int | None = None,
+             duration: float | None = None) -> Iterator[Outgoing]:
     """``count`` employees, or as many as ``duration`` seconds allow, with faults injected."""
     rng = random.Random(seed)
     if faults != FaultRates():

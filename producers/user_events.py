@@ -90,12 +90,8 @@ HOOKS = FaultHooks(
 )
 
 
-def messages(
-    count: int | None,
-    faults: FaultRates = FaultRates(),
-    seed: int | None = None,
-    duration: float | None = None,
-) -> Iterator[Outgoing]:
+def messages(count: int | None, faults: FaultRates = FaultRates(), seed: int | None = None,
+             duration: float | None = None) -> Iterator[Outgoing]:
     """``count`` events (or as many as ``duration`` seconds allow), with faults injected.
 
     Two random sources: the events depend on the seed alone, so the same seed sends the same

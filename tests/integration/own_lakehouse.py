@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pytest
+
 from lakehouse.core import local_kafka
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import ensure_namespaces, session_on
@@ -58,6 +60,18 @@ def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str, rest: 
         session = session_on(spark, own)
         ensure_namespaces(session)
         yield own, session, tmp_path_factory.mktemp(f"{name}-dbt")
+
+
+def lakehouse_fixture(name: str):
+    """A module's fixture of a lakehouse of its own named ``name`` (own_lakehouse), for its tests
+    to share: ``lake = lakehouse_fixture("dlq-replay")``."""
+
+    @pytest.fixture(scope="module")
+    def lake(spark, settings: Settings, tmp_path_factory):
+        with own_lakehouse(spark, settings, tmp_path_factory, name) as lakehouse:
+            yield lakehouse
+
+    return lake
 
 
 def _restore_environment(saved: dict[str, str | None]) -> None:

@@ -43,7 +43,7 @@ from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from producers.message import Outgoing
 from tests.integration.dbt_in_process import run_dbt
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -62,10 +62,7 @@ CDC_MODELS = ("customers_changelog customers_mirror customers customers_history 
               "accounts_changelog accounts_mirror accounts accounts_history account_balance_summary")
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "cdc-mirror") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("cdc-mirror")
 
 
 def send_increment(own: Settings, stream: str, seed: int, count: int, sent_before: list[Outgoing],

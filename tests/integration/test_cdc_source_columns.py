@@ -30,7 +30,7 @@ from lakehouse.contracts.streams import get_stream
 from lakehouse.operations.status import stream_status
 from producers import avro, purchases
 from tests.integration.dbt_in_process import run_dbt
-from tests.integration.own_lakehouse import own_lakehouse
+from tests.integration.own_lakehouse import lakehouse_fixture
 from tests.integration.test_schema_evolution import count, send, started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -145,10 +145,7 @@ def test_a_fixed_contract_keeps_the_sources_new_columns_in_rescued(spark, settin
 CUSTOMER_MODELS = "customers_changelog customers_mirror customers customers_history"
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "source-columns") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("source-columns")
 
 
 def customer_change(op: str, customer_id: int, lsn: int, row: dict | None) -> tuple[bytes, bytes]:

@@ -48,7 +48,7 @@ from producers import avro, purchases
 from producers.delivery import ensure_topic, producer_config
 from tests.conftest import REPO_ROOT
 from tests.integration import dbt_in_process
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -65,10 +65,7 @@ FAILING = {"CORRUPT_PAYLOAD": 1, "EVENT_TIME_OUT_OF_RANGE": 1}  # still failing 
 NO_OVERLAP = ["--vars", '{"overlap_minutes": 0}']
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "dlq-replay") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("dlq-replay")
 
 
 def start_cli(own: Settings, *args: str) -> subprocess.Popen:

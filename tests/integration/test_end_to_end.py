@@ -23,7 +23,7 @@ from lakehouse.operations.dbt import run_dbt
 from producers import user_events
 from producers.faults import FaultRates
 from tests.conftest import REPO_ROOT
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +34,8 @@ USER_EVENT_MODELS = ["--select", "user_events events_by_type_daily"]
 FAULTS = FaultRates(duplicate=0.02, late=0.02, out_of_order=0.02, corrupt=0.01, invalid=0.01, evolve_after=0.5)
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    """(its settings, a Spark session on its catalog, its dbt target folder)."""
-    with own_lakehouse(spark, settings, tmp_path_factory, "end-to-end") as lakehouse:
-        yield lakehouse
+# (its settings, a Spark session on its catalog, its dbt target folder).
+lake = lakehouse_fixture("end-to-end")
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.dbt_in_process import run_dbt
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 from tests.support.bronze_history import create_bronze, load_history, load_increment
 from tests.support.spark_events import (
     event_log_env,
@@ -64,10 +64,7 @@ GOLD = ("events_by_type_daily", "sales_by_region_daily", "customer_activity", "h
 INCREMENTAL_GOLD = ("events_by_type_daily", "sales_by_region_daily", "customer_activity", "headcount_by_team_role")
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "incremental") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("incremental")
 
 
 def resend(session, table: str, share_mod: int, ingested: datetime) -> None:

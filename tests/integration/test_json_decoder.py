@@ -7,18 +7,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
-from pyspark.sql.types import (
-    ArrayType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 from ingestion import json_udf
 from ingestion.formats.json_events import decode_json
@@ -29,10 +18,10 @@ from tests.support.kafka_rows import kafka_rows
 
 pytestmark = pytest.mark.integration  # Spark in this process (tests/unit starts no JVM)
 
-SCHEMA = StructType([StructField("id", LongType()), StructField("at", TimestampType()),
-                     StructField("ratio", DoubleType()), StructField("ok", BooleanType()),
-                     StructField("day", DateType()), StructField("name", StringType()),
-                     StructField("price", DecimalType(6, 2))])
+SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("at", T.TimestampType()),
+                       T.StructField("ratio", T.DoubleType()), T.StructField("ok", T.BooleanType()),
+                       T.StructField("day", T.DateType()), T.StructField("name", T.StringType()),
+                       T.StructField("price", T.DecimalType(6, 2))])
 CONTRACT = JsonContract(SCHEMA, ("id", "at"))
 NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
 BASE = {"id": 1, "at": "2026-11-20T10:00:00Z"}
@@ -151,7 +140,7 @@ def test_undeclared_keys_of_any_type_are_rescued_and_nested_values_skipped(decod
 
 def test_a_type_the_decoder_cannot_hold_is_one_clear_error(spark):
     with pytest.raises(LakehouseError, match=r"^cannot decode JSON with this schema: .*tags.*array<string>"):
-        register_json_udf(spark, "decode_tags", StructType([StructField("tags", ArrayType(StringType()))]))
+        register_json_udf(spark, "decode_tags", T.StructType([T.StructField("tags", T.ArrayType(T.StringType()))]))
 
 
 def test_a_missing_decoder_jar_is_one_clear_error(spark, monkeypatch):

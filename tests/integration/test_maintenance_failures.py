@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakehouse.core import metrics
 from lakehouse.core.local_kafka import free_port
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +36,7 @@ TABLES = ("broken", "fine", "never")
 POLICY = {"defaults": {"min_input_files": 2, "quiet_minutes": 0}}
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "maintenance-failures") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("maintenance-failures")
 
 
 def lakehouse_env(own, folder: Path) -> dict[str, str]:

@@ -30,7 +30,7 @@ from lakehouse.operations import status
 from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -53,10 +53,7 @@ def of(samples: dict, name: str, **labels: str) -> dict[tuple, float]:
             if sample == name and set(labels.items()) <= set(key)}
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "metrics") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("metrics")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from lakehouse.operations import migrate
 from lakehouse.operations.dead_letters import queries
 from lakehouse.operations.dead_letters.filters import Filters
 from producers.delivery import ensure_topic
-from tests.integration.own_lakehouse import own_lakehouse
+from tests.integration.own_lakehouse import lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -35,10 +35,7 @@ OLD_SCHEMA = ("stream string, topic string, `partition` int, `offset` bigint, ka
               "last_replay_at timestamp")
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "migrate") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("migrate")
 
 
 def old_lakehouse(own, session) -> None:

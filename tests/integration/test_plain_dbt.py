@@ -30,7 +30,7 @@ from producers import purchases
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.dbt_in_process import run_dbt
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +41,7 @@ LOCATION = ("LAKEHOUSE_HOME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "L
             "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_KAFKA_PORT", "LAKEHOUSE_SHUFFLE_PARTITIONS")
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "plain-dbt") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("plain-dbt")
 
 
 def ingest_purchases(own, session, count: int, seed: int) -> None:

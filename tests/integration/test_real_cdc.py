@@ -48,7 +48,7 @@ from tests.integration.cdc_sources import (
     wait_for_messages,
 )
 from tests.integration.kafka_read import read_topic
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.debezium]
 
@@ -200,10 +200,7 @@ def assert_mirror_equals(session, source: PostgresSource) -> None:
     assert check_mirror(session, source).equal
 
 
-@pytest.fixture(scope="module")
-def customers_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-customers") as lakehouse:
-        yield lakehouse
+customers_lake = lakehouse_fixture("real-cdc-customers")
 
 
 def test_customers_mirror_equals_the_postgres_table_through_real_debezium(postgres, customers_lake, tmp_path):
@@ -238,10 +235,7 @@ def test_customers_mirror_equals_the_postgres_table_through_real_debezium(postgr
 
 # --- (c) a snapshot started while a transaction is in flight ---------------------------------
 
-@pytest.fixture(scope="module")
-def stale_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-stale") as lakehouse:
-        yield lakehouse
+stale_lake = lakehouse_fixture("real-cdc-stale")
 
 
 def test_snapshot_taken_while_a_transaction_is_in_flight_leaves_no_stale_row(postgres, stale_lake, tmp_path):
@@ -379,10 +373,7 @@ def run_maria_script(db, transactions: list[list[Step]]) -> int:
     return sum(step.messages for steps in transactions for step in steps)
 
 
-@pytest.fixture(scope="module")
-def maria_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-mariadb") as lakehouse:
-        yield lakehouse
+maria_lake = lakehouse_fixture("real-cdc-mariadb")
 
 
 def test_customers_mirror_equals_the_mariadb_table_through_real_debezium(mariadb, maria_lake, tmp_path):
@@ -426,10 +417,7 @@ def test_customers_mirror_equals_the_mariadb_table_through_real_debezium(mariadb
 
 # --- (f) a TRUNCATE through real Debezium ------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def truncate_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-truncate") as lakehouse:
-        yield lakehouse
+truncate_lake = lakehouse_fixture("real-cdc-truncate")
 
 
 def test_a_truncate_empties_the_mirror_and_is_a_version_in_the_history(postgres, truncate_lake, tmp_path):
@@ -490,10 +478,7 @@ def test_a_truncate_empties_the_mirror_and_is_a_version_in_the_history(postgres,
 
 # --- (g) Debezium with schemas enabled ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def schemas_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-schemas") as lakehouse:
-        yield lakehouse
+schemas_lake = lakehouse_fixture("real-cdc-schemas")
 
 
 def test_debezium_with_schemas_enabled_mirrors_like_without(postgres, schemas_lake, tmp_path, monkeypatch):
@@ -628,10 +613,7 @@ def comparable(column: str, value):
     return value
 
 
-@pytest.fixture(scope="module")
-def types_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-types") as lakehouse:
-        yield lakehouse
+types_lake = lakehouse_fixture("real-cdc-types")
 
 
 @pytest.mark.parametrize("stream, schemas", [("typed", False), ("typed_schemas", True)])
@@ -725,10 +707,7 @@ def printed_value_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-@pytest.fixture(scope="module")
-def added_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-add") as lakehouse:
-        yield lakehouse
+added_lake = lakehouse_fixture("real-cdc-add")
 
 
 def test_a_table_added_by_one_command_is_mirrored_with_its_composite_key(postgres, added_lake, tmp_path, monkeypatch):
@@ -848,10 +827,7 @@ def wait_for(condition, what: str, timeout_s: float = 300, every_s: float = 1.0)
     pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def pgbench_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-pgbench") as lakehouse:
-        yield lakehouse
+pgbench_lake = lakehouse_fixture("real-cdc-pgbench")
 
 
 def test_pgbench_mirrors_equal_their_tables_after_a_snapshot_under_load_and_restarts(
@@ -997,11 +973,8 @@ def maria_shop_rows(first: int, count: int) -> str:
     return f"insert into orders values {orders}; insert into clients values {clients};"
 
 
-@pytest.fixture(scope="module")
-def zoned_lake(spark, settings, tmp_path_factory):
-    """One lakehouse for the tests of servers not in UTC: their streams have names of their own."""
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-zoned") as lakehouse:
-        yield lakehouse
+# One lakehouse for the tests of servers not in UTC: their streams have names of their own.
+zoned_lake = lakehouse_fixture("real-cdc-zoned")
 
 
 def test_a_mariadb_server_not_in_utc_two_tables_one_connector_from_the_printed_properties(
@@ -1146,10 +1119,7 @@ def test_mariadb_connector_runs_with_the_documented_privileges(mariadb, kafka, s
 
 # --- (m) the printed connector file run by a real Kafka Connect worker ----------------------------
 
-@pytest.fixture(scope="module")
-def connect_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-connect") as lakehouse:
-        yield lakehouse
+connect_lake = lakehouse_fixture("real-cdc-connect")
 
 
 def test_the_printed_connector_file_runs_in_a_real_kafka_connect_worker(connect_lake, tmp_path, monkeypatch):

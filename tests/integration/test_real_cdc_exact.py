@@ -42,7 +42,7 @@ from tests.integration.cdc_sources import (
     wait_for_messages,
 )
 from tests.integration.kafka_read import read_topic
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 from tests.integration.test_real_cdc import (
     NO_OVERLAP,
     cdc_verify,
@@ -113,10 +113,7 @@ AFTER_THE_ALTER = [("insert into ledger (entry_id, amount) values (5, 5302757.90
                    ("insert into ledger (entry_id, amount) values (6, 1.123456)", 1)]  # needs the new digits
 
 
-@pytest.fixture(scope="module")
-def ledger_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-ledger") as lakehouse:
-        yield lakehouse
+ledger_lake = lakehouse_fixture("real-cdc-ledger")
 
 
 def test_a_scale_change_and_explicit_nulls_land_exactly_through_debezium_server(ledger_lake, tmp_path, monkeypatch):
@@ -198,10 +195,7 @@ insert into members values (41, 'Snapshot nulls', null, null);
 ADD_COLUMNS = "alter table members add column region text not null default 'EU', add column visits integer default 7"
 
 
-@pytest.fixture(scope="module")
-def members_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-members") as lakehouse:
-        yield lakehouse
+members_lake = lakehouse_fixture("real-cdc-members")
 
 
 def events_of(bootstrap: str, topic: str) -> list[dict]:

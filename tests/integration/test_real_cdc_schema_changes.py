@@ -26,7 +26,7 @@ from tests.integration.cdc_sources import (
     postgres_connector,
     wait_for_messages,
 )
-from tests.integration.own_lakehouse import own_lakehouse
+from tests.integration.own_lakehouse import lakehouse_fixture
 from tests.integration.test_real_cdc import (
     CUSTOMERS_DDL,
     MARIADB_CUSTOMERS_DDL,
@@ -107,10 +107,7 @@ def alter_mid_stream(lake, tmp_path, name: str, connector: dict, run_sql, alter:
     assert_the_columns_reached_silver(session, source, url)
 
 
-@pytest.fixture(scope="module")
-def postgres_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-add-column") as lakehouse:
-        yield lakehouse
+postgres_lake = lakehouse_fixture("real-cdc-add-column")
 
 
 def test_a_column_added_to_a_postgres_table_mid_stream_reaches_the_mirror_and_the_history(postgres_lake, tmp_path):
@@ -127,10 +124,7 @@ def test_a_column_added_to_a_postgres_table_mid_stream_reaches_the_mirror_and_th
                          customer(50, "Newcomer", minute=50))
 
 
-@pytest.fixture(scope="module")
-def maria_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-maria-add-column") as lakehouse:
-        yield lakehouse
+maria_lake = lakehouse_fixture("real-cdc-maria-add-column")
 
 
 def test_a_column_added_to_a_mariadb_table_mid_stream_reaches_the_mirror_and_the_history(maria_lake, tmp_path):

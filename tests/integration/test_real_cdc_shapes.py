@@ -34,7 +34,7 @@ from tests.integration.cdc_sources import (
     topic_size,
     wait_for_messages,
 )
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 from tests.integration.test_real_cdc import (
     NO_OVERLAP,
     Step,
@@ -133,10 +133,7 @@ KEYED_CHANGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def keys_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-keys") as lakehouse:
-        yield lakehouse
+keys_lake = lakehouse_fixture("real-cdc-keys")
 
 
 def test_a_key_of_every_type_is_mirrored_with_and_without_schemas(postgres, keys_lake, tmp_path, monkeypatch):
@@ -202,10 +199,7 @@ LEDGER_CHANGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ledger_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-partitioned") as lakehouse:
-        yield lakehouse
+ledger_lake = lakehouse_fixture("real-cdc-partitioned")
 
 
 def test_a_partitioned_table_keyed_by_a_date_is_mirrored_through_debezium_server(
@@ -280,10 +274,7 @@ READINGS_CHANGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def names_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-names") as lakehouse:
-        yield lakehouse
+names_lake = lakehouse_fixture("real-cdc-names")
 
 
 def test_columns_named_like_bronzes_own_are_named_at_once_and_renamed_in_the_stream(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.cdc_sources import PostgresSource, create_topics, debezium, postgres_connector, wait_for_messages
-from tests.integration.own_lakehouse import own_lakehouse
+from tests.integration.own_lakehouse import lakehouse_fixture
 from tests.integration.test_real_cdc import (  # noqa: F401  (postgres: the module's PostgreSQL cluster fixture)
     SILVER_RENAMES,
     Step,
@@ -32,10 +32,7 @@ PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's default unavailable.v
 LONG = "repeat(' toasted', 1250)"
 
 
-@pytest.fixture(scope="module")
-def toast_lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "real-cdc-toast") as lakehouse:
-        yield lakehouse
+toast_lake = lakehouse_fixture("real-cdc-toast")
 
 
 def test_unchanged_toasted_column_keeps_its_value_in_mirror_and_history(postgres, toast_lake, tmp_path):  # noqa: F811

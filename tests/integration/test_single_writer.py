@@ -43,7 +43,7 @@ from lakehouse.core.settings import Settings
 from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture, own_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -157,10 +157,7 @@ def two_drivers(lake, tmp_path: Path, stream: str) -> None:
     assert lease is None, "the job that stopped left its lease behind"
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "single-writer") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("single-writer")
 
 
 def test_a_second_driver_on_a_running_stream_is_refused_and_takes_over_when_it_is_gone(lake, tmp_path):

@@ -25,7 +25,7 @@ from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
-from tests.integration.own_lakehouse import cli_env, own_lakehouse
+from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -38,10 +38,7 @@ LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 JVM_LAUNCHER_LINE = "WARNING: Using incubator modules: jdk.incubator.vector"
 
 
-@pytest.fixture(scope="module")
-def lake(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "status-check") as lakehouse:
-        yield lakehouse
+lake = lakehouse_fixture("status-check")
 
 
 @pytest.fixture(scope="module")
