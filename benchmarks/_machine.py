@@ -48,18 +48,24 @@ def machine_facts() -> dict:
 
 # --- processes --------------------------------------------------------------------------------
 
-def children_map() -> dict[int, list[int]]:
-    """parent pid -> child pids, for every process now."""
-    tree: dict[int, list[int]] = defaultdict(list)
+def proc_stats():
+    """(pid, command name, the fields of /proc/<pid>/stat after the name) of every process now;
+    one that ends while it is read is left out."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            text = (entry / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        tree[ppid].append(int(entry.name))
+        yield int(entry.name), text[text.index("(") + 1: text.rindex(")")], text[text.rindex(")") + 2:].split()
+
+
+def children_map() -> dict[int, list[int]]:
+    """parent pid -> child pids, for every process now."""
+    tree: dict[int, list[int]] = defaultdict(list)
+    for pid, _, fields in proc_stats():
+        tree[int(fields[1])].append(pid)
     return tree
 
 
@@ -149,21 +155,16 @@ def proc_table() -> dict[int, Proc]:
     that has not exec'd. stat is read before status: a process seen with the flag clear has
     exec'd, so the memory read after it is its own."""
     table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, _, rest in proc_stats():
         try:
-            stat = (entry / "stat").read_text()
-            status = (entry / "status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        rest = stat.rsplit(")", 1)[1].split()
         fields = {}
         for line in status.splitlines():
             key, _, value = line.partition(":")
             if key in ("VmRSS", "VmHWM"):
                 fields[key] = int(value.split()[0])
-        pid = int(entry.name)
         table[pid] = Proc(pid, int(rest[1]), fields.get("VmRSS", 0), fields.get("VmHWM", 0),
                           int(rest[11]) + int(rest[12]), bool(int(rest[6]) & PF_FORKNOEXEC), int(rest[19]))
     return table

@@ -67,7 +67,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.merge_scaling import ProcessSampler, bench_settings  # noqa: E402
+from benchmarks.merge_scaling import (  # noqa: E402
+    ProcessSampler,
+    add_pattern_arguments,
+    bench_settings,
+    check_pattern_arguments,
+)
 from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
@@ -274,14 +279,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="share of the increment's events that are late (default: %(default)s)")
     parser.add_argument("--late-days", type=int, default=3, help="late events are up to this many days old "
                                                                  "(default: %(default)s)")
-    parser.add_argument("--patterns", nargs="+", choices=["uniform", "skewed"], default=["uniform"],
-                        help="the rounds' CDC change patterns, in turn: uniform (distinct keys spread over the key "
-                             "space) or skewed (a --hot-share of the changes update --hot-keys hot keys); e.g. "
-                             "--rounds 4 --patterns uniform skewed (default: %(default)s)")
-    parser.add_argument("--hot-keys", type=int, default=100, help="hot keys of the skewed pattern "
-                                                                  "(default: %(default)s)")
-    parser.add_argument("--hot-share", type=float, default=0.9,
-                        help="share of a skewed round's changes on the hot keys (default: %(default)s)")
+    add_pattern_arguments(parser)
     parser.add_argument("--shape", choices=["keys", "versions", "both"], default="both",
                         help="the 10x lakehouses beside the 1x one: 10x keys, 10x versions of the same keys, "
                              "or both (default: %(default)s)")
@@ -291,8 +289,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.scale < args.increment or args.rounds < 1 or args.days < 1 or not 0 <= args.late_share <= 1:
         parser.error("--scale at least --increment, --rounds and --days at least 1, --late-share in [0, 1]")
-    if not 0 <= args.hot_share <= 1 or args.hot_keys < 1:
-        parser.error("--hot-share in [0, 1], --hot-keys at least 1")
+    check_pattern_arguments(parser, args)
     return args
 
 

@@ -40,16 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._machine import (  # noqa: E402
-    MemorySampler,
-    Proc,
-    lakehouse_command,
-    largest_process_lines,
-    link_jars,
-    machine_facts,
-    progress,
-    tree_of,
-)
+from benchmarks import _machine as machine  # noqa: E402
 from lakehouse.core import local_kafka  # noqa: E402
 from lakehouse.core.local_kafka import BrokerPaths  # noqa: E402
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, Settings  # noqa: E402
@@ -75,7 +66,7 @@ def demo_default_events() -> int:
 
 def make_home(parent: Path | None) -> Path:
     home = Path(tempfile.mkdtemp(prefix="bench-demo-memory-", dir=parent))
-    link_jars(home)
+    machine.link_jars(home)
     return home
 
 
@@ -111,9 +102,9 @@ def classifier(state: dict, home: Path):
     dbt_roots: set[tuple[int, int]] = set()
     foreign: set[tuple[int, int]] = set()  # not the demo's: never looked at again
 
-    def classify(table: dict[int, Proc]) -> dict[str, list[int]]:
+    def classify(table: dict[int, machine.Proc]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {name: [] for name in COMPONENTS}
-        demo = tree_of(table, [state["demo_pid"]]) if state.get("demo_pid") else []
+        demo = machine.tree_of(table, [state["demo_pid"]]) if state.get("demo_pid") else []
         in_demo = set(demo)
         commands: dict[int, str] = {}
 
@@ -129,7 +120,8 @@ def classifier(state: dict, home: Path):
         except (OSError, ValueError):
             pass
         dbt_roots.update(table[pid].key for pid in demo if is_dbt(command(pid)))
-        dbt = set(tree_of(table, [pid for pid, start in dbt_roots if pid in table and table[pid].start_ticks == start]))
+        dbt = set(machine.tree_of(table, [pid for pid, start in dbt_roots
+                                          if pid in table and table[pid].start_ticks == start]))
         for pid in demo:
             key = table[pid].key
             kind = known.get(key)
@@ -223,10 +215,10 @@ def stop_demo(process: subprocess.Popen, settings: Settings) -> None:
         try:
             process.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
-            progress(f"the demo is still running {wait_s} s after {signal.Signals(signum).name}")
+            machine.progress(f"the demo is still running {wait_s} s after {signal.Signals(signum).name}")
     if local_kafka.running_pid(settings) is not None:
-        progress("the demo's broker is still running: stopping it")
-        local_kafka.stop(settings, log=progress)
+        machine.progress("the demo's broker is still running: stopping it")
+        local_kafka.stop(settings, log=machine.progress)
 
 
 def print_report(result: dict) -> None:
@@ -249,7 +241,7 @@ def print_report(result: dict) -> None:
     print(f"      at {datetime.fromtimestamp(m['total_peak_at']):%H:%M:%S}, during step "
           f"{peak_step['step'] if peak_step else '?'} ({peak_step['text'] if peak_step else 'unknown'}): {parts}")
     print("  largest processes per component (their own peak VmHWM, MiB):")
-    for line in largest_process_lines(m["components"], COMPONENTS):
+    for line in machine.largest_process_lines(m["components"], COMPONENTS):
         print(line)
     print("\n  peak of the summed RSS per demo step (MiB):")
     for step in result["steps"]:
@@ -291,10 +283,11 @@ def main(argv=None) -> int:
     env = demo_env(home, local_kafka.free_port())
     settings = Settings.from_env(env)
     log_path = home / "demo.log"
-    progress(f"lakehouse demo --events {events:,} in {home} (Kafka port {settings.kafka_port}); output in {log_path}")
+    machine.progress(f"lakehouse demo --events {events:,} in {home} (Kafka port {settings.kafka_port}); "
+                     f"output in {log_path}")
 
     state: dict = {"demo_pid": None}
-    sampler = MemorySampler(classifier(state, home), interval=args.interval, keep_timeline=True)
+    sampler = machine.MemorySampler(classifier(state, home), interval=args.interval, keep_timeline=True)
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
@@ -304,7 +297,7 @@ def main(argv=None) -> int:
     began = time.time()
     code, output, wall = None, None, 0.0
     try:
-        command = [*lakehouse_command(), "demo"] + (["--events", str(args.events)] if args.events else [])
+        command = [*machine.lakehouse_command(), "demo"] + (["--events", str(args.events)] if args.events else [])
         process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                                    errors="replace", start_new_session=True)
@@ -317,13 +310,13 @@ def main(argv=None) -> int:
             time.sleep(1)
             if output.steps and output.steps[-1]["step"] != last_step:
                 last_step = output.steps[-1]["step"]
-                progress(f"demo step {last_step}/{output.steps[-1]['of']}: {output.steps[-1]['text']}")
+                machine.progress(f"demo step {last_step}/{output.steps[-1]['of']}: {output.steps[-1]['text']}")
         code = process.returncode
         wall = time.time() - began
         output.join(timeout=10)
         time.sleep(args.interval * 2)  # the broker may outlive the demo by a moment
     except KeyboardInterrupt:
-        progress("interrupted: stopping the demo")
+        machine.progress("interrupted: stopping the demo")
         code, wall = "interrupted", time.time() - began
     finally:
         if process is not None:
@@ -347,7 +340,7 @@ def main(argv=None) -> int:
         "budget": {"gib": args.budget_gib, "mib": budget_mib, "under": memory["total_peak_mb"] < budget_mib,
                    "margin_mib": budget_mib - memory["total_peak_mb"], "decimal_mib": decimal_mib,
                    "under_decimal": memory["total_peak_mb"] < decimal_mib},
-        "machine": {**machine_facts(), "load_average_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {**machine.machine_facts(), "load_average_end": [round(x, 2) for x in os.getloadavg()]},
     }
     if code != 0:
         print(f"\nthe demo FAILED ({code}); last lines of {log_path}:", file=sys.stderr)
@@ -357,7 +350,7 @@ def main(argv=None) -> int:
             pass
     print_report(result)
     if args.keep or code != 0:
-        progress(f"state folder kept: {home}")
+        machine.progress(f"state folder kept: {home}")
     else:
         shutil.rmtree(home, ignore_errors=True)
     print("RESULT " + json.dumps(result, default=str))

@@ -57,6 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._machine import descendants, proc_stats  # noqa: E402
 from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
 from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
@@ -244,25 +245,12 @@ class ProcessSampler(threading.Thread):
 
     def sample(self) -> None:
         children, stats = defaultdict(list), {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            comm = text[text.index("(") + 1: text.rindex(")")]
-            rest = text[text.rindex(")") + 2:].split()
-            children[int(rest[1])].append(int(entry.name))
-            stats[int(entry.name)] = (comm, int(rest[11]) + int(rest[12]), int(rest[21]) * self.page)
+        for pid, comm, fields in proc_stats():
+            children[int(fields[1])].append(pid)
+            stats[pid] = (comm, int(fields[11]) + int(fields[12]), int(fields[21]) * self.page)
 
         def tree(root: int) -> list[int]:
-            found, todo = [root], [root]
-            while todo:
-                for child in children.get(todo.pop(), []):
-                    found.append(child)
-                    todo.append(child)
-            return [pid for pid in found if pid in stats]
+            return [pid for pid in descendants(children, root) if pid in stats]
 
         for pid in tree(os.getpid()):
             self.cpu_ticks[pid] = stats[pid][1]
@@ -535,6 +523,24 @@ def macro_hashes(project_dir: Path) -> dict[str, str]:
     return {n: hashlib.sha256((project_dir / "macros" / n).read_bytes()).hexdigest()[:12] for n in names}
 
 
+def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the rounds' CDC change patterns (tests/support/change_patterns.py), of this
+    benchmark and dbt_scaling.py."""
+    parser.add_argument("--patterns", nargs="+", choices=["uniform", "skewed"], default=["uniform"],
+                        help="the rounds' change patterns, in turn: uniform (distinct keys spread over the key "
+                             "space) or skewed (a --hot-share of the changes update --hot-keys hot keys); e.g. "
+                             "--rounds 4 --patterns uniform skewed (default: %(default)s)")
+    parser.add_argument("--hot-keys", type=int, default=100, help="hot keys of the skewed pattern "
+                                                                  "(default: %(default)s)")
+    parser.add_argument("--hot-share", type=float, default=0.9,
+                        help="share of a skewed round's changes on the hot keys (default: %(default)s)")
+
+
+def check_pattern_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not 0 <= args.hot_share <= 1 or args.hot_keys < 1:
+        parser.error("--hot-share in [0, 1], --hot-keys at least 1")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -543,14 +549,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="mirror sizes (keys) to build, smallest first (default: %(default)s)")
     parser.add_argument("--changes", type=int, default=10_000, help="changes per merge round (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="merge rounds per size (default: %(default)s)")
-    parser.add_argument("--patterns", nargs="+", choices=["uniform", "skewed"], default=["uniform"],
-                        help="the rounds' change patterns, in turn: uniform (distinct keys spread over the key "
-                             "space) or skewed (a --hot-share of the changes update --hot-keys hot keys) "
-                             "(default: %(default)s)")
-    parser.add_argument("--hot-keys", type=int, default=100, help="hot keys of the skewed pattern "
-                                                                  "(default: %(default)s)")
-    parser.add_argument("--hot-share", type=float, default=0.9,
-                        help="share of a skewed round's changes on the hot keys (default: %(default)s)")
+    add_pattern_arguments(parser)
     parser.add_argument("--driver-memory", help="Spark driver memory for dbt and the setup session, e.g. 4g "
                                                 "(default: LAKEHOUSE_SPARK_DRIVER_MEMORY, else the profile's 2g)")
     parser.add_argument("--seed", type=int, default=7)
@@ -566,8 +565,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.changes < 10 or args.rounds < 1 or min(args.sizes) < args.changes:
         parser.error("--changes at least 10, --rounds at least 1, every size at least --changes")
-    if not 0 <= args.hot_share <= 1 or args.hot_keys < 1:
-        parser.error("--hot-share in [0, 1], --hot-keys at least 1")
+    check_pattern_arguments(parser, args)
     return args
 
 

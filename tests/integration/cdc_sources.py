@@ -561,19 +561,26 @@ def _escaped(value: str) -> str:
 
 
 @contextmanager
+def running(service):
+    """``service`` (a Debezium engine, a Kafka Connect worker, a Debezium Server) started, then
+    stopped at the end of the block; a failure kills its process group instead."""
+    try:
+        service.start()
+        yield service
+    except BaseException:
+        if service.process is not None:
+            _stop_group(service.process)
+        raise
+    service.stop()
+
+
+@contextmanager
 def debezium(jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str,
              text: str = "") -> Iterator[Debezium]:
     """A started connector, stopped at the end of the block whatever happens; ``text``: a
     properties file's text put first (Debezium)."""
-    engine = Debezium(jars_dir, folder, name, connector, bootstrap, text)
-    try:
-        engine.start()
+    with running(Debezium(jars_dir, folder, name, connector, bootstrap, text)) as engine:
         yield engine
-    except BaseException:
-        if engine.process is not None:
-            _stop_group(engine.process)
-        raise
-    engine.stop()
 
 
 # --- Kafka Connect ----------------------------------------------------------------------------
@@ -744,15 +751,8 @@ class ConnectWorker(_Runtime):
 def connect_standalone(jars_dir: Path, folder: Path, connector_text: str, bootstrap: str) -> Iterator[ConnectWorker]:
     """A started Kafka Connect standalone worker running the connector file ``connector_text``,
     stopped at the end of the block whatever happens."""
-    worker = ConnectWorker(jars_dir, folder, connector_text, bootstrap)
-    try:
-        worker.start()
+    with running(ConnectWorker(jars_dir, folder, connector_text, bootstrap)) as worker:
         yield worker
-    except BaseException:
-        if worker.process is not None:
-            _stop_group(worker.process)
-        raise
-    worker.stop()
 
 
 # --- Debezium Server --------------------------------------------------------------------------
@@ -832,12 +832,5 @@ class DebeziumServer(_Runtime):
 def debezium_server(jars_dir: Path, folder: Path, text: str) -> Iterator[DebeziumServer]:
     """A started Debezium Server with ``text`` as its application.properties, stopped at the end
     of the block whatever happens."""
-    server = DebeziumServer(jars_dir, folder, text)
-    try:
-        server.start()
+    with running(DebeziumServer(jars_dir, folder, text)) as server:
         yield server
-    except BaseException:
-        if server.process is not None:
-            _stop_group(server.process)
-        raise
-    server.stop()
