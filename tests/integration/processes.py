@@ -3,6 +3,8 @@ S3 store): started with their output in a log, waited for, always stopped."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 import urllib.error
@@ -28,6 +30,25 @@ def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[subp
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def process_group(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A `lakehouse` command (a job and its JVM) in a process group of its own, its output in
+    ``log``; the group killed at the end of the block unless it ended (`stop_cleanly`)."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def stop_cleanly(process: subprocess.Popen, log: Path) -> None:
+    """SIGTERM, as an operator stops a job, and its exit status 0 within two minutes."""
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
 
 
 def wait_until(check: Callable[[], object], what: str, log: Path, timeout_s: float = 180.0,

@@ -17,13 +17,9 @@ topics also carry changes of other source databases (tests of the producers).
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,6 +40,7 @@ from producers.faults import FaultRates
 from producers.message import Outgoing
 from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.processes import process_group, stop_cleanly, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -269,34 +266,26 @@ def test_maintenance_while_ingestion_streams_and_dbt_merges(lake, tmp_path):
         except Exception as exc:  # noqa: BLE001 - reported by the test below
             errors.append(exc)
 
-    with open(log, "wb") as out:
-        ingestion = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            producers = [threading.Thread(target=produce_slowly, args=(stream, 21 + n))
-                         for n, stream in enumerate(FORMATS)]
-            for thread in producers:
-                thread.start()
-            maintainer = threading.Thread(target=maintain_repeatedly, args=(producers,))
-            maintainer.start()
-            runs = 0
-            while maintainer.is_alive() or runs < 2:
-                assert ingestion.poll() is None, log.read_text()[-3000:]
-                # `dbt run` in a process of its own: it and maintenance share only the run lock
-                dbt.run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
-                runs += 1
-            for thread in (*producers, maintainer):
-                thread.join()
-            assert not errors, errors
-            assert all(report.failed == 0 for report in reports.values())
-            deadline = time.monotonic() + 300
-            while any(status.lag for status in stream_status(own, list(FORMATS))):
-                assert ingestion.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(2)
-            ingestion.send_signal(signal.SIGTERM)
-            assert ingestion.wait(timeout=120) == 0, log.read_text()[-3000:]
-        finally:
-            if ingestion.poll() is None:
-                os.killpg(ingestion.pid, signal.SIGKILL)
+    with process_group(command, env, log) as ingestion:
+        producers = [threading.Thread(target=produce_slowly, args=(stream, 21 + n))
+                     for n, stream in enumerate(FORMATS)]
+        for thread in producers:
+            thread.start()
+        maintainer = threading.Thread(target=maintain_repeatedly, args=(producers,))
+        maintainer.start()
+        runs = 0
+        while maintainer.is_alive() or runs < 2:
+            assert ingestion.poll() is None, log.read_text()[-3000:]
+            # `dbt run` in a process of its own: it and maintenance share only the run lock
+            dbt.run_dbt(own, ["run", "--select", CDC_MODELS, *NO_OVERLAP], target_dir=target, capture=True)
+            runs += 1
+        for thread in (*producers, maintainer):
+            thread.join()
+        assert not errors, errors
+        assert all(report.failed == 0 for report in reports.values())
+        wait_until(lambda: not any(status.lag for status in stream_status(own, list(FORMATS))), "no lag", log, 300,
+                   ingestion)
+        stop_cleanly(ingestion, log)
     assert runs >= 2 and passes  # dbt and maintenance ran while the job was committing batches
     batches = log.read_text().count(" batch ")
     assert batches > runs, log.read_text()[-3000:]

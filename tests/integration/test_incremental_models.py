@@ -337,22 +337,30 @@ def test_dbt_loop_runs_in_one_warm_process(lake, increments, tmp_path):
     assert result.stderr.count("dbt loop run ") == 2  # log lines, on standard error
 
 
+def land_employee_copies(session, shift: int, ingested_at) -> list[int]:
+    """Three rows of bronze.employees appended again as new records (ids and offsets shifted by
+    ``shift``), stamped ``ingested_at``, as a late or crashed batch lands them: their ids."""
+    from pyspark.sql import functions as F
+
+    landed = session.table("bronze.employees").orderBy("_kafka_offset").limit(3) \
+        .withColumn("id", F.col("id") + F.lit(shift)) \
+        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(shift)) \
+        .withColumn("_ingested_at", F.lit(ingested_at))
+    ids = sorted(r.id for r in landed.select("id").collect())
+    landed.writeTo("bronze.employees").append()
+    return ids
+
+
 def test_a_late_commit_stamped_before_the_last_run_is_read(lake, increments):
     """A replay of dead letters, or a batch held up, can commit after a dbt run with `_ingested_at`
     stamps older than what that run read: an increment bounded by time (the newest stamp seen,
     less the overlap window) misses them; one bounded by the bronze snapshots committed since
     the last run does not."""
-    from pyspark.sql import functions as F
 
     own, session, target = lake
     bronze = "bronze.employees"
     newest = session.sql(f"select max(_ingested_at) from {bronze}").first()[0]
-    late = session.table(bronze).orderBy("_kafka_offset").limit(3) \
-        .withColumn("id", F.col("id") + F.lit(900_000_000)) \
-        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(900_000_000)) \
-        .withColumn("_ingested_at", F.lit(newest - timedelta(hours=2)))
-    ids = sorted(r.id for r in late.select("id").collect())
-    late.writeTo(bronze).append()
+    ids = land_employee_copies(session, 900_000_000, newest - timedelta(hours=2))
     run_dbt(own, ["run", "--select", "employees"], target_dir=target, capture=True)
     found = session.sql(f"select employee_id from silver.employees where employee_id in ({', '.join(map(str, ids))})")
     assert sorted(r.employee_id for r in found.collect()) == ids
@@ -363,19 +371,13 @@ def test_a_run_whose_recorded_snapshot_was_expired_reads_by_sequence_number(lake
     with it. The data sequence number recorded beside it still tells the files committed since:
     rows stamped two hours before the newest (a crashed batch completed later with its original
     instant) are read, where the overlap window back from the newest stamp would miss them."""
-    from pyspark.sql import functions as F
 
     own, session, target = lake
     bronze = "bronze.employees"
     recorded = next(r.value for r in session.sql("show tblproperties silver.employees").collect()
                     if r.key == f"lakehouse.input-snapshot.{bronze}")
     newest = session.sql(f"select max(_ingested_at) from {bronze}").first()[0]
-    landed = session.table(bronze).orderBy("_kafka_offset").limit(3) \
-        .withColumn("id", F.col("id") + F.lit(800_000_000)) \
-        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(800_000_000)) \
-        .withColumn("_ingested_at", F.lit(newest - timedelta(hours=2)))
-    ids = sorted(r.id for r in landed.select("id").collect())
-    landed.writeTo(bronze).append()
+    ids = land_employee_copies(session, 800_000_000, newest - timedelta(hours=2))
     session.sql(f"call lake.system.expire_snapshots(table => '{bronze}', "
                 f"older_than => timestamp'{datetime.now(UTC) + timedelta(minutes=1):%Y-%m-%d %H:%M:%S}', "
                 "retain_last => 1)").collect()
@@ -390,18 +392,12 @@ def test_a_run_after_compaction_reads_from_what_was_appended(lake, increments):
     """Compaction commits a `replace` snapshot whose files hold rows read long ago beside rows not
     read yet. The next run's bound comes from the files the appends added (their entries keep
     their bounds), not from the compacted files, which would re-read every partition compacted."""
-    from pyspark.sql import functions as F
 
     own, session, target = lake
     bronze = "bronze.employees"
     newest = session.sql(f"select max(_ingested_at) from {bronze}").first()[0]
     stamp = (newest + timedelta(minutes=1)).replace(microsecond=0)
-    landed = session.table(bronze).orderBy("_kafka_offset").limit(3) \
-        .withColumn("id", F.col("id") + F.lit(700_000_000)) \
-        .withColumn("_kafka_offset", F.col("_kafka_offset") + F.lit(700_000_000)) \
-        .withColumn("_ingested_at", F.lit(stamp))
-    ids = sorted(r.id for r in landed.select("id").collect())
-    landed.writeTo(bronze).append()
+    ids = land_employee_copies(session, 700_000_000, stamp)
     [compacted] = session.sql(f"call lake.system.rewrite_data_files(table => '{bronze}', "
                               "options => map('rewrite-all', 'true'))").collect()
     assert compacted.rewritten_data_files_count > 1, compacted

@@ -2,10 +2,7 @@
 streaming job cleanly: exit code 0, and everything read so far is in bronze."""
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
+from tests.integration.processes import process_group, stop_cleanly, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,18 +30,9 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(spark, settings, kafka, tm
            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_PIPELINE_FILE": str(pipeline)}
     command = [str(Path(sys.executable).with_name("lakehouse")), "ingest", STREAM, "--trigger", "1s"]
     log = tmp_path / "ingest.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 180
-            while f"{STREAM} batch 0:" not in log.read_text():
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-                time.sleep(0.5)
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(timeout=120) == 0, log.read_text()[-2000:]
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+    with process_group(command, env, log) as process:
+        wait_until(lambda: f"{STREAM} batch 0:" in log.read_text(), "the first batch", log, 180, process)
+        stop_cleanly(process, log)
     text = log.read_text()
     assert "stop requested: finishing the running micro-batch" in text and "stopping 1 queries" in text
     assert spark.table(f"bronze.{STREAM}").count() == report.delivered

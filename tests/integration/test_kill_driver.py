@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from lakehouse.contracts.protobuf import SCHEMAS_DIR
-from lakehouse.core.kafka_admin import end_offsets
 from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
+from tests.support.exactly_once import assert_every_offset_once
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,9 @@ def batches(folder: Path) -> int:
     return sum(1 for p in folder.glob("[0-9]*")) if folder.is_dir() else 0
 
 
-def kill_and_restart(settings, tmp_path, stream: str, messages: int, kills: int, seed: int):
+def kill_and_restart(spark, settings, tmp_path, stream: str, messages: int, kills: int, seed: int) -> int:
+    """``kills`` kill -9 of the job ingesting ``messages`` into ``stream``, at random moments of a
+    batch, then a run to the end: every offset lands once. How many kills hit a running job."""
     pipeline = tmp_path / "pipeline.yml"
     pipeline.write_text(yaml.safe_dump({"schema_dir": str(SCHEMAS_DIR), "streams": {stream: {
         "format": "protobuf", "schema": "Employee.proto", "message": employees.MESSAGE_NAME,
@@ -73,31 +75,18 @@ def kill_and_restart(settings, tmp_path, stream: str, messages: int, kills: int,
             process.wait()
     final = subprocess.run(command, env=env, stdout=log, stderr=log, timeout=900)
     assert final.returncode == 0, (tmp_path / "ingest.log").read_text()[-3000:]
-    return report, killed
-
-
-def assert_exactly_once(spark, settings, stream: str, report):
-    ends = end_offsets(settings, stream)
-    rows = spark.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset", "_error_code").collect()
-    bronze = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is None]
-    dead = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is not None]
-    assert len(bronze) == len(set(bronze)), "a record landed twice in bronze"
-    assert len(dead) == len(set(dead)), "a record landed twice in dead letters"
-    assert not set(bronze) & set(dead), "a record landed on both sides"
-    assert set(bronze) | set(dead) == {(p, o) for p, end in ends.items() for o in range(end)}
-    assert len(bronze) + len(dead) == report.delivered
-    assert len(dead) == len(report.manifest()["dead_letters"])
+    assert_every_offset_once(spark, settings, stream, report.delivered,
+                             dead_letters=len(report.manifest()["dead_letters"]))
+    return killed
 
 
 @pytest.mark.chaos
 def test_kill_9_the_driver_while_streaming_loses_and_doubles_nothing(spark, settings, kafka, tmp_path):
-    report, killed = kill_and_restart(settings, tmp_path, "killed_employees", 200_000, kills=4, seed=11)
+    killed = kill_and_restart(spark, settings, tmp_path, "killed_employees", 200_000, kills=4, seed=11)
     assert killed >= 3, f"only {killed} kills hit a running job: produce more messages"
-    assert_exactly_once(spark, settings, "killed_employees", report)
 
 
 @pytest.mark.slow
 def test_kill_9_ten_times_over_a_million_messages(spark, settings, kafka, tmp_path):
-    report, killed = kill_and_restart(settings, tmp_path, "killed_employees_heavy", 1_000_000, kills=10, seed=12)
+    killed = kill_and_restart(spark, settings, tmp_path, "killed_employees_heavy", 1_000_000, kills=10, seed=12)
     assert killed >= 8, f"only {killed} kills hit a running job"
-    assert_exactly_once(spark, settings, "killed_employees_heavy", report)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.processes import process_group, stop_cleanly, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -119,25 +117,19 @@ def looped(lake, ingested, tmp_path_factory) -> dict:
     port = free_port()
     env = {**cli_env(own), "LAKEHOUSE_METRICS_PORT": str(port), "DBT_TARGET_PATH": str(dbt_target)}
     log = tmp_path_factory.mktemp("dbt-loop") / "loop.log"
-    with open(log, "wb") as out:
-        loop = subprocess.Popen([str(Path(sys.executable).with_name("lakehouse")), "dbt", "loop", "--every", "1h",
-                                 "--runs", "2", "run", "--select", STREAM], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+    command = [str(Path(sys.executable).with_name("lakehouse")), "dbt", "loop", "--every", "1h", "--runs", "2",
+               "run", "--select", STREAM]
+
+    def after_a_run() -> dict:
         try:
-            deadline = time.monotonic() + 900
-            samples: dict = {}
-            while not of(samples, "lakehouse_dbt_runs_total"):
-                assert loop.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(1)
-                try:
-                    samples = scrape(port)
-                except OSError:  # not serving yet
-                    pass
-            loop.send_signal(signal.SIGTERM)  # between runs: it stops at once
-            assert loop.wait(timeout=120) == 0, log.read_text()[-3000:]
-        finally:
-            if loop.poll() is None:
-                loop.kill()
+            samples = scrape(port)
+        except OSError:  # not serving yet
+            return {}
+        return samples if of(samples, "lakehouse_dbt_runs_total") else {}
+
+    with process_group(command, env, log) as loop:
+        samples = wait_until(after_a_run, "the loop's first run", log, 900, loop)
+        stop_cleanly(loop, log)  # between runs: it stops at once
     return {"samples": samples, "run_results": json.loads((dbt_target / "run_results.json").read_text())}
 
 

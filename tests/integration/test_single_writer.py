@@ -38,12 +38,12 @@ from ingestion import bronze, job, single_writer
 from lakehouse.contracts.protobuf import SCHEMAS_DIR
 from lakehouse.contracts.streams import get_stream
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.kafka_admin import end_offsets
 from lakehouse.core.settings import Settings
 from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture, own_lakehouse
+from tests.support.exactly_once import assert_every_offset_once
 
 pytestmark = pytest.mark.integration
 
@@ -78,18 +78,6 @@ def wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout
 
 def error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error:")]
-
-
-def assert_every_offset_once(session, own, stream: str, produced: int) -> None:
-    ends = end_offsets(own, stream)
-    rows = session.table(f"bronze.{stream}").select("_kafka_partition", "_kafka_offset", "_error_code").collect()
-    bronze = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is None]
-    dead = [(r._kafka_partition, r._kafka_offset) for r in rows if r._error_code is not None]
-    assert len(bronze) == len(set(bronze)), "a record landed twice in bronze"
-    assert len(dead) == len(set(dead)), "a record landed twice in the dead letters"
-    assert not set(bronze) & set(dead)
-    assert set(bronze) | set(dead) == {(p, o) for p, end in ends.items() for o in range(end)}
-    assert len(bronze) + len(dead) == produced
 
 
 def second_job_elsewhere(own, env: dict, home: Path) -> dict:

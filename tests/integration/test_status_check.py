@@ -9,12 +9,9 @@ and an empty dbt target: no quality or dbt run to judge), with LAKEHOUSE_LOG_FOR
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from producers import user_events
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.processes import process_group, stop_cleanly, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -62,20 +60,10 @@ def watched(lake, tmp_path_factory) -> dict:
 
     log = folder / "ingest.log"
     committed = own.checkpoint_root / f"bronze_{STREAM}" / "commits" / "0"
-    with open(log, "wb") as out:
-        job = subprocess.Popen([LAKEHOUSE, "ingest", STREAM, "--trigger", "1s"], env=env, stdout=out,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 240
-            while not committed.exists():
-                assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.5)
-            running = check(STREAM)
-            job.send_signal(signal.SIGTERM)
-            assert job.wait(timeout=120) == 0, log.read_text()[-3000:]
-        finally:
-            if job.poll() is None:
-                os.killpg(job.pid, signal.SIGKILL)
+    with process_group([LAKEHOUSE, "ingest", STREAM, "--trigger", "1s"], env, log) as ingest:
+        wait_until(committed.exists, "the first commit", log, 240, ingest)
+        running = check(STREAM)
+        stop_cleanly(ingest, log)
     more = produce_to_topic(own, STREAM, user_events.messages(100, FaultRates(), 6), FaultRates(), total=100,
                             progress=False)
     assert more.failed == 0
