@@ -501,12 +501,7 @@ class Debezium:
 
     def __init__(self, jars_dir: Path, folder: Path, name: str, connector: dict[str, str], bootstrap: str,
                  text: str = ""):
-        from lakehouse.core.preflight import PreflightError, check_java
-
-        try:
-            self.java = check_java()
-        except PreflightError as exc:
-            pytest.fail(str(exc))
+        self.java = java()
         self.classpath = f"{debezium_jars(jars_dir)}/*"
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
@@ -558,6 +553,16 @@ class Debezium:
 def _escaped(value: str) -> str:
     """A value as java.util.Properties reads it back (backslashes are escapes there)."""
     return value.replace("\\", "\\\\")
+
+
+def java() -> str:
+    """The java the services run on (lakehouse.core.preflight's choice); the test fails without one."""
+    from lakehouse.core.preflight import PreflightError, check_java
+
+    try:
+        return check_java()
+    except PreflightError as exc:
+        pytest.fail(str(exc))
 
 
 @contextmanager
@@ -668,12 +673,8 @@ class ConnectWorker(_Runtime):
 
     def __init__(self, jars_dir: Path, folder: Path, connector_text: str, bootstrap: str):
         from lakehouse.core.local_kafka import free_port
-        from lakehouse.core.preflight import PreflightError, check_java
 
-        try:
-            self.java = check_java()
-        except PreflightError as exc:
-            pytest.fail(str(exc))
+        self.java = java()
         self.classpath = f"{kafka_connect_jars(jars_dir)}/*"
         self.folder = folder
         plugins = folder / "plugins"
