@@ -51,6 +51,12 @@ def stop_cleanly(process: subprocess.Popen, log: Path) -> None:
     assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
 
 
+def resume(process: subprocess.Popen, timeout_s: float = 300) -> int:
+    """SIGCONT to a process group stopped on purpose (SIGSTOP, a fault point), and its exit status."""
+    os.killpg(process.pid, signal.SIGCONT)
+    return process.wait(timeout=timeout_s)
+
+
 def wait_until(check: Callable[[], object], what: str, log: Path, timeout_s: float = 180.0,
                process: subprocess.Popen | None = None):
     """The first truthy value of ``check``; fails with the log's tail on timeout or when

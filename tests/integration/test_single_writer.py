@@ -43,6 +43,7 @@ from producers import employees
 from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture, own_lakehouse
+from tests.integration.processes import process_group, resume
 from tests.support.exactly_once import assert_every_offset_once
 
 pytestmark = pytest.mark.integration
@@ -234,10 +235,8 @@ def stalled_driver(lake, tmp_path: Path, stream: str, rest: bool = False) -> Non
     env.pop("LAKEHOUSE_FAULT_POINT", None)
     elsewhere = second_job_elsewhere(own, env, tmp_path / "other-machine")
     log = tmp_path / "first.log"
-    first = subprocess.Popen([lakehouse_command(), "ingest", stream, "--trigger", "1s", "--max-offsets-per-trigger",
-                              "500"], env={**env, "LAKEHOUSE_FAULT_POINT": job.STOP_INSIDE_APPEND_COMMIT},
-                             stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    command = [lakehouse_command(), "ingest", stream, "--trigger", "1s", "--max-offsets-per-trigger", "500"]
+    with process_group(command, {**env, "LAKEHOUSE_FAULT_POINT": job.STOP_INSIDE_APPEND_COMMIT}, log) as first:
         wait_for(lambda: psutil.Process(first.pid).status() == psutil.STATUS_STOPPED,
                  "the driver stopped in its append", first, log)
         assert "fault point stop-inside-append-commit" in log.read_text()
@@ -257,12 +256,7 @@ def stalled_driver(lake, tmp_path: Path, stream: str, rest: bool = False) -> Non
                 (session.table(f"bronze.{stream}").limit(1).writeTo(f"bronze.{stream}")
                  .option(f"snapshot-property.{bronze.LEASE_HOLDER_PROPERTY}", stalled.holder).append())
 
-        os.killpg(first.pid, signal.SIGCONT)
-        first.wait(timeout=300)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+        resume(first)
     assert_every_offset_once(session, own, stream, report.delivered)  # the stalled batch did not land
     output = log.read_text()
     assert first.returncode == 1, output[-3000:]
@@ -290,13 +284,11 @@ def test_a_stalled_holder_lapses_on_the_takers_clock_and_a_renewing_one_is_refus
     env.pop("LAKEHOUSE_FAULT_POINT", None)
     checkpoint = own.checkpoint_root / f"bronze_{stream}"
     log = tmp_path / "holder.log"
-    holder = subprocess.Popen([lakehouse_command(), "ingest", stream, "--trigger", "1s"], env=env,
-                              stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     # another state folder on this host, on the same catalog, with the lease times of LEASE
     elsewhere = Settings.from_env({**env, "LAKEHOUSE_HOME": str(tmp_path / "other-machine")})
     monkeypatch.setenv("LAKEHOUSE_PIPELINE_FILE", str(pipeline))
     spec = get_stream(stream)
-    try:
+    with process_group([lakehouse_command(), "ingest", stream, "--trigger", "1s"], env, log) as holder:
         wait_for(lambda: committed_batches(checkpoint) >= 1, "a committed batch", holder, log)
         # renewing: refused at the first renewal it sees, well within the lease time
         started = time.monotonic()
@@ -313,12 +305,7 @@ def test_a_stalled_holder_lapses_on_the_takers_clock_and_a_renewing_one_is_refus
         value = session.sql(f"show tblproperties bronze.{stream} ('{single_writer.LEASE_PROPERTY}')").first().value
         assert single_writer.parse_lease(value).holder == taker.holder
 
-        os.killpg(holder.pid, signal.SIGCONT)
-        holder.wait(timeout=300)
-    finally:
-        if holder.poll() is None:
-            os.killpg(holder.pid, signal.SIGKILL)
-            holder.wait()
+        resume(holder)
     output = log.read_text()
     assert holder.returncode == 1, output[-3000:]
     (line,) = error_lines(output)
