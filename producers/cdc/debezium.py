@@ -15,13 +15,12 @@ from collections.abc import Iterable
 
 from producers.cdc.oracle import InvalidChange, NormalizedChange, strict_int
 from producers.cdc.simulator import Change
-from producers.cdc.source import TABLES, key_column
+from producers.cdc.source import DATABASE, TABLES, key_column
 
 TOPIC = "customers"
 TABLE = "customers"
 CONNECTOR_VERSION = "2.7.0.Final"
 SERVER_NAME = "lakehouse"  # topic.prefix of the connector
-DATABASE = "shop"
 SCHEMA = "public"
 
 OP_CODES = {"I": "c", "U": "u", "D": "d", "R": "r"}

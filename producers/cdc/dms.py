@@ -23,12 +23,11 @@ from datetime import UTC, datetime, timedelta
 
 from producers.cdc.oracle import InvalidChange, NormalizedChange, strict_int
 from producers.cdc.simulator import Change
-from producers.cdc.source import TABLES, key_column
+from producers.cdc.source import DATABASE, TABLES, key_column
 
 TOPIC = "accounts"
 BEFORE_IMAGE = "before-image"  # BeforeImageSettings.FieldName the stream expects
 TABLE = "accounts"
-SCHEMA_NAME = "shop"
 
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete", "R": "load"}
 OPS_BY_OPERATION = {operation: op for op, operation in OPERATIONS.items()}
@@ -89,7 +88,7 @@ def document(change: Change) -> dict:
             "record-type": "data",
             "operation": OPERATIONS[change.op],
             "partition-key-type": "primary-key",
-            "schema-name": SCHEMA_NAME,
+            "schema-name": DATABASE,
             "table-name": change.table,
             "stream-position": stream_position(change.lsn),
             "transaction-id": change.tx_id,

@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 DDL_FILE = Path(__file__).resolve().parent / "source_tables.sql"
+DATABASE = "shop"  # the name its change events give the database (Debezium's db, DMS's schema-name)
 
 # Table -> primary key column. Also the allow-list of names that may reach an SQL string.
 TABLES: dict[str, str] = {"customers": "customer_id", "accounts": "account_id"}
