@@ -69,25 +69,75 @@
 {% macro cdc_history_versions(changes, key, sequence_by=none, committed_at=none, existing=none,
                               truncate_when=none, truncations=false, columns_of=none, columns=[],
                               open_versions_only=false) -%}
+{#- The steps below, in order; each is a CTE (or a few) read by the next, named for what it
+    holds, and each has dbt unit tests of its own (tests/dbt_macro_steps). -#}
 {%- set sequence_by = sequence_by or var('bronze_columns').seq -%}
 {%- set committed_at = committed_at or var('bronze_columns').source_ts -%}
-{%- set own = var('bronze_columns') -%}
 {%- set keys = [key] if key is string else key -%}
-{%- set key_list = keys | join(', ') -%}
 {#- the run stamp: later than every stamp the history holds (macros/run_stamp.sql); `this`, not
     `existing`, which a full refresh leaves out: its stamps must follow the table's too -#}
 {%- set loaded_at = run_stamp(this) -%}
-{%- set window = 'partition by ' ~ key_list ~ ' order by ' ~ sequence_by -%}
 {%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
 {%- set ends_a_row = "op = 'D'" ~ (' or (' ~ truncate_when ~ ')' if truncate_when else '') -%}
 {%- if truncate_when %}
+{#- the truncated rows' versions (only when the increment holds a truncation, `truncations`),
+    read by the changelog's columns -#}
+{%- set changelog_columns = adapter.get_columns_in_relation(columns_of) | map(attribute='name') | list
+                            if truncations and execute else none -%}
+{{ cdc_history_truncations(changes, keys, sequence_by, committed_at, ends_a_row, changelog_columns,
+                           existing, columns_of) }}
+{%- set changes = 'history_changes' %}
+{%- endif %}
+{%- if existing is not none %}
+{{ cdc_history_stored_versions(changes, existing, keys, sequence_by, open_versions_only) }}
+{%- endif %}
+{{ cdc_history_links(changes, keys, sequence_by, committed_at, columns, existing, columns_of) }}
+{%- if carried %}
+{{ cdc_history_filled_links(keys, sequence_by, columns, carried) }}
+{%- endif %}
+{{ cdc_history_intervals(keys, sequence_by, ends_a_row, carried) }}
+{{ cdc_history_written_versions(loaded_at, carried) }}
+
+select * from final
+{%- endmacro %}
+
+
+{#- `partition by <key> order by <sequence>`: a key's versions in sequence order -#}
+{% macro cdc_history_window(keys, sequence_by) -%}
+    {{ return('partition by ' ~ keys | join(', ') ~ ' order by ' ~ sequence_by) }}
+{%- endmacro %}
+
+
+{#- Step 1, with `truncate_when`: `history_changes`, the changes of `changes` with a key
+    (`key_changes`) and, when `changelog_columns` (the changelog's columns) is given, a version of
+    every row a truncation of `changes` ends (`cdc_history_truncated_versions`). -#}
+{% macro cdc_history_truncations(changes, keys, sequence_by, committed_at, ends_a_row, changelog_columns=none,
+                                 existing=none, columns_of=none) -%}
 , key_changes as (
 
     select * from {{ changes }} where {{ keys[0] }} is not null
 
 )
-{%- if truncations and execute %}
-{%- set changelog_columns = adapter.get_columns_in_relation(columns_of) | map(attribute='name') | list -%}
+{%- if changelog_columns is not none %}
+{{ cdc_history_truncation_points(changes, keys, sequence_by, committed_at, changelog_columns) }}
+{{ cdc_history_truncated_versions(keys, sequence_by, committed_at, ends_a_row, changelog_columns, existing,
+                                  columns_of) }}
+{%- endif %}
+
+, history_changes as (
+
+    select * from key_changes
+    {% if changelog_columns is not none %} union all select * from truncated_versions {% endif %}
+
+)
+{%- endmacro %}
+
+
+{#- `truncation_points`: one row per truncation of `changes` (a change without a key): its
+    sequence, op and times, as `_truncation_seq`, `_truncation_op`, `_truncation_at` and
+    `_truncation_ingested_at`. -#}
+{% macro cdc_history_truncation_points(changes, keys, sequence_by, committed_at, changelog_columns) -%}
+{%- set own = var('bronze_columns') -%}
 , truncation_points as (
 
     -- one row per truncation: its first copy to arrive (a replayed duplicate shares its
@@ -103,9 +153,18 @@
     )
     where _truncation_copy = 1
 
-),
+)
+{%- endmacro %}
 
-before_truncation as (
+
+{#- `truncated_versions`: per key and truncation (`truncation_points`), the key's last version
+    before it (of `key_changes` or of the history `existing`), unless that ends the row
+    (`ends_a_row`), as a version at the truncation: its op, sequence and times, the row's last
+    values. In the changelog's columns, `changelog_columns`. -#}
+{% macro cdc_history_truncated_versions(keys, sequence_by, committed_at, ends_a_row, changelog_columns,
+                                        existing=none, columns_of=none) -%}
+{%- set own = var('bronze_columns') -%}
+, before_truncation as (
 
     -- per key and truncation, the key's last version before it: from the increment or stored.
     -- Of the copies of that change (a replayed duplicate shares its sequence) the one the
@@ -141,22 +200,19 @@ truncated_versions as (
     where _rank = 1 and not ({{ ends_a_row }})
 
 )
-{%- endif %}
+{%- endmacro %}
 
-, history_changes as (
 
-    select * from key_changes
-    {% if truncations and execute %} union all select * from truncated_versions {% endif %}
-
-)
-{%- set changes = 'history_changes' %}
-{%- endif %}
-{% if existing is not none %}
+{#- Step 2, on an incremental run: `stored_versions`, the versions of the history `existing`
+    that the changes of `changes` may change (`touched_keys`: the keys they touch, each with its
+    earliest new sequence). With `open_versions_only`, each touched key's open version alone;
+    else its versions from its earliest new change on, and the one before it. -#}
+{% macro cdc_history_stored_versions(changes, existing, keys, sequence_by, open_versions_only=false) -%}
 , touched_keys as (
 
-    select {{ key_list }}, min({{ sequence_by }}) as _earliest_seq
+    select {{ keys | join(', ') }}, min({{ sequence_by }}) as _earliest_seq
     from {{ changes }}
-    group by {{ key_list }}
+    group by {{ keys | join(', ') }}
 
 ),
 
@@ -203,8 +259,13 @@ stored_versions as (
 
 )
 {% endif %}
-{% endif %}
+{%- endmacro %}
 
+
+{#- Step 3: `distinct_links`, the new changes of `changes` and, with a history `existing`, its
+    `stored_versions`, one row per key and sequence (`_copy` = 1), each with its commit time
+    (`_starts_at`) and a stored version's bounds and currency (`_stored_*`, `_is_stored`). -#}
+{% macro cdc_history_links(changes, keys, sequence_by, committed_at, columns=[], existing=none, columns_of=none) -%}
 , links as (
 
     select
@@ -242,15 +303,22 @@ distinct_links as (
     select
         links.*,
         row_number() over (
-            partition by {{ key_list }}, {{ sequence_by }}
+            partition by {{ keys | join(', ') }}, {{ sequence_by }}
             order by _is_stored desc, {{ cdc_copy_order(columns) }}
         ) as _copy
     from links
 
-),
+)
+{%- endmacro %}
 
-{% if carried %}
-ranked_links as (
+
+{#- Step 4, when a change may not carry a column (`carried`, of the changelog's `columns`):
+    `kept_links`, the `distinct_links` with each such column filled from the key's previous
+    version, and `_refilled`, whether that changed a stored version's value. -#}
+{% macro cdc_history_filled_links(keys, sequence_by, columns, carried) -%}
+{%- set own = var('bronze_columns') -%}
+{%- set window = cdc_history_window(keys, sequence_by) -%}
+, ranked_links as (
 
     select distinct_links.* except (_copy), row_number() over ({{ window }}) as _link_rank
     from distinct_links
@@ -285,10 +353,17 @@ kept_links as (
         _is_stored and ({% for column in carried %}not (_filled_{{ column }} <=> {{ column }}){{ ' or ' if not loop.last }}{% endfor %}) as _refilled
     from filled_links
 
-),
-{% endif %}
+)
+{%- endmacro %}
 
-starts as (
+
+{#- Step 5: `versions`, each link (`kept_links` when a column is `carried`, else the first copies
+    of `distinct_links`) with its interval: `valid_from`, the running maximum of the commit
+    times in sequence order; `valid_to`, the next version's; `is_current` on a key's last version
+    unless it ends the row (`ends_a_row`). -#}
+{% macro cdc_history_intervals(keys, sequence_by, ends_a_row, carried=[]) -%}
+{%- set window = cdc_history_window(keys, sequence_by) -%}
+, starts as (
 
     -- never before the version it follows: the running maximum in sequence order
     select
@@ -315,9 +390,15 @@ versions as (
         lead({{ sequence_by }}) over ({{ window }}) is null and not ({{ ends_a_row }}) as is_current
     from starts
 
-),
+)
+{%- endmacro %}
 
-final as (
+
+{#- Step 6: `final`, the rows a run writes: of `versions`, the new ones and the stored ones whose
+    bounds, currency or (`carried`) filled values changed, stamped `loaded_at` (`_loaded_at`;
+    `_first_loaded_at` too for a new version, a stored one keeps its own). -#}
+{% macro cdc_history_written_versions(loaded_at, carried=[]) -%}
+, final as (
 
     select * except (_stored_valid_from, _stored_valid_to, _stored_is_current, _stored_first_loaded_at, _is_stored
                      {{- ', _refilled' if carried }}),
@@ -332,8 +413,6 @@ final as (
         {%- if carried %} or _refilled{% endif %}
 
 )
-
-select * from final
 {%- endmacro %}
 
 
