@@ -26,8 +26,9 @@
 
 {% macro cdc_mirror_changes(changelog, existing, incremental, unique_key, delete_when,
                             sequence_by=none, except_columns=[], truncate_when=none, columns=[]) -%}
+{#- The steps below, in order; each is a CTE (or two) read by the next, named for what it holds,
+    and each has dbt unit tests of its own (tests/dbt_macro_steps). -#}
     {%- set sequence_by = sequence_by or var('bronze_columns').seq -%}
-    {%- set own = var('bronze_columns') -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
     {%- if execute and not keys -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
@@ -38,6 +39,31 @@
     {%- set carried = cdc_carried_columns(columns, keys + [sequence_by]) -%}
     {%- set dropped = ['_change_rank'] + (['_stored_seq'] if incremental and not carried else [])
                       + ([except_columns] if except_columns is string else except_columns) -%}
+{{ cdc_mirror_latest_changes(changelog, keys, sequence_by, delete_when, truncate_when, columns, carried) }}
+{%- if truncate_when %}
+{{ cdc_mirror_truncations(existing, keys, sequence_by, incremental) }}
+{%- endif %}
+{%- if incremental %}
+{{ cdc_mirror_matched_changes(existing, keys, sequence_by) }}
+{%- endif %}
+{{ cdc_mirror_newer_changes('matched_changes' if incremental else 'winning_changes', keys, sequence_by,
+                            incremental, truncate_when) }}
+{%- if carried %}
+{{ cdc_mirror_carried_changes(columns, carried, incremental) }}
+{%- endif %}
+{{ cdc_mirror_written_changes('carried_changes' if carried else 'mirror_changes', dropped, run_stamp(existing)) }}
+
+select * from final
+{%- endmacro %}
+
+
+{#- Step 1: `winning_changes`, per key of `changelog` its latest change by the sequence (the first
+    copy to arrive of it), with `_is_deleted` (`delete_when`, or `truncate_when`); a column a
+    change may not carry (`carried`, of the changelog's `columns`) as `_filled_<column>`, the
+    value and sequence of the key's latest change that had it. -#}
+{% macro cdc_mirror_latest_changes(changelog, keys, sequence_by, delete_when, truncate_when=none, columns=[],
+                                   carried=[]) -%}
+{%- set own = var('bronze_columns') -%}
 , latest_changes as (
 
     select
@@ -75,10 +101,15 @@ winning_changes as (
 
     select * from latest_changes where _change_rank = 1
 
-),
+)
+{%- endmacro %}
 
-{% if truncate_when %}
-truncations as (
+
+{#- Step 2, with `truncate_when`: `truncations`, one row: the sequence of the latest truncation of
+    `winning_changes` (`new_truncation`: its change without a key) and, on an `incremental` run,
+    of the mirror `existing`'s marker (`stored_truncation`). -#}
+{% macro cdc_mirror_truncations(existing, keys, sequence_by, incremental) -%}
+, truncations as (
 
     -- the stored marker is the only row of the bucket(null) partition: a read of one small file
     select
@@ -87,11 +118,14 @@ truncations as (
         (select max({{ sequence_by }}) from {{ existing }} where {{ keys[0] }} is null)
         {%- else %} null {%- endif %} as stored_truncation
 
-),
-{% endif %}
+)
+{%- endmacro %}
 
-{% if incremental %}
-matched_changes as (
+
+{#- Step 3, on an incremental run: `matched_changes`, each of `winning_changes` with the sequence
+    of its key's row in the mirror `existing` (`_stored_seq`; null: none yet). -#}
+{% macro cdc_mirror_matched_changes(existing, keys, sequence_by) -%}
+, matched_changes as (
 
     -- each change beside the sequence of its key's row in the mirror (null: none yet). One
     -- join, the mirror's key and sequence only: the (small) increment on the outer side of a
@@ -103,11 +137,15 @@ matched_changes as (
     right join winning_changes
         on {% for key in keys %}mirror.{{ key }} = winning_changes.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
 
-),
-{% endif %}
+)
+{%- endmacro %}
 
-{%- set changed = 'matched_changes' if incremental else 'winning_changes' %}
-mirror_changes as (
+
+{#- Step 4: `mirror_changes`, the changes of `changed` (a CTE: `winning_changes`, or on an
+    `incremental` run `matched_changes`) to write: newer than the mirror's row of their key, and
+    (with `truncate_when`) than every truncation, a truncation itself unless the mirror knows it. -#}
+{% macro cdc_mirror_newer_changes(changed, keys, sequence_by, incremental, truncate_when=none) -%}
+, mirror_changes as (
 
     select {{ changed }}.*
     from {{ changed }}
@@ -131,10 +169,16 @@ mirror_changes as (
         end
     {% endif %}
 
-),
+)
+{%- endmacro %}
 
-{% if carried %}
-carried_changes as (
+
+{#- Step 5, when a change may not carry a column (`carried`, of the changelog's `columns`):
+    `carried_changes`, the `mirror_changes` with each such column its filled value, or null (the
+    MERGE then keeps the mirror's) when that came from a change not newer than the mirror's row
+    (on an `incremental` run). -#}
+{% macro cdc_mirror_carried_changes(columns, carried, incremental) -%}
+, carried_changes as (
 
     -- a column filled from a change not newer than the row the mirror holds (re-read, or
     -- replayed from the dead letters) is older than the mirror's value: null, so the MERGE
@@ -156,21 +200,23 @@ carried_changes as (
         mirror_changes._change_rank
     from mirror_changes
 
-),
-{% endif %}
+)
+{%- endmacro %}
 
-final as (
+
+{#- Step 6: `final`, the rows of `changes` (a CTE) as the mirror stores them: without the
+    `dropped` columns, stamped `loaded_at` (`_loaded_at`). -#}
+{% macro cdc_mirror_written_changes(changes, dropped, loaded_at) -%}
+, final as (
 
     -- `_loaded_at`: the run stamp (macros/run_stamp.sql: one value per run, later than every
     -- stamp the mirror holds, whatever the host's clock). Gold finds the keys changed since it
     -- last looked by it, exactly: bronze's `ingested_at` is bronze's clock, and a late bronze commit
     -- applied now can carry one hours old
-    select * except ({{ dropped | join(', ') }}), {{ run_stamp(existing) }} as _loaded_at
-    from {{ 'carried_changes' if carried else 'mirror_changes' }}
+    select * except ({{ dropped | join(', ') }}), {{ loaded_at }} as _loaded_at
+    from {{ changes }}
 
 )
-
-select * from final
 {%- endmacro %}
 
 
