@@ -84,10 +84,9 @@
 
 
 {% materialization cdc_mirror, adapter='spark' -%}
-    {%- set own = var('bronze_columns') -%}
     {%- set unique_key = config.get('unique_key') -%}
     {%- set keys = [unique_key] if unique_key is string else (unique_key or []) -%}
-    {%- set sequence_by = config.get('sequence_by', own.seq) -%}
+    {%- set sequence_by = config.get('sequence_by', var('bronze_columns').seq) -%}
     {%- set buckets = config.get('buckets', 16) | int -%}
     {%- set retention_hours = var('cdc_tombstone_retention_hours',
                                   config.get('tombstone_retention_hours', 168)) | int -%}
@@ -99,12 +98,6 @@
     {%- if not keys -%}
         {% do exceptions.raise_compiler_error("cdc_mirror: set unique_key (the mirrored table's primary key)") %}
     {%- endif -%}
-    {#- bucket() takes one column: the key's first. Every change of a key has the same first
-        column, so it lands in its key's bucket, and the bucket-by-bucket join still holds
-        (spark.sql.requireAllClusterKeysForCoPartition is off: the join may use more columns
-        than the partitioning) -#}
-    {%- set key_match = [] -%}
-    {%- for key in keys -%}{%- do key_match.append('mirror.' ~ key ~ ' = change.' ~ key) -%}{%- endfor -%}
 
     {{ run_hooks(pre_hooks) }}
 
@@ -113,88 +106,11 @@
             {% do adapter.drop_relation(existing_relation) %}
         {%- endif -%}
         {%- call statement('main') -%}
-            create table {{ target_relation }}
-            using iceberg
-            partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
-            {{ cdc_mirror_table_properties() }}
-            as {{ sql }}
+            {{ cdc_mirror_create_sql(target_relation, buckets, keys[0], sql, cdc_mirror_table_properties()) }}
         {%- endcall -%}
     {%- else -%}
-        {%- set changes_relation = this.incorporate(path={'identifier': this.identifier ~ '__dbt_changes'},
-                                                    type='table') -%}
-        {#- left over by a run that failed half-way: its rows are recomputed below -#}
-        {%- call statement('drop_stale_changes') -%}
-            drop table if exists {{ changes_relation }} purge
-        {%- endcall -%}
-        {%- call statement('changes') -%}
-            create table {{ changes_relation }}
-            using iceberg
-            partitioned by (bucket({{ buckets }}, {{ keys[0] }}))
-            as {{ sql }}
-        {%- endcall -%}
-        {#- the changelog grew a column (bronze schema evolution): the mirror grows it too -#}
-        {%- do process_schema_changes('append_new_columns', changes_relation, existing_relation) -%}
-        {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
-        {%- set pending = run_query('select count(*) from ' ~ changes_relation).columns[0].values()[0] -%}
-        {%- if pending > 0 -%}
-            {%- set change_columns = adapter.get_columns_in_relation(changes_relation) | map(attribute='name') | list -%}
-            {%- set carried = cdc_carried_columns(change_columns, keys + [sequence_by]) -%}
-            {#- The MERGE reads of the mirror its key, its sequence and, only for the columns a
-                pending change did not carry (bronze's `unavailable`, and still null), their values. A
-                column it names reads that column of every mirror file the join reads (one read
-                schema for the whole scan), so the MERGE names only the columns some change lacks,
-                asked of the (small) changes table first: a run without such changes reads key
-                and sequence only. -#}
-            {%- set lacking = cdc_mirror_lacking_columns(changes_relation, carried) -%}
-            {%- set previous = set_session_settings(storage_partitioned_join_settings()) -%}
-            {%- call statement('main') -%}
-                merge into {{ target_relation }} as mirror
-                using {{ changes_relation }} as change
-                on {{ key_match | join(' and ') }}
-                when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set
-                {%- if carried %}
-                    {#- a column the change did not carry (`unavailable`) and no earlier change of
-                        the increment had (cdc_mirror_changes: it is null) keeps the mirror's value -#}
-                    {%- for column in change_columns %}
-                    {{ column }} = {% if column in lacking -%}
-                        case when array_contains(change.{{ own.unavailable }}, '{{ column }}') and change.{{ column }} is null
-                             then mirror.{{ column }} else change.{{ column }} end
-                    {%- else %}change.{{ column }}{% endif %}{{ ',' if not loop.last }}
-                    {%- endfor %}
-                {%- else %} *
-                {%- endif %}
-                when not matched then insert *
-            {%- endcall -%}
-            {%- do restore_session_settings(previous) -%}
-            {%- if config.get('truncate_when') and run_query('select count(*) from ' ~ changes_relation ~ ' where '
-                                                              ~ keys[0] ~ ' is null').columns[0].values()[0] > 0 -%}
-                {#- A new truncation marker (the changes' one row with a null key; the select
-                    keeps it only if newer than the stored one): every live row older than it
-                    becomes a tombstone at its sequence, so it leaves the live table and no older
-                    change can bring it back. One source row, so each row matches at most once.
-                    The main MERGE inserted the new marker beside the stored one (a null key
-                    matches nothing): the stored one, older, goes, so the mirror keeps one. -#}
-                {%- call statement('apply_truncation') -%}
-                    merge into {{ target_relation }} as mirror
-                    using (select * from {{ changes_relation }} where {{ keys[0] }} is null) as truncation
-                    on (mirror.{{ keys[0] }} is null or not mirror._is_deleted)
-                        and mirror.{{ sequence_by }} < truncation.{{ sequence_by }}
-                    when matched and mirror.{{ keys[0] }} is null then delete
-                    when matched then update set
-                        op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
-                        {{ own.source_ts }} = truncation.{{ own.source_ts }}, {{ own.ingested_at }} = truncation.{{ own.ingested_at }},
-                        _loaded_at = truncation._loaded_at
-                {%- endcall -%}
-            {%- endif -%}
-        {%- else -%}
-            {#- nothing newer than the mirror: no MERGE, so no empty snapshot per run -#}
-            {%- call statement('main') -%}
-                select 0 as changes_applied
-            {%- endcall -%}
-        {%- endif -%}
-        {%- call statement('drop_changes') -%}
-            drop table if exists {{ changes_relation }} purge
-        {%- endcall -%}
+        {%- do cdc_mirror_apply_changes(target_relation, existing_relation, sql, keys, sequence_by, buckets,
+                                        config.get('truncate_when')) -%}
     {%- endif -%}
 
     {%- set dead_letters = config.get('dead_letters') -%}
@@ -207,6 +123,117 @@
 
     {{ return({'relations': [target_relation]}) }}
 {%- endmaterialization %}
+
+
+{#- `create table` of `relation` as `sql`, partitioned by bucket(`buckets`, `key`), the key's
+    first column: bucket() takes one column. Every change of a key has the same first column, so
+    it lands in its key's bucket, and the bucket-by-bucket join still holds
+    (spark.sql.requireAllClusterKeysForCoPartition is off: the join may use more columns than the
+    partitioning). `properties`: its tblproperties clause (cdc_mirror_table_properties), if any. -#}
+{% macro cdc_mirror_create_sql(relation, buckets, key, sql, properties='') -%}
+    create table {{ relation }}
+    using iceberg
+    partitioned by (bucket({{ buckets }}, {{ key }}))
+    {{ properties }}
+    as {{ sql }}
+{%- endmacro %}
+
+
+{#- An incremental run of the mirror `target` (`existing`): the rows of its model's `sql` go to a
+    changes table, bucketed like the mirror, which a MERGE applies (cdc_mirror_merge_sql), then a
+    new truncation (cdc_mirror_truncation_sql); no MERGE when there is nothing to apply. -#}
+{% macro cdc_mirror_apply_changes(target, existing, sql, keys, sequence_by, buckets, truncate_when=none) -%}
+    {%- set changes_relation = target.incorporate(path={'identifier': target.identifier ~ '__dbt_changes'},
+                                                  type='table') -%}
+    {#- left over by a run that failed half-way: its rows are recomputed below -#}
+    {%- call statement('drop_stale_changes') -%}
+        drop table if exists {{ changes_relation }} purge
+    {%- endcall -%}
+    {%- call statement('changes') -%}
+        {{ cdc_mirror_create_sql(changes_relation, buckets, keys[0], sql) }}
+    {%- endcall -%}
+    {#- the changelog grew a column (bronze schema evolution): the mirror grows it too -#}
+    {%- do process_schema_changes('append_new_columns', changes_relation, existing) -%}
+    {#- answered from the table's metadata (Iceberg pushes count(*) down to its manifests) -#}
+    {%- set pending = run_query('select count(*) from ' ~ changes_relation).columns[0].values()[0] -%}
+    {%- if pending > 0 -%}
+        {%- set change_columns = adapter.get_columns_in_relation(changes_relation) | map(attribute='name') | list -%}
+        {%- set carried = cdc_carried_columns(change_columns, keys + [sequence_by]) -%}
+        {#- The MERGE reads of the mirror its key, its sequence and, only for the columns a
+            pending change did not carry (bronze's `unavailable`, and still null), their values. A
+            column it names reads that column of every mirror file the join reads (one read
+            schema for the whole scan), so the MERGE names only the columns some change lacks,
+            asked of the (small) changes table first: a run without such changes reads key
+            and sequence only. -#}
+        {%- set lacking = cdc_mirror_lacking_columns(changes_relation, carried) -%}
+        {%- set previous = set_session_settings(storage_partitioned_join_settings()) -%}
+        {%- call statement('main') -%}
+            {{ cdc_mirror_merge_sql(target, changes_relation, keys, sequence_by, change_columns if carried else [],
+                                    lacking) }}
+        {%- endcall -%}
+        {%- do restore_session_settings(previous) -%}
+        {%- if truncate_when and run_query('select count(*) from ' ~ changes_relation ~ ' where '
+                                           ~ keys[0] ~ ' is null').columns[0].values()[0] > 0 -%}
+            {%- call statement('apply_truncation') -%}
+                {{ cdc_mirror_truncation_sql(target, changes_relation, keys[0], sequence_by) }}
+            {%- endcall -%}
+        {%- endif -%}
+    {%- else -%}
+        {#- nothing newer than the mirror: no MERGE, so no empty snapshot per run -#}
+        {%- call statement('main') -%}
+            select 0 as changes_applied
+        {%- endcall -%}
+    {%- endif -%}
+    {%- call statement('drop_changes') -%}
+        drop table if exists {{ changes_relation }} purge
+    {%- endcall -%}
+{%- endmacro %}
+
+
+{#- The MERGE of the changes table `changes` into the mirror `target`: on the key's columns
+    (`keys`), a change newer by `sequence_by` than the stored row replaces it, a new key is
+    inserted. `columns`: the changes' columns when a change may not carry some (bronze's
+    `unavailable`), else none (`*`); of them, `lacking` keep the mirror's value where the change
+    did not carry them. -#}
+{% macro cdc_mirror_merge_sql(target, changes, keys, sequence_by, columns=[], lacking=[]) -%}
+    {%- set own = var('bronze_columns') -%}
+    merge into {{ target }} as mirror
+    using {{ changes }} as change
+    on {% for key in keys %}mirror.{{ key }} = change.{{ key }}{{ ' and ' if not loop.last }}{% endfor %}
+    when matched and change.{{ sequence_by }} > mirror.{{ sequence_by }} then update set
+    {%- if columns %}
+        {#- a column the change did not carry (`unavailable`) and no earlier change of
+            the increment had (cdc_mirror_changes: it is null) keeps the mirror's value -#}
+        {%- for column in columns %}
+        {{ column }} = {% if column in lacking -%}
+            case when array_contains(change.{{ own.unavailable }}, '{{ column }}') and change.{{ column }} is null
+                 then mirror.{{ column }} else change.{{ column }} end
+        {%- else %}change.{{ column }}{% endif %}{{ ',' if not loop.last }}
+        {%- endfor %}
+    {%- else %} *
+    {%- endif %}
+    when not matched then insert *
+{%- endmacro %}
+
+
+{#- A new truncation marker (the changes' one row with a null `key`; the select keeps it only if
+    newer than the stored one): every live row of the mirror `target` older than it becomes a
+    tombstone at its sequence, so it leaves the live table and no older change can bring it
+    back. One source row, so each row matches at most once. The main MERGE inserted the new
+    marker beside the stored one (a null key matches nothing): the stored one, older, goes, so
+    the mirror keeps one. -#}
+{% macro cdc_mirror_truncation_sql(target, changes, key, sequence_by) -%}
+    {%- set own = var('bronze_columns') -%}
+    merge into {{ target }} as mirror
+    using (select * from {{ changes }} where {{ key }} is null) as truncation
+    on (mirror.{{ key }} is null or not mirror._is_deleted)
+        and mirror.{{ sequence_by }} < truncation.{{ sequence_by }}
+    when matched and mirror.{{ key }} is null then delete
+    when matched then update set
+        op = truncation.op, {{ sequence_by }} = truncation.{{ sequence_by }}, _is_deleted = true,
+        {{ own.source_ts }} = truncation.{{ own.source_ts }}, {{ own.ingested_at }} = truncation.{{ own.ingested_at }},
+        _loaded_at = truncation._loaded_at
+{%- endmacro %}
 
 
 {#- The `carried` columns that some change of `changes` (a relation) did not carry: named in
