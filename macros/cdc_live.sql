@@ -138,10 +138,8 @@
         {%- do restore_session_settings(previous) -%}
         {%- do statements.append("'" ~ names.loaded ~ "' = '" ~ loaded_through ~ "'") -%}
     {%- else -%}
-        {#- nothing new in the mirror: no MERGE, so no empty snapshot per run -#}
-        {%- call statement('main') -%}
-            select 0 as changes_applied
-        {%- endcall -%}
+        {#- nothing new in the mirror -#}
+        {%- do cdc_nothing_to_apply() -%}
     {%- endif -%}
     {%- if mirror_purged and mirror_purged != cdc_live_property(target, names.purged) -%}
         {%- call statement('reconcile_purged') -%}

@@ -179,13 +179,20 @@
             {%- endcall -%}
         {%- endif -%}
     {%- else -%}
-        {#- nothing newer than the mirror: no MERGE, so no empty snapshot per run -#}
-        {%- call statement('main') -%}
-            select 0 as changes_applied
-        {%- endcall -%}
+        {#- nothing newer than the mirror -#}
+        {%- do cdc_nothing_to_apply() -%}
     {%- endif -%}
     {%- call statement('drop_changes') -%}
         drop table if exists {{ changes_relation }} purge
+    {%- endcall -%}
+{%- endmacro %}
+
+
+{#- dbt's `main` statement of a run with nothing to apply (the mirror's, a live table's): no
+    MERGE, so no empty snapshot per run -#}
+{% macro cdc_nothing_to_apply() -%}
+    {%- call statement('main') -%}
+        select 0 as changes_applied
     {%- endcall -%}
 {%- endmacro %}
 
