@@ -12,9 +12,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import REPO_ROOT
 
 LIMIT = 80
+STEPS = REPO_ROOT / "tests" / "dbt_macro_steps" / "models"
 # Macros allowed over the limit while they are being split: {name: why}. Empty: none may be.
 ALLOWED: dict[str, str] = {}
 
@@ -54,3 +57,21 @@ def test_blocks_are_counted_from_tag_to_tag():
 
 def test_the_project_has_macros_to_count():
     assert {"cdc_mirror_changes", "cdc_history_versions"} <= {block.split(":")[1] for block in sizes()}
+
+
+def test_the_steps_of_the_cdc_macros_have_cases_of_their_own():
+    """Each step `cdc_history_versions` and `cdc_mirror_changes` call is called by a model of
+    tests/dbt_macro_steps, and each such model has dbt unit tests (tests/integration/
+    test_macro_steps.py runs them)."""
+    texts = {path.name: path.read_text() for path in (REPO_ROOT / "macros").glob("*.sql")}
+    bodies = {name: found.group(0) for text in texts.values() for found in BLOCK.finditer(text)
+              for name in [found.group(2)]}
+    steps = {step for outline in ("cdc_history_versions", "cdc_mirror_changes")
+             for step in re.findall(r"\{\{\s*(cdc_\w+)\(", bodies[outline])}
+    assert len(steps) >= 10  # the outlines call their steps so: `{{ step(...) }}`
+    models = {path.stem: path.read_text() for path in STEPS.glob("*.sql")}
+    untested = {step for step in steps if not any(f"{{{{ {step}(" in text for text in models.values())}
+    assert untested == set()
+    cases = {test["model"] for path in STEPS.glob("_*__unit_tests.yml")
+             for test in yaml.safe_load(path.read_text())["unit_tests"]}
+    assert {name for name, text in models.items() if "{{ cdc_" in text} == cases
