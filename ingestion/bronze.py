@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from ingestion.formats.column_types import holds_exactly, is_widening, same_type
+from ingestion.formats.column_types import by_name, holds_exactly, is_widening, same_type
 from lakehouse.contracts.bronze_columns import ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, SEQ
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.sql import quote, quote_table, sql_string
@@ -162,23 +162,8 @@ def evolve_table(spark: SparkSession, table: str, schema: StructType) -> list[st
     return [f"{table}: {clause}" for clause in clauses]
 
 
-def _conformed_column(column: Column, source: DataType, target: DataType) -> Column:
-    """A column of the rows, of type ``source``, as the table's ``target``: struct fields by name at
-    every depth (inside arrays and map values too), never by position; a leaf cast to the type
-    the table widened it to (`schema_changes` made ``target`` hold ``source`` exactly)."""
-    if source == target:
-        return column
-    if isinstance(source, StructType) and isinstance(target, StructType):
-        have = {f.name: f.dataType for f in source.fields}
-        return F.when(column.isNotNull(), F.struct(*[
-            (_conformed_column(column[f.name], have[f.name], f.dataType) if f.name in have
-             else F.lit(None).cast(f.dataType)).alias(f.name)
-            for f in target.fields]))
-    if isinstance(source, ArrayType) and isinstance(target, ArrayType) and not same_type(source, target):
-        return F.transform(column, lambda item: _conformed_column(item, source.elementType, target.elementType))
-    if isinstance(source, MapType) and isinstance(target, MapType) and not same_type(source, target):
-        return F.transform_values(column, lambda _key, item: _conformed_column(item, source.valueType,
-                                                                               target.valueType))
+def _cast(column: Column, _source: DataType, target: DataType) -> Column:
+    # `schema_changes` made every leaf of the table's type hold the rows' exactly
     return column.cast(target)
 
 
@@ -186,7 +171,7 @@ def conform_to_schema(rows: DataFrame, table_schema: StructType) -> DataFrame:
     """The rows in the table's column order and types; columns the rows lack are null."""
     have = {f.name: f.dataType for f in rows.schema.fields}
     return rows.select(*[
-        (_conformed_column(F.col(quote(f.name)), have[f.name], f.dataType) if f.name in have
+        (by_name(F.col(quote(f.name)), have[f.name], f.dataType, _cast) if f.name in have
          else F.lit(None).cast(f.dataType)).alias(f.name)
         for f in table_schema.fields])
 

@@ -10,14 +10,12 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
     DataType,
-    MapType,
     StructType,
 )
 
 from ingestion.formats.checks import any_of, event_time_check, kafka_columns, missing_check, with_errors
-from ingestion.formats.column_types import misfits, same_type
+from ingestion.formats.column_types import by_name, misfits
 from lakehouse.contracts import wire
 from lakehouse.contracts.bronze_columns import (
     SCHEMA_ID,
@@ -112,26 +110,14 @@ def decode_avro(
 
 
 def conformed(value: Column, writer: DataType, column: DataType) -> Column:
-    """``value``, of the writer's type, as ``column``'s type: struct fields by name at every depth
-    (a field the writer lacks null; inside arrays and maps through transform and
-    transform_values), a leaf cast only where the column holds it exactly (`holds_exactly`; so
-    the cast changes nothing), null where it does not (the record is then SCHEMA_MISMATCH, or
-    its value there was null)."""
-    if same_type(writer, column):
-        return value
-    if isinstance(writer, StructType) and isinstance(column, StructType):
-        have = {f.name: f.dataType for f in writer.fields}
-        return F.when(value.isNotNull(), F.struct(*[
-            (conformed(value[f.name], have[f.name], f.dataType) if f.name in have
-             else F.lit(None).cast(f.dataType)).alias(f.name)
-            for f in column.fields]))
-    if isinstance(writer, ArrayType) and isinstance(column, ArrayType):
-        return F.transform(value, lambda element: conformed(element, writer.elementType, column.elementType))
-    if isinstance(writer, MapType) and isinstance(column, MapType) and same_type(writer.keyType, column.keyType):
-        return F.transform_values(value, lambda _key, item: conformed(item, writer.valueType, column.valueType))
-    if not misfits(writer, column):
-        return value.cast(column)
-    return F.lit(None).cast(column)
+    """``value``, of the writer's type, as ``column``'s type (`by_name`): a leaf cast only where
+    the column holds it exactly (`misfits` finds none there; so the cast changes nothing), null
+    where it does not (the record is then SCHEMA_MISMATCH, or its value there was null)."""
+    return by_name(value, writer, column, _exact_or_null)
+
+
+def _exact_or_null(value: Column, writer: DataType, column: DataType) -> Column:
+    return value.cast(column) if not misfits(writer, column) else F.lit(None).cast(column)
 
 
 def _present(value: Column, steps: tuple[tuple[str, ...], ...]) -> Column:

@@ -18,8 +18,11 @@ lands its records).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
@@ -54,6 +57,28 @@ def is_widening(old: DataType, new: DataType) -> bool:
 def same_type(a: DataType, b: DataType) -> bool:
     """The same type, nullability and metadata aside."""
     return _loose(a) == _loose(b)
+
+
+def by_name(value: Column, source: DataType, target: DataType,
+            leaf: Callable[[Column, DataType, DataType], Column]) -> Column:
+    """``value``, of type ``source``, as type ``target``: struct fields matched by name at every
+    depth, never by position (a field ``source`` lacks is null), through the elements of arrays
+    and the values of maps; ``leaf(value, source, target)`` makes every other place (bronze's
+    writes cast, the Avro decoder casts only what the column holds exactly). Decoding and
+    writing bronze conform the same way, so a nested struct a writer reordered lands by name."""
+    if same_type(source, target):
+        return value
+    if isinstance(source, StructType) and isinstance(target, StructType):
+        have = {f.name: f.dataType for f in source.fields}
+        return F.when(value.isNotNull(), F.struct(*[
+            (by_name(value[f.name], have[f.name], f.dataType, leaf) if f.name in have
+             else F.lit(None).cast(f.dataType)).alias(f.name)
+            for f in target.fields]))
+    if isinstance(source, ArrayType) and isinstance(target, ArrayType):
+        return F.transform(value, lambda element: by_name(element, source.elementType, target.elementType, leaf))
+    if isinstance(source, MapType) and isinstance(target, MapType) and same_type(source.keyType, target.keyType):
+        return F.transform_values(value, lambda _key, item: by_name(item, source.valueType, target.valueType, leaf))
+    return leaf(value, source, target)
 
 
 def _loose(data_type: DataType) -> DataType:
