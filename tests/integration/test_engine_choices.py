@@ -1,14 +1,15 @@
 """Why the project keeps its own code where Spark 4.1 and Iceberg 1.12 offer a feature (issue 57
 item 1, "adopt what pays"), checked on the engines the project runs, so an upgrade that changes
-the answer fails here and sends the maintainer to the decision (docs/models.md, "Column
-evolution").
+the answer fails here and sends the maintainer to the decision (docs/models.md, "Engine
+features not adopted").
 
 Spark 4.1's `MERGE WITH SCHEMA EVOLUTION` adds a column and widens a type in place on a table's
 `main`, and refuses what is not an Iceberg widening, as macros/column_evolution.sql does. But
-into a branch (`<table>.branch_<name>`, where issue 58's write-audit-publish writes silver) the
-same statement fails to resolve its target on Spark 4.1.1 with Iceberg 1.12.0 (apache/iceberg
-#14970 names the branch case), while a plain MERGE into the branch works. So silver keeps
-`spark__sync_column_schemas`: an ALTER before the write, which works on every branch.
+into a branch (`<table>.branch_<name>`, where issue 58's write-audit-publish will write silver)
+the same statement fails to resolve its target on Spark 4.1.1 with Iceberg 1.12.0 (apache/iceberg
+pull request #14970, which added it, notes the branch case), while a plain MERGE into the branch
+works. So silver keeps `spark__sync_column_schemas`: an ALTER before the write, which works on
+every branch.
 """
 
 import uuid
