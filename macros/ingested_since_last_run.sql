@@ -100,8 +100,9 @@
     newest stamp counted" misses nothing and counts nothing twice, with no overlap.
     `ingested_at` could not do this: it is bronze's clock, and a late bronze commit (a
     dead-letter replay, a held-up batch) that silver reads now can carry a stamp hours old.
-    This needs dbt runs one at a time, which `lakehouse dbt` and `lakehouse dbt loop` ensure
-    (the dbt-tables lock).
+    This needs one run at a time to commit per state of a table: `lakehouse dbt` and its loop
+    take turns on a host (the dbt-tables lock), and the catalog refuses the commit of a run that
+    read a state another run has since committed over, on any host (macros/dbt_fence.sql).
 -#}
 {% macro loaded_since_last_run(existing, existing_column, column='_loaded_at') -%}
     {{ ingested_after(increment_start(existing, existing_column, overlap_minutes=0), column) }}

@@ -14,10 +14,14 @@
     refuses every plain command whose LAKEHOUSE_CONFIG_FILE or LAKEHOUSE_PROFILE it would ignore. dbt also renders the hook
     when it parses the project (`execute` false), for every command: nothing is refused then.
 -#}
+{% macro writes_tables() -%}
+  {{ return(flags.WHICH not in ('test', 'freshness', 'source', 'generate', 'serve', 'compile', 'show', 'list', 'ls',
+                                'parse', 'debug')) }}
+{%- endmacro %}
+
+
 {% macro refuse_unless_lakehouse_dbt() %}
-  {%- if execute and flags.WHICH not in ('test', 'freshness', 'source', 'generate', 'serve', 'compile',
-                                         'show', 'list', 'ls', 'parse', 'debug')
-        and not env_var('LAKEHOUSE_DBT_LOCK_HOLDER', '') -%}
+  {%- if execute and writes_tables() and not env_var('LAKEHOUSE_DBT_LOCK_HOLDER', '') -%}
     {%- set command = invocation_args_dict.get('invocation_command') or ('dbt ' ~ flags.WHICH) -%}
     {{ exceptions.raise_compiler_error(
         "`" ~ command ~ "` writes tables, which needs the dbt-tables lock that other dbt runs and "

@@ -20,7 +20,8 @@
     files a commit added, and compaction merges those files with older ones, so a bound taken from
     the files added since would select rows already counted as well. A stamp that only grows per
     table selects them exactly, with the pruning the marts have (file metrics on `_loaded_at`).
-    It needs one dbt run at a time per table, which `lakehouse dbt` ensures (the dbt-tables lock).
+    It needs one run at a time to commit per state of a table: the dbt-tables lock on a host, the
+    fence in the catalog's commit across hosts (macros/dbt_fence.sql).
 
     `existing`: the model's table (`this`). Where it is not a table yet (first build), or in a dbt
     unit test (a fixture), the stamp is the run's time.

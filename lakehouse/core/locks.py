@@ -14,6 +14,12 @@ drops only the ids already committed). So every dbt run that writes (`lakehouse 
 the demo, the tests) and maintenance of silver and gold tables take one file lock in the state
 folder; ingestion never needs it (appends do not conflict with compaction).
 
+The lock is one state folder's, so one host's. dbt runs of several hosts on one catalog are
+fenced in the catalog's commit instead (macros/dbt_fence.sql, jvm/catalog WriterFence): of two
+runs that read the same state of a table, the second to commit is refused. A refused model
+fails its run (dbt's error names it). Maintenance needs no fence there: when a MERGE and a
+compaction of two hosts overlap, Iceberg's own conflict check fails one of the two commits.
+
 A `dbt` started by hand cannot take it: dbt's Jinja has no file access, and a lock taken from
 SQL in dbt's Spark JVM (Java's FileChannel.lock, an fcntl lock) never meets this flock on Linux.
 So the holder tells the dbt it starts, by the variable ``DBT_LOCK_HOLDER``, and the project's
@@ -29,6 +35,7 @@ turnstile before it takes the lock, so the next dbt run queues behind the waitin
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -81,7 +88,8 @@ def dbt_run_lock(settings: Settings) -> Iterator[dict[str, str]]:
     with _turnstile(settings):
         pass
     with file_lock(dbt_lock_path(settings)):
-        yield {DBT_LOCK_HOLDER: f"pid {os.getpid()}"}
+        # named in every snapshot the run commits (macros/dbt_fence.sql): a refusal names the other run by it
+        yield {DBT_LOCK_HOLDER: f"pid {os.getpid()} on {socket.gethostname()}"}
 
 
 @contextmanager

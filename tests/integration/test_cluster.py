@@ -270,6 +270,14 @@ def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server, monkeypat
     assert session.table("gold.events_by_type_daily").groupBy().sum("event_count").first()[0] == events
     mirror = session.table("silver.customers_mirror").count()
     assert 0 < mirror <= COUNTS["customers"]
+    # Every table the build wrote carries the run's fence in its snapshots (macros/dbt_fence.sql),
+    # set by each model's pre-hook in that model's own Thrift session: the catalog checked each commit.
+    run = results["metadata"]["invocation_id"]
+    for table in ("silver.user_events", "silver.customers_mirror", "gold.events_by_type_daily"):
+        fences = {(row.run or "").split(" ")[0] + " " + (row.read or "").split("@")[0] for row in session.sql(
+            f"select summary['lakehouse.dbt-run'] as run, summary['lakehouse.dbt-read'] as read "
+            f"from {table}.snapshots where operation != 'replace'").collect()}
+        assert fences == {f"{run} {table}"}, (table, fences)
 
 
 

@@ -12,10 +12,17 @@ silver is unchanged; a plain `dbt show` with LAKEHOUSE_CONFIG_FILE set is refuse
 two `lakehouse dbt run --select purchases` started together, one configured by the environment
 and one by a LAKEHOUSE_CONFIG_FILE alone, both succeed (one waits for the other's lock) and
 silver holds every new purchase once.
+
+Two hosts: two `lakehouse dbt run --select purchases` with state folders of their own (so
+dbt-tables locks that never meet, as on two machines) on one catalog, on 3,000 new purchases.
+The first stops inside its append's commit (SIGSTOP, a fault point), the second runs and commits,
+the first is resumed: the catalog refuses its commit in one line (macros/dbt_fence.sql, jvm/catalog
+WriterFence) and silver holds every purchase once. Without the fence it appended them again.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +38,7 @@ from producers.delivery import produce_to_topic
 from producers.faults import FaultRates
 from tests.integration.dbt_in_process import run_dbt
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.processes import process_group, resume, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +135,36 @@ def test_two_lakehouse_dbt_runs_at_once_take_turns_and_append_each_purchase_once
     for code, output in [finish(run) for run in runs]:
         assert code == 0, output[-3000:]
     assert silver_counts(session) == (FIRST + new_purchases, FIRST + new_purchases)
+
+
+DBT_REFUSED = "commit refused: another dbt run wrote the table after this run read it"  # jvm/catalog WriterFence
+
+
+def test_dbt_runs_of_two_hosts_on_one_catalog_commit_each_purchase_once(lake, new_purchases, tmp_path):
+    own, session, _ = lake
+    ingest_purchases(own, session, NEW, seed=3)
+    good = session.table("bronze.purchases").where("_error_code is null").select("transaction_id").distinct().count()
+    assert silver_counts(session)[0] <= good - NEW  # at least the 3,000 new ones are for dbt to append
+    command = [LAKEHOUSE, "dbt", "run", "--select", "purchases"]
+    stopping = {**cli_env(own), "DBT_TARGET_PATH": str(tmp_path / "target-a"),
+                "LAKEHOUSE_JVM_OPTIONS": f"{os.environ.get('LAKEHOUSE_JVM_OPTIONS', '')} "
+                                         "-Dlakehouse.fault-point=stop-inside-dbt-commit".strip()}
+    # another host: its own state folder (its own dbt-tables lock), the same catalog and warehouse
+    other_home = tmp_path / "host-b"
+    other_home.mkdir()
+    (other_home / "jars").symlink_to((own.home / "jars").resolve())
+    other = {**cli_env(own), "LAKEHOUSE_HOME": str(other_home), "DBT_TARGET_PATH": str(tmp_path / "target-b")}
+    log = tmp_path / "host-a.log"
+    with process_group(command, stopping, log) as first:
+        wait_until(lambda: "fault point stop-inside-dbt-commit" in log.read_text(errors="replace"),
+                   "the first run stopped inside its commit", log, timeout_s=600, process=first)
+        second = subprocess.run(command, cwd=PROJECT_ROOT, env=other, capture_output=True, text=True, timeout=900)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+        assert silver_counts(session) == (good, good)
+        code = resume(first, timeout_s=600)
+    output = log.read_text(errors="replace")
+    rows, distinct = silver_counts(session)
+    assert (rows, distinct) == (good, good), \
+        f"{rows - distinct} purchases twice: the stalled run appended its increment again (exit {code})"
+    assert code != 0, output[-3000:]
+    assert f"silver.purchases: {DBT_REFUSED}" in output, output[-3000:]

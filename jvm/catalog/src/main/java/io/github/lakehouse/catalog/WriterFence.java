@@ -31,8 +31,17 @@ import org.slf4j.LoggerFactory;
  * retries only {@code CommitFailedException}) and a REST catalog server answers with 400, which
  * its client does not retry either.
  *
- * <p>Snapshots without the summary entry (dbt, maintenance, a dead-letter replay, the lease's own
- * property changes) are never fenced.
+ * <p>A dbt run's commits are fenced another way (ARCHITECTURE §4, "dbt runs on several hosts"):
+ * each snapshot a model writes names the run ({@value #DBT_RUN}) and the snapshot of main the run
+ * found on that table when it started ({@value #DBT_READ}, {@code <table>@<snapshot id>} or {@code
+ * <table>@none}; macros/dbt_fence.sql). Such a snapshot commits only if no snapshot main gained since
+ * that one was written by another dbt run: two runs that read the same state of a table (on two
+ * hosts, where the dbt-tables file lock does not reach) cannot both commit what they computed from
+ * it. Compaction and other snapshots that name no dbt run do not count. The same compare-and-swap
+ * makes this check atomic with the commit.
+ *
+ * <p>Snapshots with neither entry (maintenance, a dead-letter replay, the lease's own property
+ * changes) are never fenced.
  */
 final class WriterFence implements TableOperations {
   static final String LEASE_PROPERTY = "lakehouse.writer-lease";
@@ -43,6 +52,12 @@ final class WriterFence implements TableOperations {
   /** Tests only: stop this JVM and its parent (the Python driver) with SIGSTOP at the first fenced commit. */
   static final String FAULT_POINT_PROPERTY = "lakehouse.fault-point";
   static final String STOP_INSIDE_COMMIT = "stop-inside-append-commit";
+  static final String STOP_INSIDE_DBT_COMMIT = "stop-inside-dbt-commit";
+
+  static final String DBT_RUN = "lakehouse.dbt-run";
+  static final String DBT_READ = "lakehouse.dbt-read";
+  /** The words that name a dbt run's refused commit (lakehouse/operations/dbt.py). */
+  static final String DBT_REFUSED = "commit refused: another dbt run wrote the table after this run read it";
 
   private static final Logger LOG = LoggerFactory.getLogger(WriterFence.class);
   // The lease is a JSON object the job writes (json.dumps of ingestion/single_writer.py's Lease);
@@ -61,9 +76,14 @@ final class WriterFence implements TableOperations {
 
   @Override
   public void commit(TableMetadata base, TableMetadata metadata) {
+    Snapshot dbtSnapshot = newSnapshotWith(base, metadata, DBT_RUN);
+    if (dbtSnapshot != null) {
+      stopIfAsked(STOP_INSIDE_DBT_COMMIT);
+      checkDbtRun(base, dbtSnapshot.summary().get(DBT_RUN), dbtSnapshot.summary().get(DBT_READ));
+    }
     String writer = newSnapshotHolder(base, metadata);
     if (writer != null) {
-      stopIfAsked();
+      stopIfAsked(STOP_INSIDE_COMMIT);
       String holder = base == null ? null : leaseHolder(base.properties().get(LEASE_PROPERTY));
       if (!writer.equals(holder)) {
         throw new ValidationException(
@@ -79,6 +99,12 @@ final class WriterFence implements TableOperations {
 
   /** The lease holder named by a snapshot the commit adds, or null when it adds none that names one. */
   static String newSnapshotHolder(TableMetadata base, TableMetadata metadata) {
+    Snapshot snapshot = newSnapshotWith(base, metadata, SNAPSHOT_HOLDER);
+    return snapshot == null ? null : snapshot.summary().get(SNAPSHOT_HOLDER);
+  }
+
+  /** A snapshot the commit adds whose summary has {@code key}, or null. */
+  static Snapshot newSnapshotWith(TableMetadata base, TableMetadata metadata, String key) {
     Set<Long> known = new HashSet<>();
     if (base != null) {
       for (Snapshot snapshot : base.snapshots()) {
@@ -86,14 +112,61 @@ final class WriterFence implements TableOperations {
       }
     }
     for (Snapshot snapshot : metadata.snapshots()) {
-      if (!known.contains(snapshot.snapshotId()) && snapshot.summary() != null) {
-        String holder = snapshot.summary().get(SNAPSHOT_HOLDER);
-        if (holder != null) {
-          return holder;
-        }
+      if (!known.contains(snapshot.snapshotId()) && snapshot.summary() != null
+          && snapshot.summary().get(key) != null) {
+        return snapshot;
       }
     }
     return null;
+  }
+
+  /**
+   * Refuses a dbt run's commit over {@code base} when main gained a snapshot of another dbt run
+   * since the one the run read ({@code read}: {@code <table>@<id>} or {@code <table>@none}). A new
+   * table (base null) is the catalog's own atomic create; the walk back from main's head stops at
+   * this run's own earlier commit to the table (a mirror's MERGE, then its purge; a table dropped
+   * and created again by a full refresh), which was checked back to the snapshot read when it was
+   * made. A {@code read} naming another table is a
+   * session setting left over from another model and fences nothing here; none at all is refused:
+   * the run's macros always set it with the run.
+   */
+  void checkDbtRun(TableMetadata base, String run, String read) {
+    if (base == null) {
+      return;
+    }
+    if (read == null || read.lastIndexOf('@') < 0) {
+      throw new ValidationException("%s: %s: it names dbt run %s but not the snapshot the run read (%s)",
+          table, DBT_REFUSED, run, DBT_READ);
+    }
+    int at = read.lastIndexOf('@');
+    if (!read.substring(0, at).equals(table)) {
+      return;
+    }
+    String readId = read.substring(at + 1);
+    Long stop = "none".equals(readId) ? null : Long.valueOf(readId);
+    Snapshot snapshot = base.currentSnapshot();
+    while (snapshot != null) {
+      if (stop != null && snapshot.snapshotId() == stop) {
+        return;
+      }
+      String other = snapshot.summary() == null ? null : snapshot.summary().get(DBT_RUN);
+      if (run.equals(other)) {
+        return; // this run's earlier commit, checked back to the snapshot read when it was made
+      }
+      if (other != null) {
+        throw new ValidationException(
+            "%s: %s (snapshot %s of dbt run %s, after snapshot %s this run %s read): nothing of this model "
+                + "is committed; run dbt again",
+            table, DBT_REFUSED, snapshot.snapshotId(), other, readId, run);
+      }
+      snapshot = snapshot.parentId() == null ? null : base.snapshot(snapshot.parentId());
+    }
+    if (stop != null) {
+      throw new ValidationException(
+          "%s: %s: snapshot %s this run %s read is no longer in main's history (expired or replaced), so "
+              + "what was written since cannot be told: nothing of this model is committed; run dbt again",
+          table, DBT_REFUSED, readId, run);
+    }
   }
 
   /** The holder id of a lease property's value; null for none, or one without a holder. */
@@ -105,15 +178,15 @@ final class WriterFence implements TableOperations {
     return matcher.find() ? matcher.group(1) : null;
   }
 
-  private void stopIfAsked() {
-    if (!STOP_INSIDE_COMMIT.equals(System.getProperty(FAULT_POINT_PROPERTY))
+  private void stopIfAsked(String point) {
+    if (!point.equals(System.getProperty(FAULT_POINT_PROPERTY))
         || !STOPPED.compareAndSet(false, true)) {
       return;
     }
     ProcessHandle me = ProcessHandle.current();
     String pids = me.pid() + me.parent().map(parent -> " " + parent.pid()).orElse("");
     LOG.warn("{}: fault point {}: stopping this process and its parent ({}) with SIGSTOP (tests only)",
-        table, STOP_INSIDE_COMMIT, pids);
+        table, point, pids);
     try {
       new ProcessBuilder(("kill -STOP " + pids).split(" ")).inheritIO().start().waitFor();
     } catch (java.io.IOException e) {
