@@ -114,10 +114,10 @@ def classifier(state: dict, home: Path):
             return commands[pid]
 
         try:
-            broker = int(pid_file.read_text().strip())
+            broker = int(pid_file.read_text().split()[0])  # a start token follows it
             if broker in table and "kafka.Kafka" in command(broker):
                 known[table[broker].key] = "broker"
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             pass
         dbt_roots.update(table[pid].key for pid in demo if is_dbt(command(pid)))
         dbt = set(machine.tree_of(table, [pid for pid, start in dbt_roots

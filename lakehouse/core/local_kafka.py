@@ -26,7 +26,8 @@ from lakehouse.core.settings import Settings
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 BROKER_HEAP = "-Xmx768m"
-# psutil derives a start time from the boot time, which Linux gives in whole seconds.
+# A pid file without a start token only (`broker_process`): psutil derives a start time from the
+# boot time, which Linux gives in whole seconds.
 CLOCK_SLACK_S = 2.0
 
 
@@ -129,17 +130,35 @@ def broker_process(settings: Settings) -> psutil.Process | None:
 
     The pid file alone proves nothing: after a crash or a reboot its pid may belong to any
     other process, which must never be signalled or reported as the broker. So the process
-    must name this folder's broker configuration on its command line, and must not have
-    started after the pid file was written (a pid handed out again).
+    must name this folder's broker configuration on its command line, and the start token the
+    pid file holds beside the pid (a new one per start, `start_token_option`): a pid handed out
+    again, even to another broker of this folder, does not carry it. No clock is compared: a
+    process's start time against the file's time was one, and a stepped clock or a slow file
+    write under load made the running broker look like a stranger.
+
+    A pid file without a token (written by an earlier version, whose broker may still run)
+    falls back to that older check: the process did not start after the file was written.
     """
     paths = BrokerPaths(settings.kafka_dir)
     try:
-        written = paths.pid.stat().st_mtime
-        process = psutil.Process(int(paths.pid.read_text().strip()))
-        ours = str(paths.config) in process.cmdline() and process.create_time() <= written + CLOCK_SLACK_S
+        pid, *token = paths.pid.read_text().split()
+        process = psutil.Process(int(pid))
+        command = process.cmdline()
+        if token:
+            ours = str(paths.config) in command and start_token_option(token[0]) in command
+        else:
+            written = paths.pid.stat().st_mtime
+            ours = str(paths.config) in command and process.create_time() <= written + CLOCK_SLACK_S
     except (OSError, ValueError, psutil.Error):  # no file, garbage, gone, a zombie, or another user's
         return None
     return process if ours else None
+
+
+def start_token_option(token: str) -> str:
+    """The broker JVM's option that carries its start token (see `broker_process`)."""
+    return f"-Dlakehouse.broker-start={token}"
+
+
 
 
 def running_pid(settings: Settings) -> int | None:
@@ -223,13 +242,14 @@ def start(settings: Settings, log=print) -> int:
         if fmt.returncode != 0:
             raise LakehouseError(f"formatting Kafka storage failed: {(fmt.stderr or fmt.stdout).strip()[-300:]}")
 
+    token = uuid.uuid4().hex
     with open(paths.console, "ab") as console:
         proc = subprocess.Popen(
-            [*jvm, "kafka.Kafka", str(paths.config)],
+            [*jvm, start_token_option(token), "kafka.Kafka", str(paths.config)],
             stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # survives the CLI; stopped by `lakehouse kafka stop`
         )
-    write_atomically(paths.pid, str(proc.pid))
+    write_atomically(paths.pid, f"{proc.pid} {token}")
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

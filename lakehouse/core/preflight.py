@@ -116,9 +116,9 @@ def check_port(port: int, what: str = "Kafka") -> None:
 
 def own_process_alive(pidfile: str) -> bool:
     try:
-        pid = int(open(pidfile).read().strip())
+        pid = int(open(pidfile).read().split()[0])  # the broker's start token may follow it
         os.kill(pid, 0)
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return False
     return True
 

@@ -194,10 +194,9 @@ def running_broker(lake: Lake) -> int:
     paths = local_kafka.BrokerPaths(lake.settings.kafka_dir)
     written = paths.pid.read_text().strip() if paths.pid.exists() else "no pid file"
     try:
-        process = psutil.Process(int(written))
-        after = process.create_time() - paths.pid.stat().st_mtime
-        seen = f"{process.status()}, started {after:+.1f} s after the pid file was written"
-    except (ValueError, psutil.Error) as exc:
+        process = psutil.Process(int(written.split()[0]))
+        seen = f"{process.status()}, command line {' '.join(process.cmdline())[-300:]}"
+    except (ValueError, IndexError, psutil.Error) as exc:
         seen = f"not there ({type(exc).__name__})"
     log = paths.logs / "server.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else "(no server.log)"
