@@ -132,9 +132,10 @@ def broker_process(settings: Settings) -> psutil.Process | None:
     other process, which must never be signalled or reported as the broker. So the process
     must name this folder's broker configuration on its command line, and the start token the
     pid file holds beside the pid (a new one per start, `start_token_option`): a pid handed out
-    again, even to another broker of this folder, does not carry it. No clock is compared: a
-    process's start time against the file's time was one, and a stepped clock or a slow file
-    write under load made the running broker look like a stranger.
+    again, even to another broker of this folder, does not carry it. No clock is compared: the
+    check before compared a process's start time (psutil's, derived from the boot time) with the
+    file's time, two clock readings that a stepped clock can set apart, so that the running
+    broker looks like a stranger (a suspected cause of one chaos failure, not proven).
 
     A pid file without a token (written by an earlier version, whose broker may still run)
     falls back to that older check: the process did not start after the file was written.
@@ -157,8 +158,6 @@ def broker_process(settings: Settings) -> psutil.Process | None:
 def start_token_option(token: str) -> str:
     """The broker JVM's option that carries its start token (see `broker_process`)."""
     return f"-Dlakehouse.broker-start={token}"
-
-
 
 
 def running_pid(settings: Settings) -> int | None:

@@ -56,7 +56,7 @@ final class WriterFence implements TableOperations {
 
   static final String DBT_RUN = "lakehouse.dbt-run";
   static final String DBT_READ = "lakehouse.dbt-read";
-  /** The words that name a dbt run's refused commit (lakehouse/operations/dbt.py). */
+  /** The words that name a dbt run's refused commit (docs/running.md, tests/integration/test_plain_dbt.py). */
   static final String DBT_REFUSED = "commit refused: another dbt run wrote the table after this run read it";
 
   private static final Logger LOG = LoggerFactory.getLogger(WriterFence.class);
@@ -126,9 +126,8 @@ final class WriterFence implements TableOperations {
    * table (base null) is the catalog's own atomic create; the walk back from main's head stops at
    * this run's own earlier commit to the table (a mirror's MERGE, then its purge; a table dropped
    * and created again by a full refresh), which was checked back to the snapshot read when it was
-   * made. A {@code read} naming another table is a
-   * session setting left over from another model and fences nothing here; none at all is refused:
-   * the run's macros always set it with the run.
+   * made. A {@code read} naming another table is a session setting left over from another model
+   * and fences nothing here; none at all is refused: the run's macros always set it with the run.
    */
   void checkDbtRun(TableMetadata base, String run, String read) {
     if (base == null) {
