@@ -127,7 +127,7 @@
     {%- set applied = cdc_live_property(target, names.loaded) or '1970-01-01 00:00:00' -%}
     {%- set loaded_through = run_query('select cast(max(_loaded_at) as string) from (' ~ sql ~ ') where '
                                        ~ '_loaded_at > ' ~ timestamp_literal(applied)).rows[0][0] -%}
-    {%- set statements = [] -%}
+    {%- set statements = {} -%}
     {%- if loaded_through -%}
         {%- do cdc_live_follow_mirror_columns(target, mirror) -%}
         {%- set columns = adapter.get_columns_in_relation(target) | map(attribute='name') | list -%}
@@ -136,7 +136,7 @@
             {{ cdc_live_merge_sql(target, sql, keys, columns, applied, loaded_through) }}
         {%- endcall -%}
         {%- do restore_session_settings(previous) -%}
-        {%- do statements.append("'" ~ names.loaded ~ "' = '" ~ loaded_through ~ "'") -%}
+        {%- do statements.update({names.loaded: loaded_through}) -%}
     {%- else -%}
         {#- nothing new in the mirror -#}
         {%- do cdc_nothing_to_apply() -%}
@@ -145,11 +145,12 @@
         {%- call statement('reconcile_purged') -%}
             {{ cdc_live_reconcile_sql(target, mirror, keys) }}
         {%- endcall -%}
-        {%- do statements.append("'" ~ names.purged ~ "' = '" ~ mirror_purged ~ "'") -%}
+        {%- do statements.update({names.purged: mirror_purged}) -%}
     {%- endif -%}
     {%- if statements -%}
+        {#- staged: they become the table's when the run's branch is published (macros/audit_publish.sql) -#}
         {%- call statement('live_properties') -%}
-            alter table {{ target }} set tblproperties ({{ statements | join(', ') }})
+            {{ staged_properties_sql(target, statements) }}
         {%- endcall -%}
     {%- endif -%}
 {%- endmacro %}

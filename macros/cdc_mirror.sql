@@ -339,9 +339,17 @@
         {%- endif -%}
         {#- `tombstones-purged-at` moves only when tombstones went: the live table (macros/cdc_live.sql)
             then deletes the keys whose tombstone it may not have seen -#}
+        {#- `tombstones-purged-at` is written as it is (the live table reconciling once more than
+            needed is harmless, once less is not); the horizon is staged: it becomes the table's
+            when the run's branch is published (macros/audit_publish.sql), so a purge never
+            published is made again -#}
+        {%- if purging -%}
+            {%- call statement('purged_at') -%}
+                alter table {{ relation }} set tblproperties ('lakehouse.tombstones-purged-at' = '{{ cutoff }}')
+            {%- endcall -%}
+        {%- endif -%}
         {%- call statement('purge_horizon') -%}
-            alter table {{ relation }} set tblproperties ('{{ horizon_property }}' = '{{ cutoff }}'
-                {%- if purging %}, 'lakehouse.tombstones-purged-at' = '{{ cutoff }}'{% endif %})
+            {{ staged_properties_sql(relation, {horizon_property: cutoff}) }}
         {%- endcall -%}
     {%- endif -%}
 {%- endmacro %}

@@ -37,14 +37,14 @@
 {%- endmacro %}
 
 
-{% macro high_water_mark_metadata_sql(existing, column=none, overlap_minutes=none) -%}
+{% macro high_water_mark_metadata_sql(existing, column=none, overlap_minutes=none, branch=none) -%}
     {%- set column = column or var('bronze_columns').ingested_at -%}
     {#- a file with only nulls in the column has no upper bound but a value count: it holds no mark -#}
     select coalesce(max(readable_metrics.{{ column }}.upper_bound), timestamp'1970-01-01')
            - interval {{ var('overlap_minutes') if overlap_minutes is none else overlap_minutes }} minutes
            as increment_start,
            count_if(readable_metrics.{{ column }}.value_count is null) as files_without_metrics
-    from {{ existing }}.data_files
+    from {{ existing }}.data_files{% if branch %} version as of '{{ branch }}'{% endif %}
 {%- endmacro %}
 
 
@@ -66,10 +66,11 @@
 {%- endmacro %}
 
 
-{% macro increment_start(existing, column=none, overlap_minutes=none) -%}
+{#- `branch`: read the table's files on that branch (a metadata table reads main unless told) -#}
+{% macro increment_start(existing, column=none, overlap_minutes=none, branch=none) -%}
     {%- set column = column or var('bronze_columns').ingested_at -%}
     {%- if execute and existing is not none and existing is not string -%}
-        {%- set bound = run_query(as_text_sql(high_water_mark_metadata_sql(existing, column, overlap_minutes))).rows[0] -%}
+        {%- set bound = run_query(as_text_sql(high_water_mark_metadata_sql(existing, column, overlap_minutes, branch))).rows[0] -%}
         {%- if bound[1] > 0 -%}
             {%- set bound = run_query(as_text_sql(high_water_mark_sql(existing, column, overlap_minutes))).rows[0] -%}
         {%- endif -%}
@@ -81,14 +82,16 @@
 
 
 {#- The newest value of `column` in `relation` (no overlap), as a literal: a model records it
-    to know, next run, what it has seen of another model (gold's `_customers_as_of`). -#}
+    to know, next run, what it has seen of another model (gold's `_customers_as_of`). That model
+    reads `relation` as this run wrote it: on the run's audit branch once it has one
+    (macros/audit_publish.sql), whose rows the model's query reads too. -#}
 {% macro high_water_mark(relation, column) -%}
     {%- if execute and ((relation | string).startswith('__dbt__cte__') or load_relation(relation) is none) -%}
         {#- a dbt unit test's fixture (a CTE, which need not have the column), or not built yet
             (`dbt compile` of a new project): nothing seen -#}
         {{ return(timestamp_literal('1970-01-01 00:00:00')) }}
     {%- endif -%}
-    {{ return(increment_start(relation, column, overlap_minutes=0)) }}
+    {{ return(increment_start(relation, column, overlap_minutes=0, branch=audit_branch_of(relation))) }}
 {%- endmacro %}
 
 
@@ -138,7 +141,8 @@
     The snapshot is taken when the model renders, before its query runs, so the query reads that
     snapshot or a later one: whatever lands between is read again next run, never skipped. It is
     kept in the Spark session (`SET`) until the model's table is written, and a post-hook
-    (`record_bronze_snapshot`, dbt_project.yml) then stores it on the table: a run that fails
+    (`record_bronze_snapshot`, dbt_project.yml) then stages it on the table, and publishing the
+    run's branch records it (macros/audit_publish.sql): a run that fails, or whose tests fail,
     records nothing and the next one starts from the last recorded snapshot.
 
     Compaction (`lakehouse maintain`) commits `replace` snapshots: their files hold rows appended
@@ -316,8 +320,8 @@
             {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
             {%- if table_property(existing, property) != snapshot
                    or table_property(existing, sequence_property) != sequence -%}
-                alter table {{ existing }} set tblproperties ('{{ property }}' = '{{ snapshot }}',
-                                                              '{{ sequence_property }}' = '{{ sequence }}')
+                {#- staged: it becomes the table's when the run's branch is published (macros/audit_publish.sql) -#}
+                {{ staged_properties_sql(existing, {property: snapshot, sequence_property: sequence}) }}
             {%- endif -%}
         {%- endif -%}
     {%- endif -%}

@@ -267,7 +267,9 @@ def _add_dbt(sub) -> None:
                     "variables profiles.yml reads). A command that writes (run, build, seed, snapshot, ...) "
                     "holds the dbt-tables lock: two runs never append the same rows twice, and `lakehouse "
                     "maintain` never compacts a table under a running MERGE; a plain `dbt run` is refused for "
-                    "that reason. Every argument is passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
+                    "that reason. A run writes silver and gold to an audit branch of its own and publishes "
+                    "it (main) only if none of its models and tests failed (docs/models.md). Every argument is "
+                    "passed to dbt. `lakehouse dbt loop --every 30s [DBT_ARGS]` "
                     "runs dbt on a cadence in one process, its Spark session kept warm (`lakehouse dbt loop "
                     "--help`).")
     parser.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS", help="dbt's command and options")

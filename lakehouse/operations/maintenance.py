@@ -10,6 +10,7 @@ leave position-delete files behind on the merge-on-read mirrors. Each pass, per 
 2. `rewrite_manifests`, when there is more than one manifest;
 3. `expire_snapshots`, after copying each ingestion query's last committed batch into a
    table property, so the exactly-once check (ARCHITECTURE §8) outlives the snapshots it read;
+   it also drops branches past their retention (a failed dbt run's audit branch);
 4. `remove_orphan_files`, older than the policy's minimum age (never under 24 hours).
 
 Policies come from lakehouse/operations/maintenance.yml (or LAKEHOUSE_MAINTENANCE_FILE). Iceberg's
@@ -196,6 +197,14 @@ def partition_predicate(transforms: list[str], values: tuple) -> str | None:
         else:
             return None
     return "(" + " and ".join(terms or ["true"]) + ")"
+
+
+def aged_branches(rows, now: datetime) -> list[str]:
+    """The branches among ``rows`` (name, max_reference_age_in_ms, committed_at of the branch's
+    snapshot) older than their retention at ``now``, as Iceberg's expiry judges them; a branch
+    without a retention is kept."""
+    return sorted(name for name, age_ms, committed_at in rows
+                  if age_ms is not None and committed_at.replace(tzinfo=UTC) < now - timedelta(milliseconds=age_ms))
 
 
 def snapshots_to_expire(committed_at: list[datetime], older_than: datetime, keep: int) -> int:
@@ -538,15 +547,23 @@ class TableMaintenance:
         committed = [row.committed_at.replace(tzinfo=UTC) for row in
                      self.spark.sql(f"select committed_at from {quote_table(self.table)}.snapshots").collect()]
         expected = snapshots_to_expire(committed, older_than, self.policy.snapshots_to_keep)
+        table = quote_table(self.table)
+        # branches past their retention (a failed dbt run's audit branch: macros/audit_publish.sql),
+        # which Iceberg's expiry drops with the snapshots only they kept
+        aged = aged_branches(self.spark.sql(
+            f"select refs.name, refs.max_reference_age_in_ms, snapshots.committed_at from {table}.refs as refs "
+            f"join {table}.snapshots as snapshots on refs.snapshot_id = snapshots.snapshot_id "
+            f"where refs.type = 'BRANCH' and refs.name <> 'main'").collect(), self.now)
         if self.dry_run:
             self.result.actions.append(f"would expire about {expected:,} snapshot(s) older than "
                                        f"{older_than:%Y-%m-%d %H:%M} UTC (keeping the newest "
-                                       f"{self.policy.snapshots_to_keep})")
+                                       f"{self.policy.snapshots_to_keep})"
+                                       + (f" and branch(es) past their retention: {', '.join(aged)}" if aged else ""))
             return
         if self.result.kind == "streaming":
             markers = bronze.record_committed_batches(self.spark, self.table, live_query_ids(self.settings))
             self.result.committed_markers = len(markers)
-        if not expected:
+        if not expected and not aged:
             return
         before = len(committed)
         [row] = self._call("expire_snapshots", f"older_than => {_timestamp_literal(older_than)}",
@@ -558,7 +575,8 @@ class TableMaintenance:
             f"{row.deleted_data_files_count + row.deleted_position_delete_files_count:,} data/delete files and "
             f"{row.deleted_manifest_files_count:,} manifests deleted"
             + (f"; exactly-once markers kept for {self.result.committed_markers} query(ies)"
-               if self.result.committed_markers else ""))
+               if self.result.committed_markers else "")
+            + (f"; branch(es) past their retention dropped: {', '.join(aged)}" if aged else ""))
 
     def remove_orphans(self) -> None:
         older_than = self.now - timedelta(hours=self.policy.orphan_min_age_hours)

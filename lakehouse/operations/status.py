@@ -100,6 +100,8 @@ class TableStatus:
     oldest_snapshot_at: str | None = None  # commit time of its oldest snapshot kept (its creation, if none expired)
     last_maintenance: dict[str, Any] | None = None  # the last non-dry-run entry of the maintenance log
     last_maintenance_success: str | None = None  # when its last successful maintenance pass ended
+    # audit branches of dbt runs not published (macros/audit_publish.sql): a build that failed, or runs
+    held_back: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -415,6 +417,14 @@ def field_notes(s: StreamStatus) -> list[str]:
     return notes
 
 
+AUDIT_BRANCH_PREFIX = "audit_"  # macros/audit_publish.sql, audit_branch()
+
+
+def held_back_note(table: str, branch: str) -> str:
+    return (f"not published: dbt run {branch} (failed, or running now); its rows: "
+            f"select * from {table} version as of '{branch}'")
+
+
 def format_tables(tables: list[TableStatus], settings: Settings | None = None, now: datetime | None = None) -> str:
     """The tables part; with ``settings`` and ``now``, each table's maintenance problems as notes."""
     if not tables:
@@ -430,7 +440,7 @@ def format_tables(tables: list[TableStatus], settings: Settings | None = None, n
                          format_maintenance(t.last_maintenance)])
         late = maintenance_problems(t, settings.status_max_maintenance_age_hours, now) \
             if settings is not None and now is not None else []
-        notes[len(rows) - 1] = [*t.problems, *late]
+        notes[len(rows) - 1] = [*t.problems, *late, *(held_back_note(t.table, branch) for branch in t.held_back)]
     lines = []
     for index, line in enumerate(aligned(rows, right=(1, 2, 3, 4, 5))):
         lines.append(line)
@@ -738,6 +748,7 @@ def _fill_table(catalog, status: TableStatus) -> None:
         status.problems.append("no longer in the catalog")
         return
     status.snapshots = len(table.metadata.snapshots)
+    status.held_back = sorted(name for name in table.metadata.refs if name.startswith(AUDIT_BRANCH_PREFIX))
     if table.metadata.snapshots:
         oldest = min(snapshot.timestamp_ms for snapshot in table.metadata.snapshots)
         status.oldest_snapshot_at = datetime.fromtimestamp(oldest / 1000, UTC).isoformat(timespec="seconds")

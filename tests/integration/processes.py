@@ -1,9 +1,11 @@
-"""Background JVMs of the cluster tests (Spark master/worker, Thrift Server, REST catalog,
-S3 store): started with their output in a log, waited for, always stopped."""
+"""Processes of the integration tests: background JVMs (Spark master/worker, Thrift Server, REST
+catalog, S3 store, jobs) started with their output in a log, waited for, always stopped; and
+commands run with their clock moved (`faketime`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -81,3 +83,12 @@ def http_answers(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def faketime(offset_seconds: int) -> list[str]:
+    """The command prefix that runs a process with its clock moved by `offset_seconds` (Debian's
+    faketime, libfaketime preloaded into the process and its children: the JVM too)."""
+    path = shutil.which("faketime")
+    if path is None:
+        pytest.fail("faketime is not installed: `make faketime` installs it (Debian package faketime)")
+    return [path, "-f", f"{offset_seconds:+d}s"]

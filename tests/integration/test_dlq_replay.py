@@ -21,7 +21,6 @@ import json
 import os
 import queue
 import random
-import shutil
 import signal
 import subprocess
 import threading
@@ -49,6 +48,7 @@ from producers.delivery import ensure_topic, producer_config
 from tests.conftest import REPO_ROOT
 from tests.integration import dbt_in_process
 from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.processes import faketime
 
 pytestmark = pytest.mark.integration
 
@@ -311,15 +311,6 @@ def test_a_bad_reason_is_one_line_without_a_traceback(lake):
 CLOCK_BEHIND = 50
 MORE = 3  # good purchases ingested while the replay is held: the snapshot the next dbt run records
 REPLAY_MERGES = "replacing or marking its dead rows"  # the replay's line just before its MERGE
-
-
-def faketime(offset_seconds: int) -> list[str]:
-    """The command prefix that runs a process with its clock moved by `offset_seconds` (Debian's
-    faketime, libfaketime preloaded into the process and its children: the JVM too)."""
-    path = shutil.which("faketime")
-    if path is None:
-        pytest.fail("faketime is not installed: `make faketime` installs it (Debian package faketime)")
-    return [path, "-f", f"{offset_seconds:+d}s"]
 
 
 def v4_schema() -> str:

@@ -72,6 +72,14 @@ def test_partition_predicates_select_one_day_and_stream():
     assert m.partition_predicate(["bucket(16, id)"], (3,)) is None  # no per-partition condition
 
 
+def test_a_branch_past_its_retention_is_expired_and_one_without_retention_kept():
+    now = datetime(2026, 11, 23, tzinfo=UTC)
+    week = 168 * 3600 * 1000
+    rows = [("audit_old", week, (now - timedelta(hours=169)).replace(tzinfo=None)),
+            ("audit_new", week, now - timedelta(hours=1)), ("kept", None, now - timedelta(days=400))]
+    assert m.aged_branches(rows, now) == ["audit_old"]
+
+
 def test_expiry_estimate_keeps_the_newest_snapshots():
     now = datetime(2026, 11, 23, tzinfo=UTC)
     committed = [now - timedelta(hours=h) for h in (1, 30, 40, 50, 60)]

@@ -223,8 +223,9 @@ def test_an_increment_merges_the_mirror_rows_stamped_since_the_last_run():
             + ", ".join(f"`{c.name}` = change.`{c.name}`" for c in LIVE_COLUMNS)
             + f" when not matched and not change._is_deleted then insert ({quoted}) values ("
             + ",".join(f"change.`{c.name}`" for c in LIVE_COLUMNS) + ")")),
+        # staged on the run's audit branch (the harness has no invocation id): published with it
         ("live_properties", sql(f"alter table {LIVE} set tblproperties "
-                                "('lakehouse.live.loaded-through' = '2026-01-03 00:00:00')"))]
+                                "('lakehouse.staged.lakehouse.live.loaded-through' = 'audit_|2026-01-03 00:00:00')"))]
     newest = [query for query in warehouse.queries if "max(_loaded_at)" in query]
     assert normalized(newest[0]).endswith("where _loaded_at > timestamp'2026-01-01 00:00:00'")
 
@@ -245,7 +246,7 @@ def test_a_purge_the_live_table_has_not_seen_deletes_the_keys_the_mirror_lost():
             f"merge into {LIVE} as live using (select customer_id from {MIRROR} where not _is_deleted) as mirror "
             "on mirror.customer_id = live.customer_id when not matched by source then delete")),
         ("live_properties", sql(f"alter table {LIVE} set tblproperties "
-                                "('lakehouse.tombstones-purged-at' = '2026-01-02 00:00:00')"))]
+                                "('lakehouse.staged.lakehouse.tombstones-purged-at' = 'audit_|2026-01-02 00:00:00')"))]
 
 
 def test_an_increment_follows_a_column_the_mirror_grew():

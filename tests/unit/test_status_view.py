@@ -98,6 +98,15 @@ def test_the_report_has_every_part_with_aligned_numbers():
     assert json.loads(json.dumps(report.to_dict()))["streams"][0]["dead_letters_replayed"] == 2
 
 
+def test_a_dbt_run_not_published_is_a_note_under_each_table_it_wrote():
+    """macros/audit_publish.sql keeps a failed run's audit branch: status says how to read it."""
+    tables = [s.TableStatus("silver.purchases", rows=10, held_back=["audit_1a2b"]), s.TableStatus("gold.x", rows=1)]
+    text = s.format_tables(tables)
+    assert "note: not published: dbt run audit_1a2b (failed, or running now); its rows: " \
+           "select * from silver.purchases version as of 'audit_1a2b'" in text
+    assert text.count("not published") == 1
+
+
 def test_status_of_an_empty_lakehouse_says_what_is_missing_without_starting_anything(tmp_path):
     """Nothing ingested, no broker: every part says why it is empty; exit status 0, no traceback."""
     env = {"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_PORT": str(free_port()),

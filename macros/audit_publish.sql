@@ -1,0 +1,158 @@
+{#-
+    Write-audit-publish (ARCHITECTURE §4, "Publication"). Readers read a silver or gold table's
+    `main`. A dbt run that writes tables writes them to an Iceberg branch of its own,
+    `audit_<invocation id>`, and moves `main` only once every model and every test of the run
+    passed; a failed run publishes nothing and keeps its branch for inspection.
+
+    - `audit_start` (on-run-start) names the branch in the session (`spark.wap.branch`). Iceberg
+      then writes every INSERT, MERGE, DELETE and overwrite of a table whose `write.wap.enabled`
+      is true to that branch (forked from main at the table's first write in the run) and reads a
+      table from the branch once it has one: a model reads what the run's upstream models wrote,
+      and dbt's tests read what the run built. The session setting, not explicit branch writes
+      (`<table>.branch_<name>`): every materialization (dbt-spark's, cdc_mirror, cdc_live) and
+      every test follows it without a statement rewritten. Metadata tables (`refs`, `data_files`)
+      still read main: a run's increments are computed from what was published.
+    - `audit_model` (every model's pre- and post-hook) sets `write.wap.enabled` on its table and
+      the branch in the model's session (a Thrift server has one session per dbt thread).
+    - A table property is table-wide in Iceberg, not per branch. The properties that say how far
+      a table has read its input (the bronze snapshot, a live table's mirror stamps, a mirror's
+      purge horizon) would, written as they are, move past rows a failed run never published:
+      `staged_properties_sql` writes them as `lakehouse.staged.<name>` = `<branch>|<value>`, and
+      publishing the branch makes them `<name>`. (Properties for which "ahead" is harmless, the
+      run-stamp floor and a mirror's `tombstones-purged-at`, are written as they are.)
+    - `audit_publish` (on-run-end): when a model or test failed, one line naming them and the
+      branch, kept for `audit_branch_retention_hours` (var; `lakehouse maintain` then expires it),
+      and nothing else. Otherwise, in the order dbt ran the models (upstream first, so a
+      table is never published ahead of one it reads), for every table the run wrote: check that
+      main is still the snapshot the run read (macros/dbt_fence.sql), fast-forward main to the
+      branch (`system.fast_forward`, which itself refuses unless main is an ancestor of the
+      branch), promote the staged properties, drop the branch. A crash between the fast-forward
+      and the promotion leaves the staged positions behind the rows: the next run reads again,
+      which every model makes harmless.
+
+    A table's first build and a `--full-refresh` create or replace the table, which Iceberg does
+    on main: those write main directly, as they are written, and say so in a line (docs/models.md).
+-#}
+
+{% macro audit_branch() -%}
+    {{ return('audit_' ~ (invocation_id | replace('-', '_'))) }}
+{%- endmacro %}
+
+
+{% macro staged_property_prefix() -%}
+    {{ return('lakehouse.staged.') }}
+{%- endmacro %}
+
+
+{% macro audit_start() %}
+    {%- if execute and writes_tables() -%}
+        {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
+    {%- endif -%}
+{% endmacro %}
+
+
+{#- `written`: the post-hook, after the model's write (a first build has created its table).
+    A first build and a full refresh write main directly: Iceberg creates a table on main, and
+    replacing a table whose `write.wap.enabled` is true would clear main and leave the rows on
+    the branch, an empty table for readers until it is published -#}
+{% macro audit_model(relation, written=false) %}
+    {%- if execute and writes_tables() and model.config.materialized not in ('view', 'ephemeral') -%}
+        {%- set existing = load_relation(relation) -%}
+        {#- the post-hook sets the branch again: the next model and dbt's tests read it -#}
+        {%- if not written and (existing is none or flags.FULL_REFRESH) -%}
+            {%- do run_query('reset spark.wap.branch') -%}
+            {%- do log(relation.schema ~ '.' ~ relation.identifier ~ ': ' ~ ('full refresh' if existing is not none
+                       else 'first build') ~ ': written to main directly, before its tests (Iceberg creates and '
+                       ~ 'replaces a table on main)', info=true) -%}
+        {%- else -%}
+            {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
+            {%- if existing is not none and existing.type == 'table'
+                  and table_property(existing, 'write.wap.enabled') != 'true' -%}
+                alter table {{ existing }} set tblproperties ('write.wap.enabled' = 'true')
+            {%- endif -%}
+        {%- endif -%}
+    {%- endif -%}
+{% endmacro %}
+
+
+{#- the run's branch if `relation` has it (this run wrote the table), else none -#}
+{% macro audit_branch_of(relation) -%}
+    {%- if not (execute and writes_tables()) -%}{{ return(none) }}{%- endif -%}
+    {%- set found = run_query("select count(*) from " ~ relation ~ ".refs where name = '" ~ audit_branch() ~ "'").rows[0][0] -%}
+    {{ return(audit_branch() if found > 0 else none) }}
+{%- endmacro %}
+
+
+{#- `alter table` setting `properties` ({name: value}) of `relation`, staged on the run's branch -#}
+{% macro staged_properties_sql(relation, properties) -%}
+    alter table {{ relation }} set tblproperties (
+    {%- for name, value in properties.items() %}
+        '{{ staged_property_prefix() ~ name }}' = '{{ audit_branch() ~ '|' ~ value }}'{{ ',' if not loop.last }}
+    {%- endfor %})
+{%- endmacro %}
+
+
+{% macro audit_publish(results) %}
+    {%- if execute and writes_tables() -%}
+        {%- do run_query('reset spark.wap.branch') -%}
+        {%- set branch = audit_branch() -%}
+        {%- set failed = [] -%}
+        {%- for result in results if result.status in ('error', 'fail', 'runtime error') -%}
+            {%- do failed.append(result.node.name) -%}
+        {%- endfor -%}
+        {%- set written = [] -%}
+        {%- for result in results if result.node.resource_type == 'model'
+                                     and result.node.config.materialized not in ('view', 'ephemeral') -%}
+            {%- set relation = adapter.get_relation(database=result.node.database, schema=result.node.schema,
+                                                    identifier=result.node.alias) -%}
+            {%- if relation is not none and run_query("select count(*) from " ~ relation ~ ".refs where name = '"
+                                                      ~ branch ~ "'").rows[0][0] > 0 -%}
+                {%- do written.append(relation) -%}
+            {%- endif -%}
+        {%- endfor -%}
+        {%- if failed -%}
+            {#- kept for inspection, for `audit_branch_retention_hours`: `lakehouse maintain`
+                (Iceberg's expire_snapshots) drops a branch older than its retention -#}
+            {%- for relation in written -%}
+                {%- set head = run_query("select snapshot_id from " ~ relation ~ ".refs where name = '" ~ branch ~ "'").rows[0][0] -%}
+                {%- do run_query('alter table ' ~ relation ~ ' replace branch ' ~ branch ~ ' as of version ' ~ head
+                                 ~ ' retain ' ~ var('audit_branch_retention_hours') ~ ' hours') -%}
+            {%- endfor -%}
+            {%- do log('not published: ' ~ failed | length ~ ' failed (' ~ failed | join(', ') ~ '); main of every table '
+                       ~ 'is unchanged; what the run wrote stays on branch ' ~ branch ~ ' of ' ~ (written | join(', ') or 'no table')
+                       ~ " (`select ... from <table> version as of '" ~ branch ~ "'`, `lakehouse status`)", info=true) -%}
+        {%- else -%}
+            {%- for relation in written -%}
+                {%- do audit_publish_table(relation, branch) -%}
+            {%- endfor -%}
+            {%- if written -%}
+                {%- do log('published ' ~ written | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ written | join(', '), info=true) -%}
+            {%- endif -%}
+        {%- endif -%}
+    {%- endif -%}
+{% endmacro %}
+
+
+{#- main of `relation` moved to `branch`, its staged properties promoted, the branch dropped -#}
+{% macro audit_publish_table(relation, branch) %}
+    {%- set name = relation.schema ~ '.' ~ relation.identifier -%}
+    {%- set read = run_query('select s from ' ~ dbt_fence_view() ~ " where t = '" ~ name ~ "'").rows -%}
+    {%- set head = run_query("select cast(snapshot_id as string) from " ~ relation ~ ".refs where name = 'main'").rows -%}
+    {#- a table this run created or replaced (first build, full refresh) has no read snapshot to
+        compare: fast_forward's own check (main an ancestor of the branch) then stands alone -#}
+    {%- if read and not flags.FULL_REFRESH and read[0][0] != (head[0][0] if head else none) -%}
+        {{ exceptions.raise_compiler_error(name ~ ': not published: its main moved (snapshot ' ~ read[0][0]
+            ~ ' when this run started, ' ~ (head[0][0] if head else 'none') ~ ' now: another run or host published it); '
+            ~ 'nothing of this table is published, its branch ' ~ branch ~ ' is kept; run dbt again') }}
+    {%- endif -%}
+    {%- do run_query("call system.fast_forward('" ~ name ~ "', 'main', '" ~ branch ~ "')") -%}
+    {%- set promoted = [] -%}
+    {%- for row in run_query('show tblproperties ' ~ relation).rows
+          if row[0].startswith(staged_property_prefix()) and (row[1] | string).startswith(branch ~ '|') -%}
+        {%- do promoted.append("'" ~ row[0][staged_property_prefix() | length:] ~ "' = '" ~ (row[1] | string)[branch | length + 1:] ~ "'") -%}
+    {%- endfor -%}
+    {%- if promoted -%}
+        {%- do run_query('alter table ' ~ relation ~ ' set tblproperties (' ~ promoted | join(', ') ~ ')') -%}
+    {%- endif -%}
+    {%- do run_query('alter table ' ~ relation ~ ' drop branch ' ~ branch) -%}
+{% endmacro %}
