@@ -51,6 +51,24 @@
 {% endmacro %}
 
 
+{#- dbt's `ref`, which first names the run's branch in the session of a Thrift server: there dbt
+    opens a session per model and per test, and a model's SQL reads its upstream tables while dbt
+    renders it, before its pre-hook (an increment's bounds, the days it touches), as a test reads
+    its model. Without it, gold rendered through the server read silver's main and missed the rows
+    the run had just written to silver's branch. (dbt's target does not say which method it uses,
+    so the local session, one for the whole run, is told again too: a SET, a few milliseconds.) -#}
+{% macro ref() -%}
+    {%- if execute and writes_tables() -%}
+        {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
+    {%- endif -%}
+    {%- set version = kwargs.get('version') or kwargs.get('v') -%}
+    {%- if varargs | length == 1 -%}
+        {{ return(builtins.ref(varargs[0], version=version)) }}
+    {%- endif -%}
+    {{ return(builtins.ref(varargs[0], varargs[1], version=version)) }}
+{%- endmacro %}
+
+
 {#- `written`: the post-hook, after the model's write (a first build has created its table).
     A first build and a full refresh write main directly: Iceberg creates a table on main, and
     replacing a table whose `write.wap.enabled` is true would clear main and leave the rows on

@@ -280,6 +280,36 @@ def test_dbt_build_through_the_thrift_server(lakehouse, thrift_server, monkeypat
         assert fences == {f"{run} {table}"}, (table, fences)
 
 
+def test_an_increment_built_through_the_thrift_server_is_audited_on_its_branch_then_published(
+        lakehouse, thrift_server, monkeypatch):
+    """A second build through the server, on new events: each model's Thrift session writes to the
+    run's audit branch (its pre-hook sets `spark.wap.branch` there, macros/audit_publish.sql), the
+    tests read it, and the run publishes it: main holds every event once, no branch is left."""
+    from ingestion import job
+
+    own, session, dbt_target = lakehouse
+    port, _ = thrift_server
+    monkeypatch.setenv("LAKEHOUSE_THRIFT_PASSWORD", THRIFT_PASSWORD)
+    thrift = Settings.from_env({**cli_env(own), "LAKEHOUSE_THRIFT_HOST": "127.0.0.1",
+                                "LAKEHOUSE_THRIFT_PORT": str(port)})
+    if not session.catalog.tableExists("silver.user_events"):  # run alone: the first build
+        run_dbt(thrift, ["build", "--select", "user_events+", "--target", "cluster"], target_dir=dbt_target)
+    assert produce(own, "user_events", 100, seed=8, progress=False).failed == 0
+    job.run(session, own, ["user_events"], available_now=True)
+    before = session.sql("select snapshot_id from silver.user_events.refs where name = 'main'").first()[0]
+    done = run_dbt(thrift, ["build", "--select", "user_events+", "--target", "cluster"], target_dir=dbt_target,
+                   capture=True)
+    run = json.loads((dbt_target / "run_results.json").read_text())["metadata"]["invocation_id"]
+    branch = "audit_" + run.replace("-", "_")
+    assert f"of branch {branch}: " in done.stdout and "silver.user_events" in done.stdout, done.stdout[-3000:]
+    events = session.table("bronze.user_events").select("event_id").distinct().count()
+    assert session.table("silver.user_events").count() == events
+    assert session.table("gold.events_by_type_daily").groupBy().sum("event_count").first()[0] == events
+    for table in ("silver.user_events", "gold.events_by_type_daily"):
+        assert {row.name for row in session.sql(f"select name from {table}.refs").collect()} == {"main"}, table
+    head = session.sql("select snapshot_id from silver.user_events.refs where name = 'main'").first()[0]
+    assert head != before
+
 
 def test_maintenance_on_the_object_store_removes_an_old_orphan(lakehouse, thrift_server):
     """`lakehouse maintain` on the s3:// warehouse: every step runs, orphans are listed through
