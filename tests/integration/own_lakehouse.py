@@ -88,3 +88,20 @@ def cli_env(own: Settings) -> dict[str, str]:
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_CATALOG_TYPE": own.catalog_type,
             "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse,
             "LAKEHOUSE_S3_ENDPOINT": own.s3_endpoint, "LAKEHOUSE_SCHEMA_REGISTRY_URL": own.schema_registry_url}
+
+
+def ingest_purchases(own: Settings, session, count: int, seed: int) -> None:
+    """`count` purchases (Avro, no faults) produced to the lakehouse's broker and ingested into
+    bronze (an available-now run of the job), for tests of what dbt makes of them."""
+    from ingestion import job
+    from lakehouse.contracts.registry import registry_for
+    from producers import purchases
+    from producers.delivery import produce_to_topic
+    from producers.faults import FaultRates
+
+    ids = purchases.register_schemas(registry_for(own))
+    report = produce_to_topic(own, purchases.TOPIC, purchases.messages(count, ids, seed), FaultRates(), total=count,
+                              progress=False)
+    assert report.failed == 0
+    job.run(session, own, ["purchases"], available_now=True)
+

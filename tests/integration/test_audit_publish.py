@@ -23,13 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from ingestion import job
-from lakehouse.contracts.registry import registry_for
 from lakehouse.core.settings import PROJECT_ROOT
-from producers import purchases
-from producers.delivery import produce_to_topic
-from producers.faults import FaultRates
-from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.own_lakehouse import cli_env, ingest_purchases, lakehouse_fixture
 from tests.integration.processes import faketime
 
 pytestmark = pytest.mark.integration
@@ -39,14 +34,6 @@ RETENTION_HOURS = 168  # dbt_project.yml, vars: audit_branch_retention_hours
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 
 lake = lakehouse_fixture("audit-publish")
-
-
-def ingest_purchases(own, session, count: int, seed: int) -> None:
-    ids = purchases.register_schemas(registry_for(own))
-    report = produce_to_topic(own, purchases.TOPIC, purchases.messages(count, ids, seed), FaultRates(), total=count,
-                              progress=False)
-    assert report.failed == 0
-    job.run(session, own, ["purchases"], available_now=True)
 
 
 def build(own, target: Path) -> tuple[int, str]:

@@ -29,15 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from ingestion import job
-from lakehouse.contracts.registry import registry_for
 from lakehouse.core.settings import PROJECT_ROOT
 from lakehouse.operations.dbt import dbt_executable
-from producers import purchases
-from producers.delivery import produce_to_topic
-from producers.faults import FaultRates
 from tests.integration.dbt_in_process import run_dbt
-from tests.integration.own_lakehouse import cli_env, lakehouse_fixture
+from tests.integration.own_lakehouse import cli_env, ingest_purchases, lakehouse_fixture
 from tests.integration.processes import process_group, resume, wait_until
 
 pytestmark = pytest.mark.integration
@@ -50,14 +45,6 @@ LOCATION = ("LAKEHOUSE_HOME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "L
 
 
 lake = lakehouse_fixture("plain-dbt")
-
-
-def ingest_purchases(own, session, count: int, seed: int) -> None:
-    ids = purchases.register_schemas(registry_for(own))
-    report = produce_to_topic(own, purchases.TOPIC, purchases.messages(count, ids, seed), FaultRates(), total=count,
-                              progress=False)
-    assert report.failed == 0
-    job.run(session, own, ["purchases"], available_now=True)
 
 
 @pytest.fixture(scope="module")
