@@ -44,6 +44,18 @@
 {%- endmacro %}
 
 
+{#- Is this run audited? It writes tables, and its project runs `audit_start` on-run-start (a
+    project of the tests' own that borrows these macros without the hooks writes main, and records
+    its positions as they are) -#}
+{% macro audit_active() -%}
+    {%- if not (execute and writes_tables()) -%}{{ return(false) }}{%- endif -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'operation' and 'audit_start(' in node.raw_code -%}
+        {{ return(true) }}
+    {%- endfor -%}
+    {{ return(false) }}
+{%- endmacro %}
+
+
 {% macro audit_start() %}
     {%- if execute and writes_tables() -%}
         {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
@@ -58,7 +70,7 @@
     the run had just written to silver's branch. (dbt's target does not say which method it uses,
     so the local session, one for the whole run, is told again too: a SET, a few milliseconds.) -#}
 {% macro ref() -%}
-    {%- if execute and writes_tables() -%}
+    {%- if audit_active() -%}
         {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
     {%- endif -%}
     {%- set version = kwargs.get('version') or kwargs.get('v') -%}
@@ -95,17 +107,19 @@
 
 {#- the run's branch if `relation` has it (this run wrote the table), else none -#}
 {% macro audit_branch_of(relation) -%}
-    {%- if not (execute and writes_tables()) -%}{{ return(none) }}{%- endif -%}
+    {%- if not audit_active() -%}{{ return(none) }}{%- endif -%}
     {%- set found = run_query("select count(*) from " ~ relation ~ ".refs where name = '" ~ audit_branch() ~ "'").rows[0][0] -%}
     {{ return(audit_branch() if found > 0 else none) }}
 {%- endmacro %}
 
 
-{#- `alter table` setting `properties` ({name: value}) of `relation`, staged on the run's branch -#}
+{#- `alter table` setting `properties` ({name: value}) of `relation`, staged on the run's branch
+    (as they are when the run is not audited) -#}
 {% macro staged_properties_sql(relation, properties) -%}
+    {%- set staged = audit_active() -%}
     alter table {{ relation }} set tblproperties (
     {%- for name, value in properties.items() %}
-        '{{ staged_property_prefix() ~ name }}' = '{{ audit_branch() ~ '|' ~ value }}'{{ ',' if not loop.last }}
+        '{{ (staged_property_prefix() ~ name) if staged else name }}' = '{{ (audit_branch() ~ '|' ~ value) if staged else value }}'{{ ',' if not loop.last }}
     {%- endfor %})
 {%- endmacro %}
 

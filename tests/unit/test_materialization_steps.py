@@ -156,10 +156,12 @@ def test_the_mirror_refuses_a_config_it_cannot_apply(config, message):
 
 # --- cdc_live ------------------------------------------------------------------------------------
 
-def live(warehouse: Warehouse, refs=({"name": "customers_mirror"},), full_refresh: bool = False, **config):
-    """The cdc_live materialization of silver.customers, run; the column syncs it asked for."""
+def live(warehouse: Warehouse, refs=({"name": "customers_mirror"},), full_refresh: bool = False,
+         context: dict | None = None, **config):
+    """The cdc_live materialization of silver.customers, run; the column syncs it asked for.
+    ``context``: more of what the macros see (macros/audit_publish.sql's `graph`, say)."""
     syncs = []
-    macros = DbtMacros(warehouse, this=relation(LIVE), sql=f"select * from {MIRROR}",
+    macros = DbtMacros(warehouse, this=relation(LIVE), sql=f"select * from {MIRROR}", **(context or {}),
                        should_full_refresh=lambda: full_refresh, model=SimpleNamespace(refs=list(refs), config={}),
                        config={"unique_key": "customer_id", "buckets": 4, **config},
                        spark__sync_column_schemas=lambda *args: syncs.append(args) or "")
@@ -223,9 +225,8 @@ def test_an_increment_merges_the_mirror_rows_stamped_since_the_last_run():
             + ", ".join(f"`{c.name}` = change.`{c.name}`" for c in LIVE_COLUMNS)
             + f" when not matched and not change._is_deleted then insert ({quoted}) values ("
             + ",".join(f"change.`{c.name}`" for c in LIVE_COLUMNS) + ")")),
-        # staged on the run's audit branch (the harness has no invocation id): published with it
         ("live_properties", sql(f"alter table {LIVE} set tblproperties "
-                                "('lakehouse.staged.lakehouse.live.loaded-through' = 'audit_|2026-01-03 00:00:00')"))]
+                                "('lakehouse.live.loaded-through' = '2026-01-03 00:00:00')"))]
     newest = [query for query in warehouse.queries if "max(_loaded_at)" in query]
     assert normalized(newest[0]).endswith("where _loaded_at > timestamp'2026-01-01 00:00:00'")
 
@@ -246,7 +247,7 @@ def test_a_purge_the_live_table_has_not_seen_deletes_the_keys_the_mirror_lost():
             f"merge into {LIVE} as live using (select customer_id from {MIRROR} where not _is_deleted) as mirror "
             "on mirror.customer_id = live.customer_id when not matched by source then delete")),
         ("live_properties", sql(f"alter table {LIVE} set tblproperties "
-                                "('lakehouse.staged.lakehouse.tombstones-purged-at' = 'audit_|2026-01-02 00:00:00')"))]
+                                "('lakehouse.tombstones-purged-at' = '2026-01-02 00:00:00')"))]
 
 
 def test_an_increment_follows_a_column_the_mirror_grew():
@@ -264,3 +265,16 @@ def test_an_increment_follows_a_column_the_mirror_grew():
 def test_the_live_table_refuses_a_model_it_cannot_apply(refs, config, message):
     with pytest.raises(CompilerError, match=message):
         live(live_warehouse(), refs=refs, **config)
+
+
+def test_an_audited_run_stages_the_live_tables_positions_on_its_branch():
+    """In a project whose on-run-start calls `audit_start()` (macros/audit_publish.sql), the
+    positions a run records are staged under its branch's name, promoted when it is published."""
+    warehouse = live_warehouse(live_columns=LIVE_COLUMNS, applied="2026-01-01 00:00:00", newest="2026-01-03 00:00:00")
+    hook = SimpleNamespace(resource_type="operation", raw_code="{{ audit_start() }}")
+    live(warehouse, unique_key=["customer_id", "region"],
+         context={"graph": SimpleNamespace(nodes={"operation.x": hook}), "invocation_id": "1a-2b"})
+    assert statements(warehouse)[-1] == ("live_properties", sql(
+        f"alter table {LIVE} set tblproperties "
+        "('lakehouse.staged.lakehouse.live.loaded-through' = 'audit_1a_2b|2026-01-03 00:00:00')"))
+
