@@ -89,11 +89,10 @@
     {%- if execute and writes_tables() and model.config.materialized not in ('view', 'ephemeral') -%}
         {%- set existing = load_relation(relation) -%}
         {#- the post-hook sets the branch again: the next model and dbt's tests read it -#}
-        {%- if not written and (existing is none or flags.FULL_REFRESH) -%}
+        {%- if not written and existing is not none and flags.FULL_REFRESH -%}
             {%- do run_query('reset spark.wap.branch') -%}
-            {%- do log(relation.schema ~ '.' ~ relation.identifier ~ ': ' ~ ('full refresh' if existing is not none
-                       else 'first build') ~ ': written to main directly, before its tests (Iceberg creates and '
-                       ~ 'replaces a table on main)', info=true) -%}
+            {%- do log(relation.schema ~ '.' ~ relation.identifier ~ ': full refresh: written to main directly, '
+                       ~ 'before its tests (Iceberg replaces a table on main)', info=true) -%}
         {%- else -%}
             {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
             {%- if existing is not none and existing.type == 'table'

@@ -13,6 +13,7 @@
         'write.update.mode': 'merge-on-read',
         'write.delete.mode': 'merge-on-read',
         'commit.retry.num-retries': '10',
+        'write.wap.enabled': 'true',
     }) }}
 {%- endmacro %}
 
