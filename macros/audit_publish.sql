@@ -30,8 +30,13 @@
       and the promotion leaves the staged positions behind the rows: the next run reads again,
       which every model makes harmless.
 
-    A table's first build and a `--full-refresh` create or replace the table, which Iceberg does
-    on main: those write main directly, as they are written, and say so in a line (docs/models.md).
+    A table's first build is audited too: every model table is created with `write.wap.enabled`
+    (dbt_project.yml, merge_on_read_properties()), so Iceberg writes a CREATE ... AS SELECT to the
+    branch, main stays empty until it is published, and the new table reads its upstream tables
+    as this run wrote them. A first build that wrote main read them as published, and a gold table
+    built so lagged its silver (the chaos suite's reconciliation check failed on it). A
+    `--full-refresh` replaces the table, which Iceberg does on main: it writes main directly and
+    says so in a line (docs/models.md).
 -#}
 
 {% macro audit_branch() -%}
@@ -82,9 +87,8 @@
 
 
 {#- `written`: the post-hook, after the model's write (a first build has created its table).
-    A first build and a full refresh write main directly: Iceberg creates a table on main, and
-    replacing a table whose `write.wap.enabled` is true would clear main and leave the rows on
-    the branch, an empty table for readers until it is published -#}
+    A full refresh writes main directly: replacing a table whose `write.wap.enabled` is true would
+    clear main and leave the rows on the branch, an empty table for readers until it is published -#}
 {% macro audit_model(relation, written=false) %}
     {%- if execute and writes_tables() and model.config.materialized not in ('view', 'ephemeral') -%}
         {%- set existing = load_relation(relation) -%}

@@ -6,7 +6,7 @@
 
     Rebuilt from the whole mirror each run, as an overwrite of the whole table (`incremental`
     with `insert_overwrite` and no increment, not a `table`: Iceberg writes an overwrite to the
-    run's audit branch, but creates or replaces a table on main, before its tests;
+    run's audit branch, but replaces a table on main, before its tests;
     macros/audit_publish.sql): its minimum, maximum and distinct customers are over
     rows that an update or a delete can take away, which no per-group state short of the rows
     themselves can follow (docs/models.md). What makes the rebuild cheap is the distinct count:
