@@ -54,7 +54,8 @@
     its positions as they are) -#}
 {% macro audit_active() -%}
     {%- if not (execute and writes_tables()) -%}{{ return(false) }}{%- endif -%}
-    {%- for node in graph.nodes.values() if node.resource_type == 'operation' and 'audit_start(' in node.raw_code -%}
+    {#- `graph` is a dict; a dbt unit test's is empty -#}
+    {%- for node in (graph.get('nodes') or {}).values() if node.resource_type == 'operation' and 'audit_start(' in node.raw_code -%}
         {{ return(true) }}
     {%- endfor -%}
     {{ return(false) }}

@@ -124,7 +124,7 @@ class DbtMacros:
             "ref": lambda name: relation(f"silver.{name}"), "source": lambda s, t: relation(f"{s}.{t}"),
             # a `dbt run` of a project without the audit hooks (macros/audit_publish.sql): give
             # `graph` an operation calling `audit_start()` to render an audited run
-            "flags": SimpleNamespace(WHICH="run", FULL_REFRESH=False), "graph": SimpleNamespace(nodes={}),
+            "flags": SimpleNamespace(WHICH="run", FULL_REFRESH=False), "graph": {"nodes": {}},
             "invocation_id": "",
         }
         for kind, name, adapter in _BLOCK_NAME.findall(text):

@@ -273,7 +273,7 @@ def test_an_audited_run_stages_the_live_tables_positions_on_its_branch():
     warehouse = live_warehouse(live_columns=LIVE_COLUMNS, applied="2026-01-01 00:00:00", newest="2026-01-03 00:00:00")
     hook = SimpleNamespace(resource_type="operation", raw_code="{{ audit_start() }}")
     live(warehouse, unique_key=["customer_id", "region"],
-         context={"graph": SimpleNamespace(nodes={"operation.x": hook}), "invocation_id": "1a-2b"})
+         context={"graph": {"nodes": {"operation.x": hook}}, "invocation_id": "1a-2b"})
     assert statements(warehouse)[-1] == ("live_properties", sql(
         f"alter table {LIVE} set tblproperties "
         "('lakehouse.staged.lakehouse.live.loaded-through' = 'audit_1a_2b|2026-01-03 00:00:00')"))
