@@ -22,7 +22,8 @@ COLUMNS = [column(name, data_type) for name, data_type in [
     ("_ingested_at", "timestamp"), ("_is_deleted", "boolean"), ("_loaded_at", "timestamp")]]
 UNAVAILABLE = [*COLUMNS, column("_unavailable", "array<string>")]
 MERGE_ON_READ = ("'format-version' = '2', 'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read', "
-                 "'write.delete.mode' = 'merge-on-read', 'commit.retry.num-retries' = '10', 'write.wap.enabled' = 'true'")
+                 "'write.delete.mode' = 'merge-on-read', 'commit.retry.num-retries' = '10', "
+                 "'write.wap.enabled' = 'true'")
 # set_session_settings asks each setting's value before it sets it: none was set
 UNSET = (r"^set `", [("name", "<undefined>")])
 
