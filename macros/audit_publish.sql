@@ -87,22 +87,28 @@
 {%- endmacro %}
 
 
-{#- `written`: the post-hook, after the model's write (a first build has created its table).
-    A full refresh writes main directly: replacing a table whose `write.wap.enabled` is true would
-    clear main and leave the rows on the branch, an empty table for readers until it is published -#}
+{#- Every model's pre-hook, and with `written` its post-hook. A full refresh writes main directly:
+    replacing a table whose `write.wap.enabled` is true would clear main and leave the rows on the
+    branch, an empty table for readers until it is published; its post-hook names the branch again
+    for the models and tests after it. A table created by this version has `write.wap.enabled`
+    from its creation (dbt_project.yml, merge_on_read_properties()); one created before gets it
+    here, once. -#}
 {% macro audit_model(relation, written=false) %}
     {%- if execute and writes_tables() and model.config.materialized not in ('view', 'ephemeral') -%}
-        {%- set existing = load_relation(relation) -%}
-        {#- the post-hook sets the branch again: the next model and dbt's tests read it -#}
-        {%- if not written and existing is not none and flags.FULL_REFRESH -%}
-            {%- do run_query('reset spark.wap.branch') -%}
-            {%- do log(relation.schema ~ '.' ~ relation.identifier ~ ': full refresh: written to main directly, '
-                       ~ 'before its tests (Iceberg replaces a table on main)', info=true) -%}
+        {%- if written -%}
+            {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) if flags.FULL_REFRESH -%}
         {%- else -%}
-            {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
-            {%- if existing is not none and existing.type == 'table'
-                  and table_property(existing, 'write.wap.enabled') != 'true' -%}
-                alter table {{ existing }} set tblproperties ('write.wap.enabled' = 'true')
+            {%- set existing = load_relation(relation) -%}
+            {%- if existing is not none and flags.FULL_REFRESH -%}
+                {%- do run_query('reset spark.wap.branch') -%}
+                {%- do log(relation.schema ~ '.' ~ relation.identifier ~ ': full refresh: written to main directly, '
+                           ~ 'before its tests (Iceberg replaces a table on main)', info=true) -%}
+            {%- else -%}
+                {%- do run_query('set spark.wap.branch = ' ~ audit_branch()) -%}
+                {%- if existing is not none and existing.type == 'table'
+                      and table_property(existing, 'write.wap.enabled') != 'true' -%}
+                    alter table {{ existing }} set tblproperties ('write.wap.enabled' = 'true')
+                {%- endif -%}
             {%- endif -%}
         {%- endif -%}
     {%- endif -%}
