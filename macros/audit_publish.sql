@@ -170,6 +170,7 @@
             {%- if written -%}
                 {%- do log('published ' ~ written | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ written | join(', '), info=true) -%}
             {%- endif -%}
+            {%- do audit_record_publication(results, branch) -%}
         {%- endif -%}
     {%- endif -%}
 {% endmacro %}
@@ -197,4 +198,61 @@
         {%- do run_query('alter table ' ~ relation ~ ' set tblproperties (' ~ promoted | join(', ') ~ ')') -%}
     {%- endif -%}
     {%- do run_query('alter table ' ~ relation ~ ' drop branch ' ~ branch) -%}
+{% endmacro %}
+
+
+{#- After a run's tables are published: the cut, in one commit of var('publications_table').
+    Each table takes the snapshot of main this run published, or ran on (a full refresh, a model
+    with nothing new), or else the one the previous cut named: not main's head, which another
+    host's run may be publishing table by table now. The commit is fenced as a model's is
+    (macros/dbt_fence.sql), on the cut this one was made from: two runs that made a cut from the
+    same one cannot both commit it, and the one refused says so (its tables are published; the
+    next cut names them). A cut that names what the previous one did is not written. -#}
+{% macro audit_record_publication(results, branch) %}
+    {%- set publications = var('publications_table') -%}
+    {%- do run_query('create table if not exists ' ~ publications ~ ' (publication string not null, '
+                     ~ 'table_name string not null, snapshot_id bigint not null, published_at timestamp not null) '
+                     ~ "using iceberg comment 'the published cut: every silver and gold table at the snapshot of one "
+                     ~ "publication (docs/models.md, Reading published data)'") -%}
+    {%- set head = run_query("select cast(snapshot_id as string) from " ~ publications ~ ".refs where name = 'main'").rows -%}
+    {%- set read = head[0][0] if head else none -%}
+    {%- set previous = {} -%}
+    {%- if read is not none -%}
+        {%- for row in run_query('select table_name, snapshot_id from ' ~ publications ~ ' version as of ' ~ read).rows -%}
+            {%- do previous.update({row[0]: row[1]}) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {%- set ran = [] -%}
+    {%- for result in results if result.node.resource_type == 'model' and result.status == 'success' -%}
+        {%- do ran.append(result.node.schema ~ '.' ~ result.node.alias) -%}
+    {%- endfor -%}
+    {%- set heads = [] -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'model'
+                                           and node.config.materialized not in ('view', 'ephemeral') -%}
+        {%- set name = node.schema ~ '.' ~ node.alias -%}
+        {%- set relation = adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) -%}
+        {%- if relation is not none and (name in ran or name not in previous) -%}
+            {%- do heads.append("select '" ~ name ~ "' as t, snapshot_id as s from " ~ relation ~ ".refs where name = 'main'") -%}
+        {%- elif relation is not none -%}
+            {%- do heads.append("select '" ~ name ~ "' as t, cast(" ~ previous[name] ~ " as bigint) as s") -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- set cut = {} -%}
+    {%- for row in (run_query(heads | join(' union all ')).rows if heads else []) -%}
+        {%- do cut.update({row[0]: row[1]}) -%}
+    {%- endfor -%}
+    {%- if cut and cut != previous -%}
+        {%- set rows = [] -%}
+        {%- for name, snapshot in cut | dictsort -%}
+            {%- do rows.append("('" ~ name ~ "', cast(" ~ snapshot ~ " as bigint))") -%}
+        {%- endfor -%}
+        {%- do dbt_fence_model(none, read=publications ~ '@' ~ (read if read is not none else 'none')) -%}
+        {%- do run_query('set `spark.sql.iceberg.snapshot-property.lakehouse.publication` = `' ~ branch ~ '`') -%}
+        {%- do run_query('insert overwrite ' ~ publications ~ " select '" ~ branch ~ "', t, s, current_timestamp() from values "
+                         ~ rows | join(', ') ~ ' as v(t, s)') -%}
+        {%- do run_query('reset `spark.sql.iceberg.snapshot-property.lakehouse.publication`') -%}
+        {%- do dbt_fence_end() -%}
+        {%- do log('publication ' ~ branch ~ ': ' ~ cut | length ~ ' table(s) in ' ~ publications
+                   ~ ' (`lakehouse published` prints how to read them)', info=true) -%}
+    {%- endif -%}
 {% endmacro %}

@@ -58,11 +58,14 @@
 {% endmacro %}
 
 
-{% macro dbt_fence_model(relation) %}
+{#- `read`: `<table>@<snapshot id>` read later than the run's start (the publications table) -#}
+{% macro dbt_fence_model(relation, read=none) %}
     {%- if execute -%}
-        {%- set name = relation.schema ~ '.' ~ relation.identifier -%}
-        {%- set found = run_query('select s from ' ~ dbt_fence_view() ~ " where t = '" ~ name ~ "'").rows -%}
-        {%- set read = name ~ '@' ~ (found[0][0] if found else 'none') -%}
+        {%- if read is none -%}
+            {%- set name = relation.schema ~ '.' ~ relation.identifier -%}
+            {%- set found = run_query('select s from ' ~ dbt_fence_view() ~ " where t = '" ~ name ~ "'").rows -%}
+            {%- set read = name ~ '@' ~ (found[0][0] if found else 'none') -%}
+        {%- endif -%}
         {%- set run = invocation_id ~ ' (' ~ env_var('LAKEHOUSE_DBT_LOCK_HOLDER', 'no lock holder') ~ ')' -%}
         {%- do run_query('set `' ~ dbt_fence_property('dbt-run') ~ '` = `' ~ run ~ '`') -%}
         {%- do run_query('set `' ~ dbt_fence_property('dbt-read') ~ '` = `' ~ read ~ '`') -%}

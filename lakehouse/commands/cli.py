@@ -19,7 +19,7 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.files import write_atomically
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, THRIFT_PASSWORD, Settings
 from lakehouse.core.spark import get_spark, render_dbt_profile
-from lakehouse.operations import dlq, maintenance, migrate, status
+from lakehouse.operations import dlq, maintenance, migrate, published, status
 from lakehouse.operations.dbt import loop_main, run_dbt
 
 # The producers, the quality suites, the demo and the cluster commands are imported by their
@@ -173,6 +173,15 @@ def _add_status(sub) -> None:
                     "rows, data and delete files, average file size, snapshots, last `lakehouse maintain`. "
                     "Then the last dbt run (target/run_results.json) and the last quality verdict. "
                     "Reads checkpoints, the catalog and files only: it does not start Spark.")
+
+
+def _add_published(sub) -> None:
+    _add_module_command(
+        sub, "published", published, help="the published cut: every silver and gold table as of one publication",
+        description="A dbt run publishes its tables one catalog commit each, then names the cut in one "
+                    f"commit of {published.PUBLICATIONS_TABLE}: every silver and gold table's snapshot, all "
+                    "of the same publication. Prints it, and how to read every table as of it from Spark "
+                    "SQL and from DuckDB (through pyiceberg). Reads the catalog only: it does not start Spark.")
 
 
 def _add_quality(sub) -> None:
@@ -605,8 +614,9 @@ def _demo(args, settings: Settings) -> int:
 
 
 # In the order `lakehouse --help` lists them.
-SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_quality, _add_maintain, _add_dlq,
-               _add_migrate, _add_dbt, _add_cdc, _add_dbt_profile, _add_config, _add_cluster, _add_submit, _add_demo)
+SUBCOMMANDS = (_add_kafka, _add_produce, _add_ingest, _add_status, _add_published, _add_quality, _add_maintain,
+               _add_dlq, _add_migrate, _add_dbt, _add_cdc, _add_dbt_profile, _add_config, _add_cluster, _add_submit,
+               _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -93,15 +93,24 @@ def cli_env(own: Settings) -> dict[str, str]:
 def ingest_purchases(own: Settings, session, count: int, seed: int) -> None:
     """`count` purchases (Avro, no faults) produced to the lakehouse's broker and ingested into
     bronze (an available-now run of the job), for tests of what dbt makes of them."""
+    ingest(own, session, {"purchases": count}, seed)
+
+
+def ingest(own: Settings, session, counts: dict[str, int], seed: int) -> None:
+    """{stream: count} of purchases (Avro) and user events (JSON), no faults, produced to the
+    lakehouse's broker and ingested into bronze by one available-now run of the job."""
     from ingestion import job
     from lakehouse.contracts.registry import registry_for
-    from producers import purchases
+    from producers import purchases, user_events
     from producers.delivery import produce_to_topic
     from producers.faults import FaultRates
 
-    ids = purchases.register_schemas(registry_for(own))
-    report = produce_to_topic(own, purchases.TOPIC, purchases.messages(count, ids, seed), FaultRates(), total=count,
-                              progress=False)
-    assert report.failed == 0
-    job.run(session, own, ["purchases"], available_now=True)
-
+    for stream, count in counts.items():
+        if stream == "purchases":
+            messages = purchases.messages(count, purchases.register_schemas(registry_for(own)), seed)
+        else:
+            assert stream == "user_events", stream
+            messages = user_events.messages(count, seed=seed)
+        report = produce_to_topic(own, stream, messages, FaultRates(), total=count, progress=False)
+        assert report.failed == 0
+    job.run(session, own, list(counts), available_now=True)

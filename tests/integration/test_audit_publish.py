@@ -13,18 +13,26 @@ branch is kept for a week; `lakehouse maintain` on a clock a week later drops it
 
 Seen failing on the code before write-audit-publish: the failed build exited 1, but had moved
 main of silver.purchases (dbt appends the model's rows before its tests run).
+
+The published cut (gold.publications, `lakehouse published`): while builds publish purchases and
+user events, ingested in equal numbers before each, a reader thread reads both tables at the
+snapshots the cut names, and always finds the difference the first cut had (one publication);
+Spark and DuckDB read the cut with the lines `lakehouse published` prints.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from lakehouse.core.settings import PROJECT_ROOT
-from tests.integration.own_lakehouse import cli_env, ingest_purchases, lakehouse_fixture
+from lakehouse.operations.published import duckdb_python, read_cut, spark_sql
+from lakehouse.operations.status import existing_table, pyiceberg_catalog
+from tests.integration.own_lakehouse import cli_env, ingest, ingest_purchases, lakehouse_fixture
 from tests.integration.processes import faketime
 
 pytestmark = pytest.mark.integration
@@ -36,8 +44,8 @@ LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 lake = lakehouse_fixture("audit-publish")
 
 
-def build(own, target: Path) -> tuple[int, str]:
-    done = subprocess.run([LAKEHOUSE, "dbt", "build", "--select", "purchases"], cwd=PROJECT_ROOT,
+def build(own, target: Path, models: tuple[str, ...] = ("purchases",)) -> tuple[int, str]:
+    done = subprocess.run([LAKEHOUSE, "dbt", "build", "--select", *models], cwd=PROJECT_ROOT,
                           env={**cli_env(own), "DBT_TARGET_PATH": str(target)}, capture_output=True, text=True,
                           timeout=900)
     return done.returncode, done.stdout + done.stderr
@@ -79,6 +87,8 @@ def test_a_build_whose_test_fails_publishes_nothing_and_the_next_one_loses_nothi
     code, output = build(own, tmp_path / "target-1")
     assert code == 0, output[-3000:]
     assert session.table("silver.purchases").count() == FIRST
+    cut_before = read_cut(pyiceberg_catalog(own))
+    assert cut_before is not None and cut_before.tables == {"silver.purchases": main_heads(session)["silver.purchases"]}
 
     ingest_purchases(own, session, NEW, seed=2)
     [planted] = session.table("silver.purchases").orderBy("transaction_id").limit(1).collect()
@@ -90,6 +100,7 @@ def test_a_build_whose_test_fails_publishes_nothing_and_the_next_one_loses_nothi
     code, output = build(own, tmp_path / "target-2")
     assert code != 0, output[-3000:]
     assert main_heads(session) == before, "a failed build moved main"
+    assert read_cut(pyiceberg_catalog(own)) == cut_before, "a failed build wrote a publication"
     assert counts_by_engine(own, session, "silver.purchases") == read_before
     [line] = [line for line in output.splitlines() if "not published: " in line]
     assert "unique_purchases_transaction_id" in line and "main of every table is unchanged" in line, line
@@ -128,3 +139,74 @@ def test_a_build_whose_test_fails_publishes_nothing_and_the_next_one_loses_nothi
     assert maintained.returncode == 0, (maintained.stdout + maintained.stderr)[-3000:]
     assert {row.name for row in session.sql("select name from silver.purchases.refs").collect()} == {"main"}
     assert counts_by_engine(own, session, "silver.purchases")["spark"] == (good, good)
+
+
+def test_readers_of_the_published_cut_find_every_table_of_one_publication(lake, tmp_path):
+    """Each round ingests as many user events as purchases, then one build publishes both tables
+    (two catalog commits, then the cut). A reader thread reading both at the snapshots of the cut
+    always finds purchases - user events equal to what it was before the first round; reading
+    each table's main instead, it may catch the first published and not the second (counted,
+    not asserted: that takes a read between two commits)."""
+    own, session, _ = lake
+    rounds, each = 3, 400
+    purchases, events = "silver.purchases", "silver.user_events"
+    catalog = pyiceberg_catalog(own)
+
+    def count(name: str, snapshot: int | None = None) -> int:
+        table = catalog.load_table(name)
+        return table.scan(snapshot_id=snapshot, selected_fields=("_loaded_at",)).to_arrow().num_rows
+
+    # the purchases the module's first test built, if it ran; no user events yet
+    difference = count(purchases) if existing_table(catalog, purchases) is not None else 0
+
+    reads, torn_main_reads, seen = [], [], set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            cut = read_cut(catalog)
+            if cut is not None and events in cut.tables:
+                reads.append(count(purchases, cut.tables[purchases]) - count(events, cut.tables[events]))
+                seen.add(cut.publication)
+            published = existing_table(catalog, events)
+            if published is not None and published.current_snapshot() is not None:
+                # user events first: the run publishes purchases first, so this order catches a
+                # read that straddles the two
+                main_difference = -count(events) + count(purchases)
+                if main_difference != difference:
+                    torn_main_reads.append(main_difference)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        for round_ in range(rounds):
+            ingest(own, session, {"purchases": each, "user_events": each}, seed=11 + round_)
+            code, output = build(own, tmp_path / f"target-{round_}", ("purchases", "user_events", "events_by_type_daily"))
+            assert code == 0, "\n".join(line[:600] for line in output.splitlines() if "rror" in line)[-4000:]
+            assert "publication audit_" in output, output[-3000:]
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    print(f"{len(reads)} reads of the cut over {len(seen)} publications; reads of main that found the two tables "
+          f"of different publications: {len(torn_main_reads)}")
+    assert len(seen) >= 2 and len(reads) >= 10, (len(seen), len(reads))
+    assert set(reads) == {difference}, "a read of the cut found the two tables of different publications"
+
+    # the last cut names every table at its main, and the lines `lakehouse published` prints read it
+    cut = read_cut(catalog)
+    heads = main_heads(session)
+    assert cut.tables == {name: head for name, head in heads.items() if name in cut.tables and head is not None}
+    assert {purchases, events} <= cut.tables.keys()
+    shown = subprocess.run([LAKEHOUSE, "published"], env=cli_env(own), capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    total = difference + rounds * each
+    for query in spark_sql(cut):
+        assert query in shown.stdout, shown.stdout
+        if f".{purchases} " in query:
+            assert session.sql(query.rstrip(";")).count() == total
+    lines = duckdb_python(cut, own)
+    assert all(line in shown.stdout for line in lines), shown.stdout
+    scope: dict = {}
+    exec("\n".join(lines), scope)  # noqa: S102 - the printed Python, run as a reader would
+    found = scope["connection"].sql("select count(*) from silver_purchases").fetchall()
+    assert found == [(total,)]
