@@ -149,6 +149,8 @@ def test_readers_of_the_published_cut_find_every_table_of_one_publication(lake, 
     not asserted: that takes a read between two commits)."""
     own, session, _ = lake
     rounds, each = 3, 400
+    # gold.events_by_type_daily too: a test of it names silver.user_events
+    models = ("purchases", "user_events", "events_by_type_daily")
     purchases, events = "silver.purchases", "silver.user_events"
     catalog = pyiceberg_catalog(own)
 
@@ -181,7 +183,7 @@ def test_readers_of_the_published_cut_find_every_table_of_one_publication(lake, 
     try:
         for round_ in range(rounds):
             ingest(own, session, {"purchases": each, "user_events": each}, seed=11 + round_)
-            code, output = build(own, tmp_path / f"target-{round_}", ("purchases", "user_events", "events_by_type_daily"))
+            code, output = build(own, tmp_path / f"target-{round_}", models)
             assert code == 0, "\n".join(line[:600] for line in output.splitlines() if "rror" in line)[-4000:]
             assert "publication audit_" in output, output[-3000:]
     finally:
