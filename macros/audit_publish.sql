@@ -31,7 +31,7 @@
       which every model makes harmless.
 
     A table's first build is audited too: every model table is created with `write.wap.enabled`
-    (dbt_project.yml, merge_on_read_properties()), so Iceberg writes a CREATE ... AS SELECT to the
+    (audit_table_properties()), so Iceberg writes a CREATE ... AS SELECT to the
     branch, main stays empty until it is published, and the new table reads its upstream tables
     as this run wrote them. A first build that wrote main read them as published, and a gold table
     built so lagged its silver (the chaos suite's reconciliation check failed on it). A
@@ -41,6 +41,14 @@
 
 {% macro audit_branch() -%}
     {{ return('audit_' ~ (invocation_id | replace('-', '_'))) }}
+{%- endmacro %}
+
+
+{#- Every model table's, from its creation: dbt_project.yml (`+tblproperties`) for the models
+    without tblproperties of their own; the others add these to theirs (a model's own replace
+    the project's): merge_on_read_properties(), silver_events_config() -#}
+{% macro audit_table_properties() -%}
+    {{ return({'write.wap.enabled': 'true'}) }}
 {%- endmacro %}
 
 
@@ -91,7 +99,7 @@
     replacing a table whose `write.wap.enabled` is true would clear main and leave the rows on the
     branch, an empty table for readers until it is published; its post-hook names the branch again
     for the models and tests after it. A table created by this version has `write.wap.enabled`
-    from its creation (dbt_project.yml, merge_on_read_properties()); one created before gets it
+    from its creation (audit_table_properties()); one created before gets it
     here, once. -#}
 {% macro audit_model(relation, written=false) %}
     {%- if execute and writes_tables() and model.config.materialized not in ('view', 'ephemeral') -%}
@@ -202,7 +210,7 @@
 
 
 {#- After a run's tables are published: the cut, in one commit of var('publications_table').
-    Each table takes the snapshot of main this run published, or ran on (a full refresh, a model
+    Each table takes the snapshot of main this run published, or ran on (a full refresh, a seed, a model
     with nothing new), or else the one the previous cut named: not main's head, which another
     host's run may be publishing table by table now. The commit is fenced as a model's is
     (macros/dbt_fence.sql), on the cut this one was made from: two runs that made a cut from the
@@ -223,11 +231,12 @@
         {%- endfor -%}
     {%- endif -%}
     {%- set ran = [] -%}
-    {%- for result in results if result.node.resource_type == 'model' and result.status == 'success' -%}
+    {%- for result in results if result.node.resource_type in ('model', 'seed') and result.status == 'success' -%}
         {%- do ran.append(result.node.schema ~ '.' ~ result.node.alias) -%}
     {%- endfor -%}
     {%- set heads = [] -%}
-    {%- for node in graph.nodes.values() if node.resource_type == 'model'
+    {#- seeds too (a gold model joins one): `dbt seed` writes main, unaudited (docs/models.md) -#}
+    {%- for node in graph.nodes.values() if node.resource_type in ('model', 'seed')
                                            and node.config.materialized not in ('view', 'ephemeral') -%}
         {%- set name = node.schema ~ '.' ~ node.alias -%}
         {%- set relation = adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) -%}

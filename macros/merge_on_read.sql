@@ -7,14 +7,15 @@
     table stays readable by pyiceberg and other Iceberg v2 readers.
 -#}
 {% macro merge_on_read_properties() -%}
-    {{ return({
+    {%- set properties = {
         'format-version': '2',
         'write.merge.mode': 'merge-on-read',
         'write.update.mode': 'merge-on-read',
         'write.delete.mode': 'merge-on-read',
         'commit.retry.num-retries': '10',
-        'write.wap.enabled': 'true',
-    }) }}
+    } -%}
+    {%- do properties.update(audit_table_properties()) -%}
+    {{ return(properties) }}
 {%- endmacro %}
 
 

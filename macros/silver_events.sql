@@ -48,11 +48,14 @@ renamed as (
 {#- Their table: appended to, partitioned by the event day `event_at` and written a day at a
     time per task (macros/clustered_write.sql); a column bronze gains reaches it on the next run. -#}
 {% macro silver_events_config(event_at) -%}
+    {#- a model's own tblproperties replace the project's, so the audit one is named here too -#}
+    {%- set properties = clustered_write_properties() -%}
+    {%- do properties.update(audit_table_properties()) -%}
     {{ return({
         'materialized': 'incremental',
         'incremental_strategy': 'append',
         'partition_by': ['days(' ~ event_at ~ ')'],
         'on_schema_change': 'append_new_columns',
-        'tblproperties': clustered_write_properties(),
+        'tblproperties': properties,
     }) }}
 {%- endmacro %}

@@ -337,3 +337,24 @@ def test_planted_bad_data_fails_the_right_checks_with_the_right_exit_status(demo
                   if cells[1:4] == ["bronze.user_events.dead_letter_rate", rate, "dead_letter_rate"]) == [
         "critical", "warning"]
     assert "FAILED" in dom and "Pass rate over past runs" in dom
+
+
+def test_every_silver_and_gold_table_is_created_audited(demo):
+    """Every model table is created with `write.wap.enabled` (macros/audit_publish.sql,
+    audit_table_properties()), so even its first build goes to the run's branch and is published
+    only once its tests pass. Seen failing before the silver event models named it in their own
+    tblproperties (which replace the project's): their first build wrote main directly."""
+    from lakehouse.core.settings import Settings
+    from lakehouse.operations.published import PUBLICATIONS_TABLE, read_cut
+    from lakehouse.operations.status import pyiceberg_catalog
+
+    _, env, _ = demo
+    catalog = pyiceberg_catalog(Settings.from_env(env))
+    tables = [".".join(name) for namespace in ("silver", "gold") for name in catalog.list_tables(namespace)]
+    seeds = {"silver.country_regions"}  # reference data of the repository, which `dbt seed` writes to main
+    unaudited = [name for name in tables if name not in {PUBLICATIONS_TABLE, *seeds}
+                 and catalog.load_table(name).properties.get("write.wap.enabled") != "true"]
+    assert not unaudited
+    # the demo's build published every one of them, and named them (and the seed) in one cut
+    cut = read_cut(catalog)
+    assert cut is not None and set(cut.tables) == set(tables) - {PUBLICATIONS_TABLE}
