@@ -172,11 +172,15 @@
                        ~ 'is unchanged; what the run wrote stays on branch ' ~ branch ~ ' of ' ~ (written | join(', ') or 'no table')
                        ~ " (`select ... from <table> version as of '" ~ branch ~ "'`, `lakehouse status`)", info=true) -%}
         {%- else -%}
+            {%- set published, unchanged = [], [] -%}
             {%- for relation in written -%}
-                {%- do audit_publish_table(relation, branch) -%}
+                {%- do (published if audit_publish_table(relation, branch) else unchanged).append(relation) -%}
             {%- endfor -%}
-            {%- if written -%}
-                {%- do log('published ' ~ written | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ written | join(', '), info=true) -%}
+            {%- if published -%}
+                {%- do log('published ' ~ published | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ published | join(', '), info=true) -%}
+            {%- endif -%}
+            {%- if unchanged -%}
+                {%- do log('nothing new, main left as it was: ' ~ unchanged | join(', '), info=true) -%}
             {%- endif -%}
             {%- do audit_record_publication(results, branch) -%}
         {%- endif -%}
@@ -196,7 +200,10 @@
             ~ ' when this run started, ' ~ (head[0][0] if head else 'none') ~ ' now: another run or host published it); '
             ~ 'nothing of this table is published, its branch ' ~ branch ~ ' is kept; run dbt again') }}
     {%- endif -%}
-    {%- do run_query("call system.fast_forward('" ~ name ~ "', 'main', '" ~ branch ~ "')") -%}
+    {%- set changed = audit_branch_changes_data(relation, branch, head[0][0] if head else none) -%}
+    {%- if changed -%}
+        {%- do run_query("call system.fast_forward('" ~ name ~ "', 'main', '" ~ branch ~ "')") -%}
+    {%- endif -%}
     {%- set promoted = [] -%}
     {%- for row in run_query('show tblproperties ' ~ relation).rows
           if row[0].startswith(staged_property_prefix()) and (row[1] | string).startswith(branch ~ '|') -%}
@@ -206,6 +213,44 @@
         {%- do run_query('alter table ' ~ relation ~ ' set tblproperties (' ~ promoted | join(', ') ~ ')') -%}
     {%- endif -%}
     {%- do run_query('alter table ' ~ relation ~ ' drop branch ' ~ branch) -%}
+    {{ return(changed) }}
+{% endmacro %}
+
+
+{#- Did the run's commits on `branch` change the rows of `relation`, whose main is `main_head`?
+    A model with nothing new still commits: Iceberg's Spark writer commits an append of no files,
+    and a MERGE of no rows. Moving main to such a snapshot would change nothing a reader
+    sees, yet make every idle run of `lakehouse dbt loop` a publication and a snapshot per table
+    (and the cut would never equal the previous one). So: walk the branch's lineage back to
+    main by parent id; a snapshot that added or removed no data or delete file changes nothing.
+    A lineage that does not reach main (never: fast_forward would refuse it) counts as a change. -#}
+{% macro audit_branch_changes_data(relation, branch, main_head) %}
+    {%- if main_head is none -%}{{ return(true) }}{%- endif -%}
+    {%- set branch_head = run_query("select cast(snapshot_id as string) from " ~ relation ~ ".refs where name = '"
+                                    ~ branch ~ "'").rows[0][0] -%}
+    {%- set parents, changes = {}, {} -%}
+    {%- set files = [] -%}
+    {%- for key in ('added-data-files', 'deleted-data-files', 'added-delete-files', 'removed-delete-files') -%}
+        {%- do files.append("coalesce(cast(summary['" ~ key ~ "'] as bigint), 0)") -%}
+    {%- endfor -%}
+    {%- for row in run_query('select cast(snapshot_id as string), cast(parent_id as string), '
+                             ~ files | join(' + ') ~ ' > 0 from ' ~ relation ~ '.snapshots').rows -%}
+        {%- do parents.update({row[0]: row[1]}) -%}
+        {%- do changes.update({row[0]: row[2]}) -%}
+    {%- endfor -%}
+    {%- set walk = {'at': branch_head, 'changed': none} -%}
+    {%- for _ in range(parents | length + 1) -%}
+        {%- if walk.changed is none -%}
+            {%- if walk.at == main_head -%}
+                {%- do walk.update({'changed': false}) -%}
+            {%- elif walk.at not in parents or changes[walk.at] -%}
+                {%- do walk.update({'changed': true}) -%}
+            {%- else -%}
+                {%- do walk.update({'at': parents[walk.at]}) -%}
+            {%- endif -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(walk.changed is not false) }}
 {% endmacro %}
 
 

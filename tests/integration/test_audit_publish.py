@@ -216,3 +216,29 @@ def test_readers_of_the_published_cut_find_every_table_of_one_publication(cut_la
     exec("\n".join(lines), scope)  # noqa: S102 - the printed Python, run as a reader would
     found = scope["connection"].sql("select count(*) from silver_purchases").fetchall()
     assert found == [(total,)]
+
+    # an unaudited write to purchases' main (an operator's delete), then a run of one model: the
+    # next cut names that model's new snapshot, and keeps the previous cut's of the tables it did
+    # not run, purchases too: its main head is no publication's
+    removed = session.sql("select min(transaction_id) from silver.purchases").first()[0]
+    session.sql(f"delete from silver.purchases where transaction_id = '{removed}'")
+    ingest(own, session, {"user_events": each}, seed=20)
+    code, output = build(own, tmp_path / "target-events", ("user_events",))
+    assert code == 0, output[-3000:]
+    after = read_cut(catalog)
+    assert after.publication != cut.publication
+    assert after.tables[events] != cut.tables[events] == heads[events]
+    assert {name: snapshot for name, snapshot in after.tables.items() if name != events} == \
+        {name: snapshot for name, snapshot in cut.tables.items() if name != events}
+    assert main_heads(session)[purchases] != after.tables[purchases]
+    assert count(events, after.tables[events]) == rounds * each + each
+    assert count(purchases, after.tables[purchases]) == total
+
+    # a run with nothing new: its model's empty commit (Iceberg commits an append of no files)
+    # is not published, and the cut, naming what the last one did, is not written
+    code, output = build(own, tmp_path / "target-nothing", ("user_events",))
+    assert code == 0, output[-3000:]
+    assert "publication audit_" not in output, [line[:500] for line in output.splitlines() if "publication" in line]
+    assert f"nothing new, main left as it was: {events}" in output, output[-3000:]
+    assert read_cut(catalog) == after
+    assert main_heads(session)[events] == after.tables[events], "an empty commit published"
