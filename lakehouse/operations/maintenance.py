@@ -51,6 +51,7 @@ from lakehouse.core.locks import dbt_tables_lock
 from lakehouse.core.settings import CATALOG_NAME, NAMESPACES, QUALITY_NAMESPACE, Settings
 from lakehouse.core.spark import get_spark
 from lakehouse.core.sql import NAME_PART, TABLE_NAME_RULE, quote, quote_table, sql_string
+from lakehouse.operations.published import PUBLICATIONS_TABLE
 from lakehouse.operations.status import human_bytes
 
 log = logging.getLogger("lakehouse.maintain")
@@ -65,6 +66,9 @@ MIN_ORPHAN_AGE_HOURS = 24
 MANIFEST_REWRITE_ATTEMPTS = 3
 # Iceberg compacts files under 75% of the target size (min-file-size-bytes' default).
 SMALL_FILE_RATIO = 0.75
+# The tag that keeps the snapshot the published cut names of a table when main has moved past it
+# (an unaudited write, a compaction): expire_snapshots never removes a tagged snapshot.
+PUBLISHED_TAG = "published_cut"
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ def aged_branches(rows, now: datetime) -> list[str]:
 
 def snapshots_to_expire(committed_at: list[datetime], older_than: datetime, keep: int) -> int:
     """How many snapshots an expiry removes: older than the cutoff and not among the newest
-    ``keep`` (an estimate for --dry-run: it ignores branches and tags, which this project has none of)."""
+    ``keep`` (an estimate for --dry-run: it ignores the snapshots branches and tags keep)."""
     newest_first = sorted(committed_at, reverse=True)
     return sum(1 for at in newest_first[keep:] if at < older_than)
 
@@ -560,6 +564,8 @@ class TableMaintenance:
                                        f"{self.policy.snapshots_to_keep})"
                                        + (f" and branch(es) past their retention: {', '.join(aged)}" if aged else ""))
             return
+        if self.result.kind == "dbt":
+            self.keep_published_snapshot()
         if self.result.kind == "streaming":
             markers = bronze.record_committed_batches(self.spark, self.table, live_query_ids(self.settings))
             self.result.committed_markers = len(markers)
@@ -577,6 +583,33 @@ class TableMaintenance:
             + (f"; exactly-once markers kept for {self.result.committed_markers} query(ies)"
                if self.result.committed_markers else "")
             + (f"; branch(es) past their retention dropped: {', '.join(aged)}" if aged else ""))
+
+    def keep_published_snapshot(self) -> None:
+        """Tag the snapshot the published cut (gold.publications, docs/models.md) names of this
+        table when it is no longer main's head, so the expiry keeps it and the cut stays
+        readable; drop the tag once the cut names main's head again. A table a run has not
+        published since keeps its snapshot in the cut while main moves on: an unaudited write,
+        a compaction by an earlier pass."""
+        table = quote_table(self.table)
+        if self.table == PUBLICATIONS_TABLE or not self.spark.catalog.tableExists(PUBLICATIONS_TABLE):
+            return
+        named = [row.snapshot_id for row in self.spark.sql(
+            f"select snapshot_id from {quote_table(PUBLICATIONS_TABLE)} where table_name = {sql_string(self.table)}"
+        ).collect()]
+        refs = {row.name: row.snapshot_id
+                for row in self.spark.sql(f"select name, snapshot_id from {table}.refs").collect()}
+        kept = named[0] if named and named[0] != refs.get("main") else None
+        if kept is None and PUBLISHED_TAG in refs:
+            self.spark.sql(f"alter table {table} drop tag if exists {PUBLISHED_TAG}")
+        elif kept is not None and refs.get(PUBLISHED_TAG) != kept:
+            exists = self.spark.sql(
+                f"select count(*) as n from {table}.snapshots where snapshot_id = {int(kept)}").first().n
+            if not exists:
+                raise LakehouseError(f"the published cut names snapshot {kept} of {self.table}, which has expired: "
+                                     f"the cut cannot be read at it until a dbt run publishes {self.table} again")
+            self.spark.sql(f"alter table {table} create or replace tag {PUBLISHED_TAG} as of version {int(kept)}")
+            self.result.actions.append(f"the published cut's snapshot {kept} kept (tag {PUBLISHED_TAG}): main has "
+                                       f"moved past it")
 
     def remove_orphans(self) -> None:
         older_than = self.now - timedelta(hours=self.policy.orphan_min_age_hours)

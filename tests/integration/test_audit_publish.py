@@ -17,7 +17,9 @@ main of silver.purchases (dbt appends the model's rows before its tests run).
 The published cut (gold.publications, `lakehouse published`): while builds publish purchases and
 user events, ingested in equal numbers before each, a reader thread reads both tables at the
 snapshots the cut names, and always finds the difference the first cut had (one publication);
-Spark and DuckDB read the cut with the lines `lakehouse published` prints.
+Spark and DuckDB read the cut with the lines `lakehouse published` prints. A run of one model
+publishes a cut that keeps the others' snapshots, even past an unaudited write to main; a run
+with nothing new writes none; maintenance keeps (tags) a snapshot the cut names behind main.
 """
 
 from __future__ import annotations
@@ -242,3 +244,18 @@ def test_readers_of_the_published_cut_find_every_table_of_one_publication(cut_la
     assert f"nothing new, main left as it was: {events}" in output, output[-3000:]
     assert read_cut(catalog) == after
     assert main_heads(session)[events] == after.tables[events], "an empty commit published"
+
+    # maintenance on a clock past a one-hour retention that keeps one snapshot: the snapshot the
+    # cut names of purchases, behind main since the delete, stays (tagged) and readable
+    policies = tmp_path / "maintenance.yml"
+    policies.write_text("defaults:\n  snapshot_retention_hours: 1\n  snapshots_to_keep: 1\n")
+    snapshots_before = len(catalog.load_table(purchases).snapshots())
+    maintained = subprocess.run([*faketime(2 * 3600), LAKEHOUSE, "maintain", "--table", purchases],
+                                env={**cli_env(own), "LAKEHOUSE_MAINTENANCE_FILE": str(policies)},
+                                capture_output=True, text=True, timeout=600)
+    assert maintained.returncode == 0, (maintained.stdout + maintained.stderr)[-3000:]
+    assert "tag published_cut" in maintained.stdout + maintained.stderr, maintained.stdout[-3000:]
+    table = catalog.load_table(purchases)
+    assert len(table.snapshots()) < snapshots_before, "nothing expired: the test shows nothing"
+    assert table.metadata.refs["published_cut"].snapshot_id == after.tables[purchases]
+    assert count(purchases, after.tables[purchases]) == total
