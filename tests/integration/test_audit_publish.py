@@ -20,10 +20,15 @@ snapshots the cut names, and always finds the difference the first cut had (one 
 Spark and DuckDB read the cut with the lines `lakehouse published` prints. A run of one model
 publishes a cut that keeps the others' snapshots, even past an unaudited write to main; a run
 with nothing new writes none; maintenance keeps (tags) a snapshot the cut names behind main.
+
+Two hosts (state folders of their own, so dbt-tables locks that never meet; one catalog): the
+first's run stops inside its cut's commit (SIGSTOP, a fault point), the second's run of another
+model commits a cut made from the same one; resumed, the first's commit is refused in one line.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -35,7 +40,7 @@ from lakehouse.core.settings import PROJECT_ROOT
 from lakehouse.operations.published import duckdb_python, read_cut, spark_sql
 from lakehouse.operations.status import existing_table, pyiceberg_catalog
 from tests.integration.own_lakehouse import cli_env, ingest, ingest_purchases, lakehouse_fixture
-from tests.integration.processes import faketime
+from tests.integration.processes import faketime, process_group, resume, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +52,9 @@ lake = lakehouse_fixture("audit-publish")
 # a lakehouse of its own: the first test's maintenance runs on a clock a week ahead, and Iceberg
 # refuses a later commit stamped before it (the table's last snapshot-log entry)
 cut_lake = lakehouse_fixture("published-cut")
+fence_lake = lakehouse_fixture("published-cut-fence")
+
+DBT_REFUSED = "commit refused: another dbt run wrote the table after this run read it"  # jvm/catalog WriterFence
 
 
 def build(own, target: Path, models: tuple[str, ...] = ("purchases",)) -> tuple[int, str]:
@@ -259,3 +267,53 @@ def test_readers_of_the_published_cut_find_every_table_of_one_publication(cut_la
     assert len(table.snapshots()) < snapshots_before, "nothing expired: the test shows nothing"
     assert table.metadata.refs["published_cut"].snapshot_id == after.tables[purchases]
     assert count(purchases, after.tables[purchases]) == total
+
+
+def test_of_two_hosts_cuts_made_from_the_same_cut_only_the_first_commits(fence_lake, tmp_path):
+    """Host A's run of purchases publishes silver.purchases, then stops inside its cut's commit;
+    host B's run of user events publishes them and commits its cut, made from the cut A's was.
+    Resumed, A's commit is refused, in one line: B's cut stands, naming purchases at the snapshot
+    the first cut named (A's publication never completed its cut). The next run's cut names both
+    tables' heads. Without the fence, A's cut, written last, named user events at the snapshot
+    B's run had replaced."""
+    own, session, _ = fence_lake
+    purchases, events = "silver.purchases", "silver.user_events"
+    catalog = pyiceberg_catalog(own)
+    ingest(own, session, {"purchases": 200, "user_events": 200}, seed=30)
+    # gold.events_by_type_daily with user events: a test of it names silver.user_events
+    code, output = build(own, tmp_path / "target-first", ("purchases", "user_events", "events_by_type_daily"))
+    assert code == 0, output[-3000:]
+    first = read_cut(catalog)
+    ingest(own, session, {"purchases": 100, "user_events": 100}, seed=31)
+
+    point = "stop-inside-publication-commit"
+    stopping = {**cli_env(own), "DBT_TARGET_PATH": str(tmp_path / "target-a"),
+                "LAKEHOUSE_JVM_OPTIONS": f"{os.environ.get('LAKEHOUSE_JVM_OPTIONS', '')} "
+                                         f"-Dlakehouse.fault-point={point}".strip()}
+    other_home = tmp_path / "host-b"
+    other_home.mkdir()
+    (other_home / "jars").symlink_to((own.home / "jars").resolve())
+    other = {**cli_env(own), "LAKEHOUSE_HOME": str(other_home), "DBT_TARGET_PATH": str(tmp_path / "target-b")}
+    log = tmp_path / "host-a.log"
+    with process_group([LAKEHOUSE, "dbt", "build", "--select", "purchases"], stopping, log) as first_host:
+        wait_until(lambda: f"fault point {point}" in log.read_text(errors="replace"),
+                   "host A stopped inside its cut's commit", log, timeout_s=600, process=first_host)
+        second = subprocess.run([LAKEHOUSE, "dbt", "build", "--select", "user_events", "events_by_type_daily"],
+                                cwd=PROJECT_ROOT,
+                                env=other, capture_output=True, text=True, timeout=900)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+        assert "publication audit_" in second.stdout + second.stderr, second.stdout[-3000:]
+        code = resume(first_host, timeout_s=600)
+    output = log.read_text(errors="replace")
+    assert code != 0, output[-3000:]
+    assert f"gold.publications: {DBT_REFUSED}" in output, output[-3000:]
+
+    heads = main_heads(session)
+    cut = read_cut(catalog)
+    assert cut.tables[events] == heads[events] != first.tables[events], "B's cut stands"
+    assert cut.tables[purchases] == first.tables[purchases] != heads[purchases], "A's cut is not committed"
+
+    code, output = build(own, tmp_path / "target-next", ("purchases",))
+    assert code == 0, output[-3000:]
+    last = read_cut(catalog)
+    assert (last.tables[purchases], last.tables[events]) == (heads[purchases], heads[events])

@@ -53,6 +53,9 @@ final class WriterFence implements TableOperations {
   static final String FAULT_POINT_PROPERTY = "lakehouse.fault-point";
   static final String STOP_INSIDE_COMMIT = "stop-inside-append-commit";
   static final String STOP_INSIDE_DBT_COMMIT = "stop-inside-dbt-commit";
+  /** Inside the commit of a run's published cut (macros/audit_publish.sql), not a model's. */
+  static final String STOP_INSIDE_PUBLICATION_COMMIT = "stop-inside-publication-commit";
+  static final String PUBLICATION = "lakehouse.publication";
 
   static final String DBT_RUN = "lakehouse.dbt-run";
   static final String DBT_READ = "lakehouse.dbt-read";
@@ -78,7 +81,8 @@ final class WriterFence implements TableOperations {
   public void commit(TableMetadata base, TableMetadata metadata) {
     Snapshot dbtSnapshot = newSnapshotWith(base, metadata, DBT_RUN);
     if (dbtSnapshot != null) {
-      stopIfAsked(STOP_INSIDE_DBT_COMMIT);
+      stopIfAsked(dbtSnapshot.summary().get(PUBLICATION) != null
+          ? STOP_INSIDE_PUBLICATION_COMMIT : STOP_INSIDE_DBT_COMMIT);
       checkDbtRun(base, dbtSnapshot.summary().get(DBT_RUN), dbtSnapshot.summary().get(DBT_READ));
     }
     String writer = newSnapshotHolder(base, metadata);
