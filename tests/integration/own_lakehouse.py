@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.core import local_kafka
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.spark import ensure_namespaces, session_on
 
@@ -29,8 +30,7 @@ def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str, rest: 
     ``extra_env``: more settings of the lakehouse (LAKEHOUSE_SCHEMA_REGISTRY_URL, say)."""
     home = tmp_path_factory.mktemp(f"{name}-home")
     (home / "jars").symlink_to(settings.jars_dir.resolve())
-    env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port()),
-           "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **(extra_env or {})}
+    env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **(extra_env or {})}
     with ExitStack() as stack:
         store, warehouse = None, f"file://{home}/warehouse"
         if s3:
@@ -54,12 +54,30 @@ def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str, rest: 
 
             uri = stack.enter_context(rest_catalog(settings.jars_dir, home / "rest-catalog", warehouse, s3=store))
             env.update({"LAKEHOUSE_CATALOG_TYPE": "rest", "LAKEHOUSE_CATALOG_URI": uri})
-        own = Settings.from_env(env)
-        local_kafka.start(own)
+        own = start_broker_on_a_free_port(env)
         stack.callback(local_kafka.stop, own)
         session = session_on(spark, own)
         ensure_namespaces(session)
         yield own, session, tmp_path_factory.mktemp(f"{name}-dbt")
+
+
+def start_broker_on_a_free_port(env: dict[str, str], attempts: int = 3) -> Settings:
+    """The lakehouse's settings, its broker started on a port that was free. A port found free
+    may be taken before the broker binds it (another process's outgoing connection draws its
+    local port from the same range; seen once in a two-worker run): then another port, up to
+    ``attempts``."""
+    for attempt in range(1, attempts + 1):
+        own = Settings.from_env({**env, "LAKEHOUSE_KAFKA_PORT": str(local_kafka.free_port())})
+        try:
+            local_kafka.start(own)
+            return own
+        except LakehouseError as exc:
+            log = own.kafka_dir / "logs" / "server.log"
+            taken = "is already in use" in str(exc) or (  # taken before the start, or before the bind
+                log.exists() and f"bind to 127.0.0.1:{own.kafka_port}: Address already in use" in log.read_text())
+            if attempt == attempts or not taken:
+                raise
+    raise ValueError("attempts must be at least 1")
 
 
 def lakehouse_fixture(name: str):

@@ -122,3 +122,33 @@ def test_a_cluster_id_starting_with_a_dash_formats_and_starts(settings, tmp_path
         assert "cluster.id=-" in (other.kafka_dir / "data" / "meta.properties").read_text()
     finally:
         local_kafka.stop(other)
+
+
+def test_a_test_lakehouse_whose_port_is_taken_before_the_broker_binds_it_takes_another(settings, tmp_path, monkeypatch):
+    """tests/integration/own_lakehouse.py: the port drawn free is taken between the check and the
+    broker's bind (the check told here that it is free): the broker exits on `Address already in
+    use`, and the lakehouse starts on the next port drawn. Seen once in a two-worker run."""
+    from tests.integration.own_lakehouse import start_broker_on_a_free_port
+
+    (tmp_path / "jars").symlink_to(settings.jars_dir.resolve())
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        drawn = iter([taken])
+        monkeypatch.setattr(local_kafka, "free_port", lambda: next(drawn, None) or socket_port())
+        monkeypatch.setattr(local_kafka, "port_is_free", lambda port: True)
+        own = start_broker_on_a_free_port({"LAKEHOUSE_HOME": str(tmp_path)})
+        try:
+            assert own.kafka_port != taken
+            assert local_kafka.status(own)["answering"]
+            log = (own.kafka_dir / "logs" / "server.log").read_text()
+            assert f"bind to 127.0.0.1:{taken}: Address already in use" in log
+        finally:
+            local_kafka.stop(own)
+
+
+def socket_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
