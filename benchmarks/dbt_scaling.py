@@ -75,7 +75,7 @@ from benchmarks.merge_scaling import (  # noqa: E402
 )
 from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
-from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
+from lakehouse.operations.dbt import dbt_command_line, dbt_env  # noqa: E402
 
 # the bronze history and increments, and the reading of a run's scans per model: shared with
 # tests/integration/test_incremental_models.py, so they live in tests/support
@@ -109,7 +109,7 @@ def run_dbt(settings: Settings, args: list[str], home: Path) -> dict:
     started = time.perf_counter()
     began = datetime.now(UTC)
     with dbt_run_lock(settings) as holder, \
-            subprocess.Popen([dbt_executable(), *args], cwd=PROJECT_ROOT,
+            subprocess.Popen(dbt_command_line(args), cwd=PROJECT_ROOT,
                              env={**dbt_env(settings, target), **event_log_env(events), **holder},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         sampler.dbt_pid = process.pid

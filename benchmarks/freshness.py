@@ -341,7 +341,7 @@ def run_dbt(settings: Settings, number: int, sampler: MemorySampler, roots: dict
     """One `dbt run --select ...` as lakehouse.operations.dbt.run_dbt runs it (same executable, working
     folder, environment and lock), with its own target folder and log; times and peak memory."""
     from lakehouse.core.locks import dbt_run_lock
-    from lakehouse.operations.dbt import dbt_env, dbt_executable
+    from lakehouse.operations.dbt import dbt_command_line, dbt_env
 
     target = settings.home / "dbt-target"
     log_path = settings.home / "dbt-logs" / f"run-{number:03d}.log"
@@ -349,7 +349,7 @@ def run_dbt(settings: Settings, number: int, sampler: MemorySampler, roots: dict
     sampler.window("dbt")
     with dbt_run_lock(settings) as holder, open(log_path, "wb") as out:
         started = time.time()
-        process = subprocess.Popen([dbt_executable(), "run", "--select", *DBT_SELECT], cwd=PROJECT_ROOT,
+        process = subprocess.Popen(dbt_command_line(["run", "--select", *DBT_SELECT]), cwd=PROJECT_ROOT,
                                    env={**dbt_env(settings, target), **holder}, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         roots["dbt"] = [process.pid]

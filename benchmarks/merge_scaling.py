@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._machine import descendants, proc_stats  # noqa: E402
 from lakehouse.core.locks import dbt_run_lock  # noqa: E402
 from lakehouse.core.settings import PROJECT_ROOT, Settings, default_home  # noqa: E402
-from lakehouse.operations.dbt import dbt_env, dbt_executable  # noqa: E402
+from lakehouse.operations.dbt import dbt_command_line, dbt_env  # noqa: E402
 from tests.support.bronze_history import iso_text  # noqa: E402
 from tests.support.bronze_rows import append_rows  # noqa: E402
 from tests.support.change_patterns import KeySpace  # noqa: E402
@@ -285,7 +285,7 @@ def run_dbt_measured(settings: Settings, args: list[str], target_dir: Path, even
     sampler.start()
     started = time.perf_counter()
     with dbt_run_lock(settings) as holder, \
-            subprocess.Popen([dbt_executable(), *args], cwd=project_dir, env={**env, **holder},
+            subprocess.Popen(dbt_command_line(args), cwd=project_dir, env={**env, **holder},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         sampler.dbt_pid = process.pid
         stdout, stderr = process.communicate()

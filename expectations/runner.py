@@ -183,7 +183,7 @@ class QualityReport:
 def run_quality(spark: SparkSession, settings: Settings, layer: str | None = None,
                 stream: str | None = None, *, suites: Sequence[SuiteSpec] | None = None,
                 sources: Mapping[str, MirrorSource] | None = None, record: bool = True,
-                full: bool = False) -> QualityReport:
+                full: bool = False, branch: str | None = None) -> QualityReport:
     """Validate the suites of `layer` / `stream` (None: all), update Data Docs, record the run.
 
     `suites` is the catalogue to select from (the project's suites unless a caller, e.g. a
@@ -194,7 +194,9 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     reconfigures `spark`. A suite whose table does not exist is reported as a failed critical
     ``table_exists`` check. Raises LakehouseError for a selection that matches no suite.
     `full`: daily reconciliations check every day, not only the days touched since they last
-    passed (expectations.suites.TouchedDays).
+    passed (expectations.suites.TouchedDays). `branch`: read every table that has this Iceberg
+    branch on it (`spark.wap.branch`; the others' main), for the validation only: a dbt run's
+    held audit branch (lakehouse/operations/quality_gate.py); the results are recorded on main.
     """
     specs = select_suites(layer, stream, suites)
     started = time.monotonic()
@@ -205,15 +207,21 @@ def run_quality(spark: SparkSession, settings: Settings, layer: str | None = Non
     datasource = _spark_datasource(context)
     suite_results, validation_ids = [], []
     # Progress: a full run is a few dozen suites and takes a minute or more.
-    with progress("quality", len(specs)) as advance:
-        for number, spec in enumerate(specs, 1):
-            log.info("quality %d/%d: %s", number, len(specs), spec.name)
-            advance(0, description=f"quality {spec.name}")
-            suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, sources or {},
-                                           run_id, run_at)
-            suite_results.append(suite_result)
-            validation_ids += ids
-            advance()
+    if branch is not None:
+        spark.conf.set("spark.wap.branch", branch)
+    try:
+        with progress("quality", len(specs)) as advance:
+            for number, spec in enumerate(specs, 1):
+                log.info("quality %d/%d: %s", number, len(specs), spec.name)
+                advance(0, description=f"quality {spec.name}")
+                suite_result, ids = _run_suite(spark, context, datasource, spec, parameters, sources or {},
+                                               run_id, run_at)
+                suite_results.append(suite_result)
+                validation_ids += ids
+                advance()
+    finally:
+        if branch is not None:
+            spark.conf.unset("spark.wap.branch")
     if validation_ids:
         context.build_data_docs(site_names=[DOCS_SITE_NAME], resource_identifiers=validation_ids)
     report = QualityReport(run_id, run_at, tuple(suite_results), _docs_index(context),

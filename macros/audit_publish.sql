@@ -22,13 +22,19 @@
       run-stamp floor and a mirror's `tombstones-purged-at`, are written as they are.)
     - `audit_publish` (on-run-end): when a model or test failed, one line naming them and the
       branch, kept for `audit_branch_retention_hours` (var; `lakehouse maintain` then expires it),
-      and nothing else. Otherwise, in the order dbt ran the models (upstream first, so a
-      table is never published ahead of one it reads), for every table the run wrote: check that
-      main is still the snapshot the run read (macros/dbt_fence.sql), fast-forward main to the
-      branch (`system.fast_forward`, which itself refuses unless main is an ancestor of the
-      branch), promote the staged properties, drop the branch. A crash between the fast-forward
-      and the promotion leaves the staged positions behind the rows: the next run reads again,
-      which every model makes harmless.
+      and nothing else. Otherwise the run is held for the quality gate: `lakehouse dbt` runs dbt
+      with LAKEHOUSE_QUALITY_GATE=hold, then the critical Great Expectations checks of the tables
+      the run wrote, read on the branch (lakehouse/operations/quality_gate.py), and then publishes
+      it (`audit_publish_held`, a run-operation in the same process and Spark session) or keeps
+      it (`audit_keep_held`). A dbt started otherwise (the hook's lock variable set by hand)
+      publishes nothing: no path to main skips the checks. Publishing: in the order dbt ran the
+      models (upstream first, so a table is never published ahead of one it reads), for every
+      table the run wrote: check that main is still the snapshot the run read (macros/dbt_fence.sql;
+      the run's reads are copied into a view of the held branch, as the run's own view ends with
+      the run), fast-forward main to the branch (`system.fast_forward`, which itself refuses
+      unless main is an ancestor of the branch), promote the staged properties, drop the branch.
+      A crash between the fast-forward and the promotion leaves the staged positions behind the
+      rows: the next run reads again, which every model makes harmless.
 
     A table's first build is audited too: every model table is created with `write.wap.enabled`
     (audit_table_properties()), so Iceberg writes a CREATE ... AS SELECT to the
@@ -142,6 +148,48 @@
 {%- endmacro %}
 
 
+{#- Is this dbt run one `lakehouse dbt` gates (lakehouse/operations/quality_gate.py)? -#}
+{% macro audit_gate_holds() -%}
+    {{ return(env_var('LAKEHOUSE_QUALITY_GATE', '') == 'hold') }}
+{%- endmacro %}
+
+
+{#- The run's reads (macros/dbt_fence.sql), kept for the held branch's publication -#}
+{% macro audit_held_view(branch, qualified=true) -%}
+    {{ return(('global_temp.' if qualified else '') ~ 'lakehouse_held_' ~ branch) }}
+{%- endmacro %}
+
+
+{#- [schema.alias] of the models and seeds a run ran with success, in the order dbt ran them -#}
+{% macro audit_ran(results) -%}
+    {%- set ran = [] -%}
+    {%- for result in results if result.node.resource_type in ('model', 'seed') and result.status == 'success' -%}
+        {%- do ran.append(result.node.schema ~ '.' ~ result.node.alias) -%}
+    {%- endfor -%}
+    {{ return(ran) }}
+{%- endmacro %}
+
+
+{#- The relations among `names` (schema.alias, in that order) of a model table that has `branch` -#}
+{% macro audit_written(names, branch) -%}
+    {%- set nodes = {} -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'model'
+                                           and node.config.materialized not in ('view', 'ephemeral') -%}
+        {%- do nodes.update({node.schema ~ '.' ~ node.alias: node}) -%}
+    {%- endfor -%}
+    {%- set written = [] -%}
+    {%- for name in names if name in nodes -%}
+        {%- set node = nodes[name] -%}
+        {%- set relation = adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) -%}
+        {%- if relation is not none and run_query("select count(*) from " ~ relation ~ ".refs where name = '"
+                                                  ~ branch ~ "'").rows[0][0] > 0 -%}
+            {%- do written.append(relation) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(written) }}
+{%- endmacro %}
+
+
 {% macro audit_publish(results) %}
     {%- if execute and writes_tables() -%}
         {%- do run_query('reset spark.wap.branch') -%}
@@ -151,50 +199,102 @@
             {%- do failed.append(result.node.name) -%}
         {%- endfor -%}
         {%- set written = [] -%}
-        {%- for result in results if result.node.resource_type == 'model'
-                                     and result.node.config.materialized not in ('view', 'ephemeral') -%}
-            {%- set relation = adapter.get_relation(database=result.node.database, schema=result.node.schema,
-                                                    identifier=result.node.alias) -%}
-            {%- if relation is not none and run_query("select count(*) from " ~ relation ~ ".refs where name = '"
-                                                      ~ branch ~ "'").rows[0][0] > 0 -%}
-                {%- do written.append(relation) -%}
-            {%- endif -%}
+        {%- for result in results if result.node.resource_type == 'model' -%}
+            {%- do written.append(result.node.schema ~ '.' ~ result.node.alias) -%}
+        {%- endfor -%}
+        {%- set written = audit_written(written, branch) -%}
+        {%- set changed = [] -%}
+        {%- for relation in written if not failed -%}
+            {%- set head = run_query("select cast(snapshot_id as string) from " ~ relation ~ ".refs where name = 'main'").rows -%}
+            {%- do changed.append(relation) if audit_branch_changes_data(relation, branch, head[0][0] if head else none) -%}
         {%- endfor -%}
         {%- if failed -%}
-            {#- kept for inspection, for `audit_branch_retention_hours`: `lakehouse maintain`
-                (Iceberg's expire_snapshots) drops a branch older than its retention -#}
-            {%- for relation in written -%}
-                {%- set head = run_query("select snapshot_id from " ~ relation ~ ".refs where name = '" ~ branch ~ "'").rows[0][0] -%}
-                {%- do run_query('alter table ' ~ relation ~ ' replace branch ' ~ branch ~ ' as of version ' ~ head
-                                 ~ ' retain ' ~ var('audit_branch_retention_hours') ~ ' hours') -%}
-            {%- endfor -%}
-            {%- do log('not published: ' ~ failed | length ~ ' failed (' ~ failed | join(', ') ~ '); main of every table '
-                       ~ 'is unchanged; what the run wrote stays on branch ' ~ branch ~ ' of ' ~ (written | join(', ') or 'no table')
-                       ~ " (`select ... from <table> version as of '" ~ branch ~ "'`, `lakehouse status`)", info=true) -%}
+            {%- do audit_keep(written, branch, failed | length ~ ' failed (' ~ failed | join(', ') ~ ')') -%}
+        {%- elif not changed -%}
+            {#- nothing for the checks to look at: main stays, the staged positions are promoted -#}
+            {%- do audit_publish_written(written, audit_ran(results), branch, dbt_fence_view()) -%}
+        {%- elif not audit_gate_holds() -%}
+            {%- do audit_keep(written, branch, 'dbt was not started by `lakehouse dbt`, which runs the critical '
+                                               ~ 'quality checks before it publishes') -%}
+            {{ exceptions.raise_compiler_error('nothing published: run it as `lakehouse dbt ...` (the line above)') }}
         {%- else -%}
-            {%- set published, unchanged = [], [] -%}
-            {%- for relation in written -%}
-                {%- do (published if audit_publish_table(relation, branch) else unchanged).append(relation) -%}
+            {#- literal values: the run's own view is dropped when the run ends -#}
+            {%- set rows = [] -%}
+            {%- for row in ([] if flags.FULL_REFRESH else run_query('select t, s from ' ~ dbt_fence_view()).rows) -%}
+                {%- do rows.append("('" ~ row[0] ~ "', '" ~ row[1] ~ "')") -%}
             {%- endfor -%}
-            {%- if published -%}
-                {%- do log('published ' ~ published | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ published | join(', '), info=true) -%}
-            {%- endif -%}
-            {%- if unchanged -%}
-                {%- do log('nothing new, main left as it was: ' ~ unchanged | join(', '), info=true) -%}
-            {%- endif -%}
-            {%- do audit_record_publication(results, branch) -%}
+            {%- do run_query('create or replace global temporary view ' ~ audit_held_view(branch, qualified=false) ~ ' as '
+                             ~ (('select * from values ' ~ rows | join(', ') ~ ' as v(t, s)') if rows
+                                else 'select cast(null as string) as t, cast(null as string) as s where false')) -%}
+            {%- do log('held for the quality checks: branch ' ~ branch ~ ' of ' ~ written | join(', '), info=true) -%}
         {%- endif -%}
     {%- endif -%}
 {% endmacro %}
 
 
-{#- main of `relation` moved to `branch`, its staged properties promoted, the branch dropped -#}
-{% macro audit_publish_table(relation, branch) %}
+{#- `written` (relations) keep `branch` for inspection, for `audit_branch_retention_hours`
+    (`lakehouse maintain`, Iceberg's expire_snapshots, drops a branch older than its retention);
+    one line says why (`reason`) and how to look -#}
+{% macro audit_keep(written, branch, reason) %}
+    {%- for relation in written -%}
+        {%- set head = run_query("select snapshot_id from " ~ relation ~ ".refs where name = '" ~ branch ~ "'").rows[0][0] -%}
+        {%- do run_query('alter table ' ~ relation ~ ' replace branch ' ~ branch ~ ' as of version ' ~ head
+                         ~ ' retain ' ~ var('audit_branch_retention_hours') ~ ' hours') -%}
+    {%- endfor -%}
+    {%- do log('not published: ' ~ reason ~ '; main of every table '
+               ~ 'is unchanged; what the run wrote stays on branch ' ~ branch ~ ' of ' ~ (written | join(', ') or 'no table')
+               ~ " (`select ... from <table> version as of '" ~ branch ~ "'`, `lakehouse status`)", info=true) -%}
+{% endmacro %}
+
+
+{#- `lakehouse dbt run-operation audit_publish_held --args '{branch: ..., ran: [...]}'`, which
+    lakehouse/operations/quality_gate.py runs once the held run's checks passed: `ran` is
+    audit_ran() of the held run -#}
+{% macro audit_publish_held(branch, ran) %}
+    {%- do run_query('reset spark.wap.branch') -%}
+    {%- set reads = audit_held_view(branch) -%}
+    {%- if not run_query("show views in global_temp like '" ~ audit_held_view(branch, qualified=false) ~ "'").rows -%}
+        {{ exceptions.raise_compiler_error('branch ' ~ branch ~ ' is not held in this Spark application (the run that '
+            ~ 'wrote it ended): not published; run dbt again') }}
+    {%- endif -%}
+    {%- do audit_publish_written(audit_written(ran, branch), ran, branch, reads) -%}
+    {%- do run_query('drop view if exists ' ~ reads) -%}
+{% endmacro %}
+
+
+{#- `written` (relations, in the order dbt ran them) published, then the cut recorded -#}
+{% macro audit_publish_written(written, ran, branch, reads) %}
+    {%- set published, unchanged = [], [] -%}
+    {%- for relation in written -%}
+        {%- do (published if audit_publish_table(relation, branch, reads) else unchanged).append(relation) -%}
+    {%- endfor -%}
+    {%- if published -%}
+        {%- do log('published ' ~ published | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ published | join(', '), info=true) -%}
+    {%- endif -%}
+    {%- if unchanged -%}
+        {%- do log('nothing new, main left as it was: ' ~ unchanged | join(', '), info=true) -%}
+    {%- endif -%}
+    {%- do audit_record_publication(ran, branch) -%}
+{% endmacro %}
+
+
+{#- `lakehouse dbt run-operation audit_keep_held --args '{branch: ..., ran: [...], reason: ...}'`:
+    the held run's checks failed -#}
+{% macro audit_keep_held(branch, ran, reason) %}
+    {%- do run_query('reset spark.wap.branch') -%}
+    {%- do audit_keep(audit_written(ran, branch), branch, reason) -%}
+    {%- do run_query('drop view if exists ' ~ audit_held_view(branch)) -%}
+{% endmacro %}
+
+
+{#- main of `relation` moved to `branch`, its staged properties promoted, the branch dropped;
+    `reads`: the view of what main was when the run read each table -#}
+{% macro audit_publish_table(relation, branch, reads) %}
     {%- set name = relation.schema ~ '.' ~ relation.identifier -%}
-    {%- set read = run_query('select s from ' ~ dbt_fence_view() ~ " where t = '" ~ name ~ "'").rows -%}
+    {%- set read = run_query('select s from ' ~ reads ~ " where t = '" ~ name ~ "'").rows -%}
     {%- set head = run_query("select cast(snapshot_id as string) from " ~ relation ~ ".refs where name = 'main'").rows -%}
-    {#- a table this run created or replaced (first build, full refresh) has no read snapshot to
-        compare: fast_forward's own check (main an ancestor of the branch) then stands alone -#}
+    {#- a table this run created or replaced (first build, full refresh: no reads kept) has no read
+        snapshot to compare: fast_forward's own check (main an ancestor of the branch) then stands alone -#}
     {%- if read and not flags.FULL_REFRESH and read[0][0] != (head[0][0] if head else none) -%}
         {{ exceptions.raise_compiler_error(name ~ ': not published: its main moved (snapshot ' ~ read[0][0]
             ~ ' when this run started, ' ~ (head[0][0] if head else 'none') ~ ' now: another run or host published it); '
@@ -254,14 +354,15 @@
 {% endmacro %}
 
 
-{#- After a run's tables are published: the cut, in one commit of var('publications_table').
+{#- After a run's tables are published (`ran`: audit_ran() of the run): the cut, in one commit of
+    var('publications_table').
     Each table takes the snapshot of main this run published, or ran on (a full refresh, a seed, a model
     with nothing new), or else the one the previous cut named: not main's head, which another
     host's run may be publishing table by table now. The commit is fenced as a model's is
     (macros/dbt_fence.sql), on the cut this one was made from: two runs that made a cut from the
     same one cannot both commit it, and the one refused says so (its tables are published; the
     next cut names them). A cut that names what the previous one did is not written. -#}
-{% macro audit_record_publication(results, branch) %}
+{% macro audit_record_publication(ran, branch) %}
     {%- set publications = var('publications_table') -%}
     {%- do run_query('create table if not exists ' ~ publications ~ ' (publication string not null, '
                      ~ 'table_name string not null, snapshot_id bigint not null, published_at timestamp not null) '
@@ -275,10 +376,6 @@
             {%- do previous.update({row[0]: row[1]}) -%}
         {%- endfor -%}
     {%- endif -%}
-    {%- set ran = [] -%}
-    {%- for result in results if result.node.resource_type in ('model', 'seed') and result.status == 'success' -%}
-        {%- do ran.append(result.node.schema ~ '.' ~ result.node.alias) -%}
-    {%- endfor -%}
     {%- set heads = [] -%}
     {#- seeds too (a gold model joins one): `dbt seed` writes main, unaudited (docs/models.md) -#}
     {%- for node in graph.nodes.values() if node.resource_type in ('model', 'seed')

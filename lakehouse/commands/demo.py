@@ -2,7 +2,8 @@
 
 Kafka (started here unless already running) -> produce every stream of the pipeline with
 the demo's fault mix -> ingest them all into bronze in one Spark application
-(available-now) -> dbt run (silver, gold) -> quality checks -> a summary that checks, per
+(available-now) -> dbt build (silver, gold; published once the quality gate passed) -> the other
+quality checks -> a summary that checks, per
 stream, that every offset produced is in bronze or in dead letters exactly once, with the right reason
 -> a maintenance pass over every table -> the status view.
 Whatever the demo started is stopped at the end, also on failure or Ctrl-C.
@@ -17,6 +18,7 @@ from pyspark.sql import functions as F
 
 from expectations.mirror import check_mirror
 from expectations.runner import QualityReport, format_summary, run_quality
+from expectations.suites import project_suites
 from ingestion import job
 from ingestion.invariant import check_every_offset_once, offset_ranges
 from lakehouse.contracts.bronze_columns import DEAD, ERROR_CODE, KAFKA_OFFSET, KAFKA_PARTITION
@@ -24,10 +26,11 @@ from lakehouse.contracts.streams import StreamSpec, load_pipeline
 from lakehouse.core import local_kafka
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.kafka_admin import admin_client, end_offsets, topic_names
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import PROJECT_ROOT, Settings
 from lakehouse.core.spark import ensure_namespaces, get_spark, relation_exists
 from lakehouse.operations import maintenance, status
 from lakehouse.operations.dbt import run_dbt
+from lakehouse.operations.quality_gate import gate_suites
 from producers.cdc.stream import simulator_source, simulator_sources
 from producers.faults import FaultRates
 from producers.run import PRODUCERS, produce
@@ -49,6 +52,19 @@ STEPS = 7
 def _step(number: int, text: str) -> float:
     print(f"\n==> [{number}/{STEPS}] {text}", flush=True)
     return time.monotonic()
+
+
+def _main_heads(spark) -> dict[str, int | None]:
+    """{table: main's snapshot id} of every silver and gold table (views left out)."""
+    heads = {}
+    for namespace in ("silver", "gold"):  # created before ingestion (ensure_namespaces)
+        views = {row.viewName for row in spark.sql(f"show views in {namespace}").collect()}
+        for row in spark.sql(f"show tables in {namespace}").collect():
+            if row.tableName not in views:
+                table = f"{namespace}.{row.tableName}"
+                found = spark.sql(f"select snapshot_id from {table}.refs where name = 'main'").first()
+                heads[table] = found[0] if found else None
+    return heads
 
 
 def _count(spark, table: str) -> int:
@@ -94,12 +110,22 @@ def main(settings: Settings, events: int = 20_000) -> int:
         spark = get_spark(settings, app_name="lakehouse-demo")
         _ingest(spark, settings, streams)
 
-        _step(4, "dbt build (seed, silver and gold models, their data and unit tests)")
+        _step(4, "dbt build (seed, silver and gold models, their data and unit tests), then the quality gate: "
+                 "the suites of the tables it wrote, on its audit branch, before it publishes them")
+        before = _main_heads(spark)
         run_dbt(settings, ["build"])
+        # (a seed is written to main by dbt directly, never held for the gate)
+        seeds = {f"silver.{seed.stem}" for seed in (PROJECT_ROOT / "seeds").glob("*.csv")}
+        published = {table for table, head in _main_heads(spark).items() if head != before.get(table)} - seeds
 
-        _step(5, "quality checks (Great Expectations)")
-        report = run_quality(spark, settings, sources=simulator_sources(settings))
+        _step(5, "quality checks (Great Expectations): the suites the gate did not run")
+        # the gate ran (and recorded) the suites of every table the build published: not twice
+        gated = gate_suites(published)
+        report = run_quality(spark, settings, suites=[suite for suite in project_suites() if suite not in gated],
+                             sources=simulator_sources(settings))
         print(format_summary(report))
+        print(f"  and before publication, on the build's branch: {len(gated)} suite(s) of {len(published)} table(s), "
+              "no critical failure (warnings in the report)")
         mismatched = _print_summary(spark, settings, streams, produced, ranges, report)
 
         _step(6, "maintenance: compaction, manifest rewrite, snapshot expiry, orphan files (lakehouse maintain)")

@@ -33,6 +33,7 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
 from lakehouse.core.spark import DBT_PROFILE_SETTINGS
+from lakehouse.operations.quality_gate import GATE_ENV, HOLD, GateOutcome, audit_branch, check_and_publish
 
 log = logging.getLogger("lakehouse.dbt")
 
@@ -57,12 +58,23 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
     for name in DBT_PROFILE_SETTINGS:
         env[PREFIX + SETTINGS[name].env] = str(getattr(settings, name))
     env[SETTINGS_RESOLVED] = "1"
+    # a run that changed rows waits for the quality gate before it publishes (quality_gate.py)
+    env[GATE_ENV] = HOLD
     env["PWD"] = str(PROJECT_ROOT)  # the profile resolves project paths from PWD
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     if target_dir is not None:
         env["DBT_TARGET_PATH"] = str(target_dir)
         env["DBT_LOG_PATH"] = str(target_dir / "logs")
     return env
+
+
+def dbt_command_line(args: list[str]) -> list[str]:
+    """The process that runs `dbt <args>`: a command that may write runs dbt in a Python process
+    that then runs the quality gate on what it held and publishes it (quality_gate.py); one that
+    only reads runs dbt itself."""
+    if writes(args):
+        return [sys.executable, "-m", "lakehouse.operations.quality_gate", *args]
+    return [dbt_executable(), *args]
 
 
 def dbt_command(args: list[str]) -> str | None:
@@ -89,7 +101,7 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
 
     with dbt_run_lock(settings) if writes(args) else nullcontext({}) as holder:
         result = subprocess.run(
-            [dbt_executable(), *args], cwd=PROJECT_ROOT, env={**dbt_env(settings, target_dir), **holder},
+            dbt_command_line(args), cwd=PROJECT_ROOT, env={**dbt_env(settings, target_dir), **holder},
             capture_output=capture, text=True,
         )
     if result.returncode != 0:
@@ -98,7 +110,7 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             output = [_dbt_line_text(ln) for ln in (result.stdout or "").splitlines()]
             # every test or model that failed, by name (dbt's summary: "Failure in test <name>
             # (<file>)"), then dbt's last error lines
-            failures = [ln.strip() for ln in output if "Failure in " in ln]
+            failures = [ln.strip() for ln in output if "Failure in " in ln or "not published: " in ln]
             errors = [ln for ln in output if ("ERROR" in ln or "Error" in ln) and "Failure in " not in ln]
             lines = failures + errors[-3:]
             tail = ": " + " | ".join(lines) if lines else ""
@@ -186,6 +198,7 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
     """
     serving = metrics.serve(settings)  # a port in use is refused before dbt loads
     from dbt.cli.main import dbtRunner
+    from dbt_common.invocation import get_invocation_id
 
     os.environ.update(dbt_env(settings, target_dir))
     if serving:
@@ -214,6 +227,12 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
             os.environ.update(holder)  # what the project's on-run-start hook asks for
             try:
                 result = runner.invoke([*dbt_args, *project])
+                try:
+                    gate = check_and_publish(runner.invoke, settings, result, get_invocation_id(), project)
+                except Exception as exc:  # noqa: BLE001 - a failed run; the loop goes on
+                    gate = GateOutcome(audit_branch(get_invocation_id()), (), None, published=False,
+                                       error=f"not published: the quality gate failed: {type(exc).__name__}: "
+                                             f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}")
             finally:
                 for key in holder:
                     os.environ.pop(key, None)
@@ -223,6 +242,8 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
             except Exception as exc:  # noqa: BLE001 - the metrics must never stop the loop
                 log.warning("dbt loop: metrics not updated: %s: %s", type(exc).__name__, exc)
         summary = _run_summary(len(summaries) + 1, started, time.time(), result)
+        if gate is not None and not gate.published:
+            summary.update(success=False, error=gate.error)
         summaries.append(summary)
         models = ", ".join(f"{name} {m['seconds']}s" for name, m in summary["models"].items())
         log.log(logging.INFO if summary["success"] else logging.ERROR,

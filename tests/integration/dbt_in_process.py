@@ -60,6 +60,9 @@ class _Project:
 
     def invoke(self, args: list[str]):
         from dbt.cli.main import dbtRunner
+        from dbt_common.invocation import get_invocation_id
+
+        from lakehouse.operations.quality_gate import check_and_publish
 
         # the lock run_dbt holds: maintenance never compacts a table under a running MERGE, and the
         # project's on-run-start hook sees its holder
@@ -71,6 +74,10 @@ class _Project:
                     raise AssertionError(f"dbt could not parse the project: {parsed.exception}")
                 self._runner = dbtRunner(manifest=parsed.result)  # parsed once, as `lakehouse dbt loop` does
             result = self._runner.invoke([*args, *self.flags])
+            # then the quality gate on what the run held, and its publication, as `lakehouse dbt` does
+            gate = check_and_publish(self._runner.invoke, self.settings, result, get_invocation_id(), self.flags)
+        if gate is not None and not gate.published:
+            raise AssertionError(f"`dbt {' '.join(args)}`: {gate.error}")
         if not result.success:
             failed = [f"{getattr(r.node, 'name', '?')}: {r.status}: {r.message}"
                       for r in getattr(result.result, "results", None) or []

@@ -14,6 +14,11 @@ branch is kept for a week; `lakehouse maintain` on a clock a week later drops it
 Seen failing on the code before write-audit-publish: the failed build exited 1, but had moved
 main of silver.purchases (dbt appends the model's rows before its tests run).
 
+Then the quality gate (lakehouse/operations/quality_gate.py): a purchase of a negative amount
+planted in bronze passes dbt's tests, not the critical check on silver's amounts, which reads
+the run's branch; the run publishes nothing and keeps its branch. Seen failing before the gate:
+that build exited 0 and published the negative amount.
+
 The published cut (gold.publications, `lakehouse published`): while builds publish purchases and
 user events, ingested in equal numbers before each, a reader thread reads both tables at the
 snapshots the cut names, and always finds the difference the first cut had (one publication);
@@ -145,6 +150,33 @@ def test_a_build_whose_test_fails_publishes_nothing_and_the_next_one_loses_nothi
     recorded = session.sql("show tblproperties silver.purchases ('lakehouse.input-snapshot.bronze.purchases')") \
         .collect()[0].value
     assert recorded == str(bronze_head)
+
+    # a critical quality check fails on the branch, dbt's tests pass: a purchase of a negative
+    # amount reaches bronze (appended as a writer would, at a new offset), and silver's increment
+    # carries it to the run's branch only. The quality gate reads the branch, finds it, and the
+    # run publishes nothing; had it read main, it would have found nothing wrong.
+    before = main_heads(session)
+    cut_before = read_cut(pyiceberg_catalog(own))
+    from pyspark.sql import functions as F
+    session.table("bronze.purchases").where("transaction_id is not null").limit(1) \
+        .withColumn("transaction_id", F.lit("planted-negative-amount")).withColumn("amount", F.lit(-5.0)) \
+        .withColumn("_kafka_offset", F.lit(10**12)).writeTo("bronze.purchases").append()
+    code, output = build(own, tmp_path / "target-4")
+    assert code != 0, output[-3000:]
+    assert main_heads(session) == before, "a build that failed a critical check moved main"
+    assert read_cut(pyiceberg_catalog(own)) == cut_before, "a build that failed a critical check wrote a publication"
+    assert session.table("silver.purchases").where("amount < 0").count() == 0
+    [line] = [line for line in output.splitlines() if "not published: " in line]
+    assert "critical quality check(s) failed" in line and "main of every table is unchanged" in line, line
+    assert "silver.purchases: expect_column_values_to_be_between(amount)" in line, line
+    held = line.split("stays on branch ")[1].split()[0]
+    assert session.sql(f"select count(*) as n from silver.purchases version as of '{held}' where amount < 0") \
+        .collect()[0].n == 1
+    [retention] = session.sql(f"select max_reference_age_in_ms from silver.purchases.refs where name = '{held}'") \
+        .collect()
+    assert retention[0] == RETENTION_HOURS * 3600 * 1000
+    status = subprocess.run([LAKEHOUSE, "status"], env=cli_env(own), capture_output=True, text=True, timeout=300)
+    assert f"select * from silver.purchases version as of '{held}'" in status.stdout, status.stdout[-3000:]
 
     # maintenance on a clock past the retention (a real process under faketime) expires the branch
     maintained = subprocess.run([*faketime((RETENTION_HOURS + 1) * 3600), LAKEHOUSE, "maintain", "--table",

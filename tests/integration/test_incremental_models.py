@@ -87,11 +87,11 @@ def run_with_event_log(own, target: Path, events: Path, args: list[str]) -> list
     """`dbt <args>` as run_dbt runs it, plus Spark's event log; the run's SQL statements."""
     from lakehouse.core.locks import dbt_run_lock
     from lakehouse.core.settings import PROJECT_ROOT
-    from lakehouse.operations.dbt import dbt_env, dbt_executable
+    from lakehouse.operations.dbt import dbt_command_line, dbt_env
 
     with dbt_run_lock(own) as holder:
         env = {**dbt_env(own, target), **event_log_env(events), **holder}
-        result = subprocess.run([dbt_executable(), *args], cwd=PROJECT_ROOT, env=env, capture_output=True,
+        result = subprocess.run(dbt_command_line(args), cwd=PROJECT_ROOT, env=env, capture_output=True,
                                 text=True)
     assert result.returncode == 0, result.stdout[-4000:]
     return sql_breakdown(newest_event_log(events))

@@ -8,7 +8,9 @@ LAKEHOUSE_PROFILE, so it would open another catalog than the configured one in s
 Here, on a lakehouse of its own with purchases ingested and silver.purchases built once, then
 new purchases ingested: two plain `dbt run --select purchases` started together (real
 processes, real Spark and Iceberg) are both refused with one line naming `lakehouse dbt`, and
-silver is unchanged; a plain `dbt show` with LAKEHOUSE_CONFIG_FILE set is refused the same way;
+silver is unchanged; one given the lock's variable by hand runs, but publishes nothing (no
+quality gate ran; its rows stay on its branch) and fails; a plain `dbt show` with
+LAKEHOUSE_CONFIG_FILE set is refused the same way;
 two `lakehouse dbt run --select purchases` started together, one configured by the environment
 and one by a LAKEHOUSE_CONFIG_FILE alone, both succeed (one waits for the other's lock) and
 silver holds every new purchase once.
@@ -94,6 +96,21 @@ def test_two_plain_dbt_runs_at_once_are_refused_and_append_nothing(lake, new_pur
         assert code != 0, output[-3000:]
         assert "run it as `lakehouse dbt run --select purchases`" in output, output[-3000:]
         assert "Completed successfully" not in output
+
+
+def test_a_plain_dbt_given_a_lock_holder_by_hand_publishes_nothing(lake, new_purchases, tmp_path):
+    """The hook's variable set by hand gets dbt past the refusal, not past the quality gate: the
+    run's rows stay on its branch, main is unchanged, and the run fails naming `lakehouse dbt`."""
+    own, session, _ = lake
+    before = session.sql("select snapshot_id from silver.purchases.refs where name = 'main'").first()[0]
+    env = {**plain_dbt_env(own, tmp_path / "target"), "LAKEHOUSE_DBT_LOCK_HOLDER": "set by hand"}
+    code, output = finish(start([dbt_executable(), "run", "--select", "purchases"], env))
+    assert code != 0, output[-3000:]
+    assert "not published: dbt was not started by `lakehouse dbt`" in output, output[-3000:]
+    assert session.sql("select snapshot_id from silver.purchases.refs where name = 'main'").first()[0] == before
+    assert silver_counts(session) == (FIRST, FIRST)
+    branch = output.split("stays on branch ")[1].split()[0]
+    assert session.sql(f"select count(*) from silver.purchases version as of '{branch}'").first()[0] == FIRST + NEW
 
 
 def test_a_plain_dbt_with_a_config_file_is_refused_not_pointed_elsewhere(lake, new_purchases, tmp_path):

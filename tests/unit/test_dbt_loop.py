@@ -71,6 +71,10 @@ def fake_dbt(monkeypatch, tmp_path):
     FakeRunner.invocations, FakeRunner.failing_runs = [], set()
     monkeypatch.setattr(dbt.cli.main, "dbtRunner", FakeRunner)
     monkeypatch.setattr(dbt_ops, "_spark_application", lambda: "local-1")
+    # the quality gate (lakehouse/operations/quality_gate.py) reads real tables: here it found
+    # nothing held, unless a test says otherwise
+    FakeRunner.gate = None
+    monkeypatch.setattr(dbt_ops, "check_and_publish", lambda *args: FakeRunner.gate)
     saved = dict(os.environ)  # run_loop points this process's environment at the lakehouse
     yield Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
     os.environ.clear()
@@ -88,6 +92,17 @@ def test_loop_parses_once_runs_on_its_cadence_and_records_each_run(fake_dbt, tmp
     assert runs[0]["models"] == {"user_events": {"status": "success", "seconds": 1.23}}
     assert all(r["success"] and r["spark_application"] == "local-1" for r in runs)
     assert (tmp_path / "locks" / "dbt-tables.lock").exists()  # each run took the dbt-tables lock
+
+
+def test_a_run_the_quality_gate_kept_is_a_failed_run_with_its_line(fake_dbt, caplog):
+    from lakehouse.operations.quality_gate import GateOutcome
+
+    FakeRunner.gate = GateOutcome("audit_x", ("silver.user_events",), None, published=False,
+                                  error="not published: 1 critical quality check(s) failed on the branch (...)")
+    runs = dbt_ops.run_loop(fake_dbt, 0.01, ["run"], runs=2, stop=threading.Event())
+    assert [r["success"] for r in runs] == [False, False]
+    assert runs[0]["error"].startswith("not published: 1 critical quality check(s) failed")
+    assert "dbt loop run 1: FAILED" in caplog.text and "not published: 1 critical" in caplog.text
 
 
 def test_a_failed_run_is_reported_and_the_loop_goes_on_unless_fail_fast(fake_dbt, caplog):
