@@ -226,6 +226,9 @@
             {%- do run_query('create or replace global temporary view ' ~ audit_held_view(branch, qualified=false) ~ ' as '
                              ~ (('select * from values ' ~ rows | join(', ') ~ ' as v(t, s)') if rows
                                 else 'select cast(null as string) as t, cast(null as string) as s where false')) -%}
+            {#- with its retention from now: a gate whose process dies leaves a branch that
+                `lakehouse maintain` expires, not one kept for ever -#}
+            {%- do audit_retain(written, branch) -%}
             {%- do log('held for the quality checks: branch ' ~ branch ~ ' of ' ~ written | join(', '), info=true) -%}
         {%- endif -%}
     {%- endif -%}
@@ -236,14 +239,28 @@
     (`lakehouse maintain`, Iceberg's expire_snapshots, drops a branch older than its retention);
     one line says why (`reason`) and how to look -#}
 {% macro audit_keep(written, branch, reason) %}
-    {%- for relation in written -%}
-        {%- set head = run_query("select snapshot_id from " ~ relation ~ ".refs where name = '" ~ branch ~ "'").rows[0][0] -%}
-        {%- do run_query('alter table ' ~ relation ~ ' replace branch ' ~ branch ~ ' as of version ' ~ head
-                         ~ ' retain ' ~ var('audit_branch_retention_hours') ~ ' hours') -%}
-    {%- endfor -%}
+    {%- do audit_retain(written, branch) -%}
     {%- do log('not published: ' ~ reason ~ '; main of every table '
                ~ 'is unchanged; what the run wrote stays on branch ' ~ branch ~ ' of ' ~ (written | join(', ') or 'no table')
                ~ " (`select ... from <table> version as of '" ~ branch ~ "'`, `lakehouse status`)", info=true) -%}
+{% endmacro %}
+
+
+{#- `relation` (or `schema.table`) named with the session's catalog, for Iceberg's procedures and
+    its branch and tag DDL: given `silver.x`, Iceberg tries `silver` as a catalog first and logs a
+    WARN with a stack trace per statement (Spark3Util, "Failed to load catalog: silver") -#}
+{% macro audit_catalog_name(relation) -%}
+    {{ return(run_query('select current_catalog()').rows[0][0] ~ '.' ~ relation) }}
+{%- endmacro %}
+
+
+{#- `branch` of each of `written` kept `audit_branch_retention_hours` past its head's commit -#}
+{% macro audit_retain(written, branch) %}
+    {%- for relation in written -%}
+        {%- set head = run_query("select snapshot_id from " ~ relation ~ ".refs where name = '" ~ branch ~ "'").rows[0][0] -%}
+        {%- do run_query('alter table ' ~ audit_catalog_name(relation) ~ ' replace branch ' ~ branch ~ ' as of version ' ~ head
+                         ~ ' retain ' ~ var('audit_branch_retention_hours') ~ ' hours') -%}
+    {%- endfor -%}
 {% endmacro %}
 
 
@@ -302,7 +319,7 @@
     {%- endif -%}
     {%- set changed = audit_branch_changes_data(relation, branch, head[0][0] if head else none) -%}
     {%- if changed -%}
-        {%- do run_query("call system.fast_forward('" ~ name ~ "', 'main', '" ~ branch ~ "')") -%}
+        {%- do run_query("call system.fast_forward('" ~ audit_catalog_name(name) ~ "', 'main', '" ~ branch ~ "')") -%}
     {%- endif -%}
     {%- set promoted = [] -%}
     {%- for row in run_query('show tblproperties ' ~ relation).rows
@@ -312,7 +329,7 @@
     {%- if promoted -%}
         {%- do run_query('alter table ' ~ relation ~ ' set tblproperties (' ~ promoted | join(', ') ~ ')') -%}
     {%- endif -%}
-    {%- do run_query('alter table ' ~ relation ~ ' drop branch ' ~ branch) -%}
+    {%- do run_query('alter table ' ~ audit_catalog_name(relation) ~ ' drop branch ' ~ branch) -%}
     {{ return(changed) }}
 {% endmacro %}
 
@@ -322,7 +339,8 @@
     and a MERGE of no rows. Moving main to such a snapshot would change nothing a reader
     sees, yet make every idle run of `lakehouse dbt loop` a publication and a snapshot per table
     (and the cut would never equal the previous one). So: walk the branch's lineage back to
-    main by parent id; a snapshot that added or removed no data or delete file changes nothing.
+    main by parent id; a snapshot that added or removed no data or delete file changes nothing
+    (Iceberg's summary omits a count that is zero, and always has the totals).
     A lineage that does not reach main (never: fast_forward would refuse it) counts as a change. -#}
 {% macro audit_branch_changes_data(relation, branch, main_head) %}
     {%- if main_head is none -%}{{ return(true) }}{%- endif -%}
@@ -333,8 +351,10 @@
     {%- for key in ('added-data-files', 'deleted-data-files', 'added-delete-files', 'removed-delete-files') -%}
         {%- do files.append("coalesce(cast(summary['" ~ key ~ "'] as bigint), 0)") -%}
     {%- endfor -%}
+    {#- a snapshot without Iceberg's summary totals (another writer's) cannot be shown empty: a change -#}
     {%- for row in run_query('select cast(snapshot_id as string), cast(parent_id as string), '
-                             ~ files | join(' + ') ~ ' > 0 from ' ~ relation ~ '.snapshots').rows -%}
+                             ~ files | join(' + ') ~ " > 0 or summary['total-data-files'] is null from "
+                             ~ relation ~ '.snapshots').rows -%}
         {%- do parents.update({row[0]: row[1]}) -%}
         {%- do changes.update({row[0]: row[2]}) -%}
     {%- endfor -%}

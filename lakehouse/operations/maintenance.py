@@ -590,7 +590,9 @@ class TableMaintenance:
         readable; drop the tag once the cut names main's head again. A table a run has not
         published since keeps its snapshot in the cut while main moves on: an unaudited write,
         a compaction by an earlier pass."""
-        table = quote_table(self.table)
+        # with its catalog: Iceberg's tag DDL tries a bare name's first part as a catalog (a WARN
+        # and a stack trace)
+        table = f"{CATALOG_NAME}.{quote_table(self.table)}"
         if self.table == PUBLICATIONS_TABLE or not self.spark.catalog.tableExists(PUBLICATIONS_TABLE):
             return
         named = [row.snapshot_id for row in self.spark.sql(

@@ -74,7 +74,7 @@ def held(monkeypatch):
     monkeypatch.setattr(gate, "gate_session", lambda settings: "spark")
     monkeypatch.setattr(gate, "held_tables", lambda spark, ran, branch: ["silver.purchases"])
 
-    def run_quality(spark, settings, suites, branch):
+    def run_quality(session, settings, suites, branch):
         verdict["branch"], verdict["suites"] = branch, names(suites)
         return verdict["report"]
 
