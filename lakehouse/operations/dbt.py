@@ -33,7 +33,14 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
 from lakehouse.core.spark import DBT_PROFILE_SETTINGS
-from lakehouse.operations.quality_gate import GATE_ENV, HOLD, GateOutcome, audit_branch, check_and_publish
+from lakehouse.operations.quality_gate import (
+    GATE_ENV,
+    HOLD,
+    GateOutcome,
+    audit_branch,
+    carried_options,
+    check_and_publish,
+)
 
 log = logging.getLogger("lakehouse.dbt")
 
@@ -57,6 +64,12 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
     env = dict(os.environ)
     for name in DBT_PROFILE_SETTINGS:
         env[PREFIX + SETTINGS[name].env] = str(getattr(settings, name))
+    # and every other setting, for the quality gate's Spark session and suites in that process
+    # (the catalog's kind, the thresholds): the same lakehouse as this process's, whatever set it
+    for name, setting in SETTINGS.items():
+        if name not in DBT_PROFILE_SETTINGS:
+            value = getattr(settings, name)
+            env[PREFIX + setting.env] = "" if value is None else str(value)
     env[SETTINGS_RESOLVED] = "1"
     # a run that changed rows waits for the quality gate before it publishes (quality_gate.py)
     env[GATE_ENV] = HOLD
@@ -112,13 +125,16 @@ def run_dbt(settings: Settings, args: list[str], target_dir: Path | None = None,
             # (<file>)"), then dbt's last error lines
             failures = [ln.strip() for ln in output if "Failure in " in ln or "not published: " in ln]
             errors = [ln for ln in output if ("ERROR" in ln or "Error" in ln) and "Failure in " not in ln]
-            lines = failures + errors[-3:]
+            # and the last Python exception line of its errors (dbt logs to stdout)
+            stderr = [ln for ln in (result.stderr or "").splitlines() if _EXCEPTION_LINE.match(ln)]
+            lines = failures + errors[-3:] + stderr[-1:]
             tail = ": " + " | ".join(lines) if lines else ""
         raise LakehouseError(f"`dbt {' '.join(args)}` failed (exit {result.returncode}){tail}")
     return result
 
 
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*")
 
 
 def _dbt_line_text(line: str) -> str:
@@ -228,7 +244,8 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
             try:
                 result = runner.invoke([*dbt_args, *project])
                 try:
-                    gate = check_and_publish(runner.invoke, settings, result, get_invocation_id(), project)
+                    gate = check_and_publish(runner.invoke, settings, result, get_invocation_id(),
+                                             [*project, *carried_options(dbt_args)])
                 except Exception as exc:  # noqa: BLE001 - a failed run; the loop goes on
                     gate = GateOutcome(audit_branch(get_invocation_id()), (), None, published=False,
                                        error=f"not published: the quality gate failed: {type(exc).__name__}: "

@@ -110,8 +110,9 @@ def held_tables(spark, ran: Sequence[str], branch: str) -> list[str]:
 def check_and_publish(invoke: Callable[[list[str]], Any], settings: Settings, result: Any,
                       invocation_id: str, project: Sequence[str] = ()) -> GateOutcome | None:
     """After a gated dbt invocation (`result`, `invocation_id`): validate what it held and publish
-    it or keep it, with `invoke` (a dbtRunner's, so in the same process and Spark session);
-    None when the run held nothing (it failed, wrote nothing new, or published it already)."""
+    it or keep it, with `invoke` (a dbtRunner's, so in the same process and Spark session) given
+    `project` (the run's options: `carried_options`); None when the run held nothing (it failed,
+    wrote nothing new, or published it already)."""
     if not result.success:
         return None
     branch = audit_branch(invocation_id)
@@ -130,7 +131,7 @@ def check_and_publish(invoke: Callable[[list[str]], Any], settings: Settings, re
     outcome = GateOutcome(branch, tuple(held), report, published=report is None or report.passed)
     if outcome.published:
         done = invoke(["run-operation", "audit_publish_held", "--args",
-                       json.dumps({"branch": branch, "ran": ran}), *project])
+                       json.dumps({"branch": branch, "ran": ran}), *OPERATION_OPTIONS, *project])
         if not done.success:
             return dataclasses.replace(outcome, published=False, error=(
                 f"not published: publishing branch {branch} failed: {_first_line(done.exception)}"))
@@ -139,9 +140,28 @@ def check_and_publish(invoke: Callable[[list[str]], Any], settings: Settings, re
     reason = (f"{len(failed)} critical quality check(s) failed on the branch ({'; '.join(failed)}; "
               f"report {report.report_path})")
     kept = invoke(["run-operation", "audit_keep_held", "--args",
-                   json.dumps({"branch": branch, "ran": ran, "reason": reason}), *project])
+                   json.dumps({"branch": branch, "ran": ran, "reason": reason}), *OPERATION_OPTIONS, *project])
     note = "" if kept.success else f" (keeping the branch failed too: {_first_line(kept.exception)})"
     return dataclasses.replace(outcome, error=f"not published: {reason}{note}", said=kept.success)
+
+
+# the run's artifacts (run_results.json, which `lakehouse status` reads) stay the run's
+OPERATION_OPTIONS = ("--no-write-json",)
+# dbt's options that say where and with what the run ran: the gate's run-operations take them
+# too (a run through the Thrift server is published there, with the run's vars)
+CARRIED_OPTIONS = frozenset({"--target", "-t", "--profile", "--vars", "--project-dir", "--profiles-dir",
+                             "--target-path"})
+
+
+def carried_options(dbt_args: Sequence[str]) -> list[str]:
+    """The options of `dbt_args` a run-operation of the same run needs (CARRIED_OPTIONS), in both
+    forms: `--target cluster` and `--target=cluster`."""
+    carried = []
+    for number, arg in enumerate(dbt_args):
+        name = arg.split("=", 1)[0]
+        if name in CARRIED_OPTIONS:
+            carried += [arg] if "=" in arg else list(dbt_args[number:number + 2])
+    return carried
 
 
 def _first_line(exception: BaseException | None) -> str:
@@ -162,7 +182,7 @@ def main(argv: list[str]) -> int:
     result = runner.invoke(argv)
     if result.exception is not None and not result.success:
         return 2
-    outcome = check_and_publish(runner.invoke, settings, result, get_invocation_id())
+    outcome = check_and_publish(runner.invoke, settings, result, get_invocation_id(), carried_options(argv))
     if outcome is not None and outcome.report is not None:
         print(f"quality checks of branch {outcome.branch} ({', '.join(outcome.held)}):\n"
               f"{format_summary(outcome.report)}", flush=True)

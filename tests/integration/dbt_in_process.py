@@ -62,7 +62,7 @@ class _Project:
         from dbt.cli.main import dbtRunner
         from dbt_common.invocation import get_invocation_id
 
-        from lakehouse.operations.quality_gate import check_and_publish
+        from lakehouse.operations.quality_gate import carried_options, check_and_publish
 
         # the lock run_dbt holds: maintenance never compacts a table under a running MERGE, and the
         # project's on-run-start hook sees its holder
@@ -75,7 +75,8 @@ class _Project:
                 self._runner = dbtRunner(manifest=parsed.result)  # parsed once, as `lakehouse dbt loop` does
             result = self._runner.invoke([*args, *self.flags])
             # then the quality gate on what the run held, and its publication, as `lakehouse dbt` does
-            gate = check_and_publish(self._runner.invoke, self.settings, result, get_invocation_id(), self.flags)
+            gate = check_and_publish(self._runner.invoke, self.settings, result, get_invocation_id(),
+                                     [*self.flags, *carried_options(args)])
         if gate is not None and not gate.published:
             raise AssertionError(f"`dbt {' '.join(args)}`: {gate.error}")
         if not result.success:

@@ -98,6 +98,7 @@ def test_a_held_run_whose_critical_checks_pass_is_published_by_the_macro(held):
     assert outcome.published and outcome.error is None
     [args] = invoked
     assert args[:2] == ["run-operation", "audit_publish_held"] and args[-1] == "-x"
+    assert "--no-write-json" in args  # run_results.json stays the run's (`lakehouse status` reads it)
     assert json.loads(args[3]) == {"branch": "audit_ab_12", "ran": ["silver.purchases"]}
 
 
@@ -120,3 +121,18 @@ def test_a_run_that_failed_or_held_nothing_is_not_the_gates(held, monkeypatch):
     assert check() is None and invoked == [] and "branch" not in verdict
     failed = SimpleNamespace(success=False, result=None)
     assert gate.check_and_publish(lambda args: None, Settings.from_env({}), failed, "ab") is None
+
+
+def test_the_gates_run_operations_carry_the_runs_target_profile_and_vars():
+    args = ["build", "-s", "user_events+", "--target", "cluster", "--vars", "{a: 1}", "--full-refresh",
+            "--profiles-dir=/p", "-t", "x"]
+    assert gate.carried_options(args) == ["--target", "cluster", "--vars", "{a: 1}", "--profiles-dir=/p", "-t", "x"]
+    assert gate.carried_options(["run"]) == []
+
+
+def test_the_gates_process_reads_the_same_lakehouse_as_the_process_that_started_it():
+    """`lakehouse dbt` hands its settings to the process that runs dbt and the gate through the
+    environment: all of them, not only those profiles.yml reads (a REST catalog's kind was lost)."""
+    settings = Settings.from_env({"LAKEHOUSE_CATALOG_TYPE": "rest", "LAKEHOUSE_CATALOG_URI": "http://127.0.0.1:1",
+                                  "LAKEHOUSE_QUALITY_MAX_EVENT_AGE_DAYS": "7"})
+    assert Settings.from_env(dbt_ops.dbt_env(settings)) == settings
