@@ -178,7 +178,10 @@ def main(argv: list[str]) -> int:
     from expectations.runner import format_summary
 
     settings = Settings.from_env()
-    runner = dbtRunner()
+    # parsed once, for the run and the gate's run-operation (each would parse the project again,
+    # seconds each), as `lakehouse dbt loop` does; a parse that fails is the run's to report
+    parsed = dbtRunner().invoke(["parse", "--quiet", *carried_options(argv)])
+    runner = dbtRunner(manifest=parsed.result) if parsed.success else dbtRunner()
     result = runner.invoke(argv)
     if result.exception is not None and not result.success:
         return 2
