@@ -23,7 +23,7 @@
     - `audit_publish` (on-run-end): when a model or test failed, one line naming them and the
       branch, kept for `audit_branch_retention_hours` (var; `lakehouse maintain` then expires it),
       and nothing else. Otherwise the run is held for the quality gate: `lakehouse dbt` runs dbt
-      with LAKEHOUSE_QUALITY_GATE=hold, then the critical Great Expectations checks of the tables
+      with LAKEHOUSE_PUBLICATION_GATE=on (the setting; off publishes here, as before), then the critical Great Expectations checks of the tables
       the run wrote, read on the branch (lakehouse/operations/quality_gate.py), and then publishes
       it (`audit_publish_held`, a run-operation in the same process and Spark session) or keeps
       it (`audit_keep_held`). A dbt started otherwise (the hook's lock variable set by hand)
@@ -150,7 +150,13 @@
 
 {#- Is this dbt run one `lakehouse dbt` gates (lakehouse/operations/quality_gate.py)? -#}
 {% macro audit_gate_holds() -%}
-    {{ return(env_var('LAKEHOUSE_QUALITY_GATE', '') == 'hold') }}
+    {{ return(env_var('LAKEHOUSE_PUBLICATION_GATE', '') == 'on') }}
+{%- endmacro %}
+
+
+{#- The setting publication_gate off: published once its models and dbt tests passed -#}
+{% macro audit_gate_off() -%}
+    {{ return(env_var('LAKEHOUSE_PUBLICATION_GATE', '') == 'off') }}
 {%- endmacro %}
 
 
@@ -210,8 +216,9 @@
         {%- endfor -%}
         {%- if failed -%}
             {%- do audit_keep(written, branch, failed | length ~ ' failed (' ~ failed | join(', ') ~ ')') -%}
-        {%- elif not changed -%}
-            {#- nothing for the checks to look at: main stays, the staged positions are promoted -#}
+        {%- elif not changed or audit_gate_off() -%}
+            {#- nothing for the checks to look at (main stays, the staged positions are promoted), or
+                the gate turned off (LAKEHOUSE_PUBLICATION_GATE=off) -#}
             {%- do audit_publish_written(written, audit_ran(results), branch, dbt_fence_view()) -%}
         {%- elif not audit_gate_holds() -%}
             {%- do audit_keep(written, branch, 'dbt was not started by `lakehouse dbt`, which runs the critical '

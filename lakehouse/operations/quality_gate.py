@@ -1,7 +1,7 @@
 """The quality gate: a dbt run's critical checks, between its audit branch and main.
 
 `lakehouse dbt` runs every dbt command that writes in a process of its own that invokes dbt
-in-process (dbtRunner, as `lakehouse dbt loop` does), with LAKEHOUSE_QUALITY_GATE=hold: a run
+in-process (dbtRunner, as `lakehouse dbt loop` does), with LAKEHOUSE_PUBLICATION_GATE=on: a run
 whose models and dbt tests passed and that changed rows then keeps its audit branch instead of
 publishing it (macros/audit_publish.sql, "held for the quality checks"). Here the quality suites
 of every table the run wrote are validated on that branch (`spark.wap.branch`), in dbt's own
@@ -9,7 +9,9 @@ Spark session when dbt runs one (no second JVM); when no critical check failed, 
 run-operation `audit_publish_held` publishes it with the same macros as any publication (the
 fence, the fast-forward, the staged positions, the cut); otherwise `audit_keep_held` keeps the
 branch for inspection and one line names the failed checks. A dbt started any other way
-publishes nothing it changed (the macro keeps the branch and says so).
+publishes nothing it changed (the macro keeps the branch and says so). With the setting
+`publication_gate` off (LAKEHOUSE_PUBLICATION_GATE=off) a run is published once its models and
+dbt tests pass, as before the gate, and the suites check it after.
 
 Which suites gate: those whose own table the run wrote (a gold reconciliation runs when its
 gold table was rebuilt, and reads the silver it reconciles on the branch too, when the run
@@ -39,8 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lakehouse.quality_gate")
 
-GATE_ENV = "LAKEHOUSE_QUALITY_GATE"  # macros/audit_publish.sql, audit_gate_holds()
-HOLD = "hold"
+GATE_ENV = "LAKEHOUSE_PUBLICATION_GATE"  # the setting publication_gate; macros/audit_publish.sql reads it
+HOLD = "on"
 BRANCH_PREFIX = "audit_"  # macros/audit_publish.sql, audit_branch()
 
 
@@ -113,7 +115,7 @@ def check_and_publish(invoke: Callable[[list[str]], Any], settings: Settings, re
     it or keep it, with `invoke` (a dbtRunner's, so in the same process and Spark session) given
     `project` (the run's options: `carried_options`); None when the run held nothing (it failed,
     wrote nothing new, or published it already)."""
-    if not result.success:
+    if not result.success or settings.publication_gate != HOLD:  # off: the macro published it
         return None
     branch = audit_branch(invocation_id)
     ran = ran_tables(result)

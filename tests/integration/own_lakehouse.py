@@ -21,16 +21,22 @@ from lakehouse.core.spark import ensure_namespaces, session_on
 
 @contextmanager
 def own_lakehouse(spark, settings: Settings, tmp_path_factory, name: str, rest: bool = False, s3: bool = False,
-                  extra_env: dict[str, str] | None = None) -> Iterator[tuple[Settings, object, Path]]:
+                  extra_env: dict[str, str] | None = None, publication_gate: bool = False,
+                  ) -> Iterator[tuple[Settings, object, Path]]:
     """(its settings, a Spark session on its catalog, a dbt target folder); its broker runs
     until the block ends. ``rest``: the catalog is an Iceberg REST catalog server (the cluster
     profile's kind) instead of the JDBC catalog on SQLite; ``s3``: its warehouse is
     s3://lakehouse/warehouse on an S3-compatible store, whose keys are then in this process's
     environment (and so in every `lakehouse` command started with cli_env) until the block ends.
-    ``extra_env``: more settings of the lakehouse (LAKEHOUSE_SCHEMA_REGISTRY_URL, say)."""
+    ``extra_env``: more settings of the lakehouse (LAKEHOUSE_SCHEMA_REGISTRY_URL, say).
+    ``publication_gate``: off unless asked: these lakehouses hold synthetic rows (tiers, regions,
+    operations the project's quality suites do not accept), and a test that is not about
+    publication is about what dbt builds; the tests of the gate, of publication and the demo's
+    keep it on (the production default)."""
     home = tmp_path_factory.mktemp(f"{name}-home")
     (home / "jars").symlink_to(settings.jars_dir.resolve())
-    env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **(extra_env or {})}
+    env = {"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+           "LAKEHOUSE_PUBLICATION_GATE": "on" if publication_gate else "off", **(extra_env or {})}
     with ExitStack() as stack:
         store, warehouse = None, f"file://{home}/warehouse"
         if s3:
@@ -80,13 +86,13 @@ def start_broker_on_a_free_port(env: dict[str, str], attempts: int = 3) -> Setti
     raise ValueError("attempts must be at least 1")
 
 
-def lakehouse_fixture(name: str):
+def lakehouse_fixture(name: str, publication_gate: bool = False):
     """A module's fixture of a lakehouse of its own named ``name`` (own_lakehouse), for its tests
     to share: ``lake = lakehouse_fixture("dlq-replay")``."""
 
     @pytest.fixture(scope="module")
     def lake(spark, settings: Settings, tmp_path_factory):
-        with own_lakehouse(spark, settings, tmp_path_factory, name) as lakehouse:
+        with own_lakehouse(spark, settings, tmp_path_factory, name, publication_gate=publication_gate) as lakehouse:
             yield lakehouse
 
     return lake
@@ -104,6 +110,7 @@ def cli_env(own: Settings) -> dict[str, str]:
     """The environment that points a `lakehouse` command at that lakehouse."""
     return {**os.environ, "LAKEHOUSE_HOME": str(own.home), "LAKEHOUSE_KAFKA_PORT": str(own.kafka_port),
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_CATALOG_TYPE": own.catalog_type,
+            "LAKEHOUSE_PUBLICATION_GATE": own.publication_gate,
             "LAKEHOUSE_CATALOG_URI": own.catalog_uri, "LAKEHOUSE_WAREHOUSE": own.warehouse,
             "LAKEHOUSE_S3_ENDPOINT": own.s3_endpoint, "LAKEHOUSE_SCHEMA_REGISTRY_URL": own.schema_registry_url}
 

@@ -53,11 +53,11 @@ FIRST, NEW = 500, 3_000
 RETENTION_HOURS = 168  # dbt_project.yml, vars: audit_branch_retention_hours
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 
-lake = lakehouse_fixture("audit-publish")
+lake = lakehouse_fixture("audit-publish", publication_gate=True)
 # a lakehouse of its own: the first test's maintenance runs on a clock a week ahead, and Iceberg
 # refuses a later commit stamped before it (the table's last snapshot-log entry)
-cut_lake = lakehouse_fixture("published-cut")
-fence_lake = lakehouse_fixture("published-cut-fence")
+cut_lake = lakehouse_fixture("published-cut", publication_gate=True)
+fence_lake = lakehouse_fixture("published-cut-fence", publication_gate=True)
 
 DBT_REFUSED = "commit refused: another dbt run wrote the table after this run read it"  # jvm/catalog WriterFence
 

@@ -64,7 +64,8 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def lakehouse(spark, settings, tmp_path_factory):
-    with own_lakehouse(spark, settings, tmp_path_factory, "cluster", rest=True, s3=True) as own:
+    with own_lakehouse(spark, settings, tmp_path_factory, "cluster", rest=True, s3=True,
+                       publication_gate=True) as own:
         yield own
 
 

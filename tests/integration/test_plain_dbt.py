@@ -46,7 +46,7 @@ LOCATION = ("LAKEHOUSE_HOME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "L
             "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_KAFKA_PORT", "LAKEHOUSE_SHUFFLE_PARTITIONS")
 
 
-lake = lakehouse_fixture("plain-dbt")
+lake = lakehouse_fixture("plain-dbt", publication_gate=True)
 
 
 @pytest.fixture(scope="module")

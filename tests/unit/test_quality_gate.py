@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from expectations.runner import ExpectationResult, QualityReport, SuiteResult
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.operations import dbt as dbt_ops
 from lakehouse.operations import quality_gate as gate
@@ -55,7 +56,10 @@ def test_lakehouse_dbt_runs_a_writing_command_through_the_gate_and_a_reading_one
                                                               "build", "-s", "x"]
     assert dbt_ops.dbt_command_line(["test"])[1:] == ["test"] and "quality_gate" not in " ".join(
         dbt_ops.dbt_command_line(["test"]))
-    assert dbt_ops.dbt_env(Settings.from_env({}))[gate.GATE_ENV] == gate.HOLD
+    assert dbt_ops.dbt_env(Settings.from_env({}))[gate.GATE_ENV] == gate.HOLD  # on by default
+    assert dbt_ops.dbt_env(Settings.from_env({gate.GATE_ENV: "off"}))[gate.GATE_ENV] == "off"
+    with pytest.raises(LakehouseError, match="PUBLICATION_GATE must be on or off"):
+        Settings.from_env({gate.GATE_ENV: "maybe"})
 
 
 def report(*failures: tuple[str, str]) -> QualityReport:
@@ -113,6 +117,14 @@ def test_a_held_run_whose_critical_check_fails_is_kept_with_one_line_naming_it(h
     [args] = invoked
     assert args[:2] == ["run-operation", "audit_keep_held"]
     assert json.loads(args[3])["reason"] in outcome.error
+
+
+def test_with_the_gate_off_the_macro_published_and_the_gate_does_nothing(held, monkeypatch):
+    verdict, invoked, check = held
+    result = SimpleNamespace(success=True, result=SimpleNamespace(results=[node_result("silver.purchases")]))
+    off = Settings.from_env({gate.GATE_ENV: "off"})
+    assert gate.check_and_publish(lambda args: invoked.append(args), off, result, "ab") is None
+    assert invoked == [] and "branch" not in verdict
 
 
 def test_a_run_that_failed_or_held_nothing_is_not_the_gates(held, monkeypatch):
