@@ -23,10 +23,10 @@
     - `audit_publish` (on-run-end): when a model or test failed, one line naming them and the
       branch, kept for `audit_branch_retention_hours` (var; `lakehouse maintain` then expires it),
       and nothing else. Otherwise the run is held for the quality gate: `lakehouse dbt` runs dbt
-      with LAKEHOUSE_PUBLICATION_GATE=on (the setting; off publishes here, as before), then the critical Great Expectations checks of the tables
-      the run wrote, read on the branch (lakehouse/operations/quality_gate.py), and then publishes
-      it (`audit_publish_held`, a run-operation in the same process and Spark session) or keeps
-      it (`audit_keep_held`). A dbt started otherwise (the hook's lock variable set by hand)
+      with LAKEHOUSE_PUBLICATION_GATE=on (the setting; off publishes here, as before), then the
+      critical Great Expectations checks of the tables the run wrote, read on the branch
+      (lakehouse/operations/quality_gate.py), and then publishes it (`audit_publish_held`, a
+      run-operation in the same process and Spark session) or keeps it (`audit_keep_held`). A dbt started otherwise (the hook's lock variable set by hand)
       publishes nothing: no path to main skips the checks. Publishing: in the order dbt ran the
       models (upstream first, so a table is never published ahead of one it reads), for every
       table the run wrote: check that main is still the snapshot the run read (macros/dbt_fence.sql;
