@@ -150,7 +150,7 @@
 
 {#- Is this dbt run one `lakehouse dbt` gates (lakehouse/operations/quality_gate.py)? -#}
 {% macro audit_gate_holds() -%}
-    {{ return(env_var('LAKEHOUSE_PUBLICATION_GATE', '') == 'on') }}
+    {{ return(env_var('LAKEHOUSE_PUBLICATION_GATE', '') == 'on' and env_var('LAKEHOUSE_GATE_RUNNER', '') == '1') }}
 {%- endmacro %}
 
 

@@ -34,6 +34,7 @@ from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
 from lakehouse.core.spark import DBT_PROFILE_SETTINGS
 from lakehouse.operations.quality_gate import (
+    RUNNER_ENV,
     GateOutcome,
     audit_branch,
     carried_options,
@@ -213,6 +214,7 @@ def run_loop(settings: Settings, every: float, dbt_args: list[str], runs: int | 
     from dbt_common.invocation import get_invocation_id
 
     os.environ.update(dbt_env(settings, target_dir))
+    os.environ[RUNNER_ENV] = "1"  # this loop runs the gate after each run
     if serving:
         _previous_successes()
     # dbt's own lines go through this process's logging (dated, text or JSON) instead of its

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ log = logging.getLogger("lakehouse.quality_gate")
 
 GATE_ENV = "LAKEHOUSE_PUBLICATION_GATE"  # the setting publication_gate; macros/audit_publish.sql reads it
 HOLD = "on"
+# set by the processes that run the gate after dbt (main, `lakehouse dbt loop`): a dbt without it
+# holds nothing it could not publish, it keeps its branch and fails (macros/audit_publish.sql)
+RUNNER_ENV = "LAKEHOUSE_GATE_RUNNER"
 BRANCH_PREFIX = "audit_"  # macros/audit_publish.sql, audit_branch()
 
 
@@ -180,6 +184,7 @@ def main(argv: list[str]) -> int:
     from expectations.runner import format_summary
 
     settings = Settings.from_env()
+    os.environ[RUNNER_ENV] = "1"
     # parsed once, for the run and the gate's run-operation (each would parse the project again,
     # seconds each), as `lakehouse dbt loop` does; a parse that fails is the run's to report
     parsed = dbtRunner().invoke(["parse", "--quiet", *carried_options(argv)])

@@ -62,12 +62,13 @@ class _Project:
         from dbt.cli.main import dbtRunner
         from dbt_common.invocation import get_invocation_id
 
-        from lakehouse.operations.quality_gate import carried_options, check_and_publish
+        from lakehouse.operations.quality_gate import RUNNER_ENV, carried_options, check_and_publish
 
         # the lock run_dbt holds: maintenance never compacts a table under a running MERGE, and the
         # project's on-run-start hook sees its holder
         with dbt_run_lock(self.settings) as holder, \
-                _environment({**dbt_env(self.settings, self.target_dir), **holder}), _first_session(self.session):
+                _environment({**dbt_env(self.settings, self.target_dir), **holder, RUNNER_ENV: "1"}), \
+                _first_session(self.session):
             if self._runner is None:
                 parsed = dbtRunner().invoke(["parse", *self.flags])
                 if not parsed.success:
