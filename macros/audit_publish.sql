@@ -26,8 +26,9 @@
       with LAKEHOUSE_PUBLICATION_GATE=on (the setting; off publishes here, as before), then the
       critical Great Expectations checks of the tables the run wrote, read on the branch
       (lakehouse/operations/quality_gate.py), and then publishes it (`audit_publish_held`, a
-      run-operation in the same process and Spark session) or keeps it (`audit_keep_held`). A dbt started otherwise (the hook's lock variable set by hand)
-      publishes nothing: no path to main skips the checks. Publishing: in the order dbt ran the
+      run-operation in the same process and Spark session) or keeps it (`audit_keep_held`). A
+      dbt started otherwise (the hook's lock variable set by hand) publishes nothing: no path to
+      main skips the checks. Publishing: in the order dbt ran the
       models (upstream first, so a table is never published ahead of one it reads), for every
       table the run wrote: check that main is still the snapshot the run read (macros/dbt_fence.sql;
       the run's reads are copied into a view of the held branch, as the run's own view ends with
@@ -219,7 +220,7 @@
         {%- elif not changed or audit_gate_off() -%}
             {#- nothing for the checks to look at (main stays, the staged positions are promoted), or
                 the gate turned off (LAKEHOUSE_PUBLICATION_GATE=off) -#}
-            {%- do audit_publish_written(written, audit_ran(results), branch, dbt_fence_view()) -%}
+            {%- do audit_publish_written(written, audit_ran(results), branch, dbt_fence_view(), changed) -%}
         {%- elif not audit_gate_holds() -%}
             {%- do audit_keep(written, branch, 'dbt was not started by `lakehouse dbt`, which runs the critical '
                                                ~ 'quality checks before it publishes') -%}
@@ -286,11 +287,14 @@
 {% endmacro %}
 
 
-{#- `written` (relations, in the order dbt ran them) published, then the cut recorded -#}
-{% macro audit_publish_written(written, ran, branch, reads) %}
+{#- `written` (relations, in the order dbt ran them) published, then the cut recorded; `changed`:
+    those among them whose branch changed rows, when the caller has found them already -#}
+{% macro audit_publish_written(written, ran, branch, reads, changed=none) %}
     {%- set published, unchanged = [], [] -%}
     {%- for relation in written -%}
-        {%- do (published if audit_publish_table(relation, branch, reads) else unchanged).append(relation) -%}
+        {%- set moved = audit_publish_table(relation, branch, reads,
+                                            none if changed is none else relation in changed) -%}
+        {%- do (published if moved else unchanged).append(relation) -%}
     {%- endfor -%}
     {%- if published -%}
         {%- do log('published ' ~ published | length ~ ' table(s) of branch ' ~ branch ~ ': ' ~ published | join(', '), info=true) -%}
@@ -312,8 +316,9 @@
 
 
 {#- main of `relation` moved to `branch`, its staged properties promoted, the branch dropped;
-    `reads`: the view of what main was when the run read each table -#}
-{% macro audit_publish_table(relation, branch, reads) %}
+    `reads`: the view of what main was when the run read each table; `changed`: whether the
+    branch changed rows (none: found here) -#}
+{% macro audit_publish_table(relation, branch, reads, changed=none) %}
     {%- set name = relation.schema ~ '.' ~ relation.identifier -%}
     {%- set read = run_query('select s from ' ~ reads ~ " where t = '" ~ name ~ "'").rows -%}
     {%- set head = run_query("select cast(snapshot_id as string) from " ~ relation ~ ".refs where name = 'main'").rows -%}
@@ -324,9 +329,11 @@
             ~ ' when this run started, ' ~ (head[0][0] if head else 'none') ~ ' now: another run or host published it); '
             ~ 'nothing of this table is published, its branch ' ~ branch ~ ' is kept; run dbt again') }}
     {%- endif -%}
-    {%- set changed = audit_branch_changes_data(relation, branch, head[0][0] if head else none) -%}
+    {%- set changed = audit_branch_changes_data(relation, branch, head[0][0] if head else none)
+                      if changed is none else changed -%}
+    {%- set qualified = audit_catalog_name(name) -%}
     {%- if changed -%}
-        {%- do run_query("call system.fast_forward('" ~ audit_catalog_name(name) ~ "', 'main', '" ~ branch ~ "')") -%}
+        {%- do run_query("call system.fast_forward('" ~ qualified ~ "', 'main', '" ~ branch ~ "')") -%}
     {%- endif -%}
     {%- set promoted = [] -%}
     {%- for row in run_query('show tblproperties ' ~ relation).rows
@@ -336,7 +343,7 @@
     {%- if promoted -%}
         {%- do run_query('alter table ' ~ relation ~ ' set tblproperties (' ~ promoted | join(', ') ~ ')') -%}
     {%- endif -%}
-    {%- do run_query('alter table ' ~ audit_catalog_name(relation) ~ ' drop branch ' ~ branch) -%}
+    {%- do run_query('alter table ' ~ qualified ~ ' drop branch ' ~ branch) -%}
     {{ return(changed) }}
 {% endmacro %}
 

@@ -32,7 +32,6 @@ from lakehouse.core import metrics
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.locks import dbt_run_lock
 from lakehouse.core.settings import PREFIX, PROJECT_ROOT, SETTINGS, SETTINGS_RESOLVED, Settings
-from lakehouse.core.spark import DBT_PROFILE_SETTINGS
 from lakehouse.operations.quality_gate import (
     RUNNER_ENV,
     GateOutcome,
@@ -57,18 +56,15 @@ DBT_COMMANDS = READ_ONLY_COMMANDS | {"build", "clone", "retry", "run", "run-oper
 
 
 def dbt_env(settings: Settings, target_dir: Path | None = None) -> dict[str, str]:
-    """The environment of a dbt run on this configuration: every LAKEHOUSE_* variable profiles.yml
-    reads holds the setting's value, wherever it came from (environment, LAKEHOUSE_CONFIG_FILE,
-    LAKEHOUSE_PROFILE, default), and SETTINGS_RESOLVED says so."""
+    """The environment of a dbt run on this configuration: every LAKEHOUSE_* setting holds its
+    value, wherever it came from (environment, LAKEHOUSE_CONFIG_FILE, LAKEHOUSE_PROFILE, default),
+    and SETTINGS_RESOLVED says so: those profiles.yml reads (spark.py DBT_PROFILE_SETTINGS), and the
+    others for the quality gate's Spark session and suites in that process (the catalog's kind,
+    the thresholds)."""
     env = dict(os.environ)
-    for name in DBT_PROFILE_SETTINGS:
-        env[PREFIX + SETTINGS[name].env] = str(getattr(settings, name))
-    # and every other setting, for the quality gate's Spark session and suites in that process
-    # (the catalog's kind, the thresholds): the same lakehouse as this process's, whatever set it
     for name, setting in SETTINGS.items():
-        if name not in DBT_PROFILE_SETTINGS:
-            value = getattr(settings, name)
-            env[PREFIX + setting.env] = "" if value is None else str(value)
+        value = getattr(settings, name)
+        env[PREFIX + setting.env] = "" if value is None else str(value)
     env[SETTINGS_RESOLVED] = "1"
     env["PWD"] = str(PROJECT_ROOT)  # the profile resolves project paths from PWD
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"

@@ -84,6 +84,7 @@ class GateOutcome:
     published: bool
     error: str | None = None  # why it was not published, one line
     said: bool = False  # dbt's output has the line already (the macro that kept the branch said it)
+    unchecked: tuple[str, ...] = ()  # held tables no suite checks: dbt's tests alone gate them
 
     @property
     def failed_checks(self) -> list[str]:
@@ -134,7 +135,11 @@ def check_and_publish(invoke: Callable[[list[str]], Any], settings: Settings, re
     suites = gate_suites(held)
     log.info("quality gate: %d suite(s) on branch %s of %s", len(suites), branch, ", ".join(held))
     report = run_quality(spark, settings, suites=suites, branch=branch) if suites else None
-    outcome = GateOutcome(branch, tuple(held), report, published=report is None or report.passed)
+    unchecked = tuple(table for table in held if table not in {suite.table for suite in suites})
+    if unchecked:  # said, not passed over: a model of the user's own that no suite names
+        log.warning("quality gate: no quality suite checks %s: dbt's tests alone gate it", ", ".join(unchecked))
+    outcome = GateOutcome(branch, tuple(held), report, published=report is None or report.passed,
+                          unchecked=unchecked)
     if outcome.published:
         done = invoke(["run-operation", "audit_publish_held", "--args",
                        json.dumps({"branch": branch, "ran": ran}), *OPERATION_OPTIONS, *project])
@@ -196,6 +201,8 @@ def main(argv: list[str]) -> int:
     if outcome is not None and outcome.report is not None:
         print(f"quality checks of branch {outcome.branch} ({', '.join(outcome.held)}):\n"
               f"{format_summary(outcome.report)}", flush=True)
+    if outcome is not None and outcome.unchecked:
+        print(f"no quality suite checks {', '.join(outcome.unchecked)}: dbt's tests alone gated it", flush=True)
     if outcome is not None and outcome.error:
         if not outcome.said:
             print(outcome.error, flush=True)

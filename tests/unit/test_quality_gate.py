@@ -148,3 +148,11 @@ def test_the_gates_process_reads_the_same_lakehouse_as_the_process_that_started_
     settings = Settings.from_env({"LAKEHOUSE_CATALOG_TYPE": "rest", "LAKEHOUSE_CATALOG_URI": "http://127.0.0.1:1",
                                   "LAKEHOUSE_QUALITY_MAX_EVENT_AGE_DAYS": "7"})
     assert Settings.from_env(dbt_ops.dbt_env(settings)) == settings
+
+
+def test_a_held_table_no_suite_checks_is_named_not_passed_over(held, monkeypatch):
+    verdict, invoked, check = held
+    monkeypatch.setattr(gate, "held_tables", lambda spark, ran, branch: ["silver.purchases", "silver.mine"])
+    verdict["report"] = report()
+    outcome = check()
+    assert outcome.published and outcome.unchecked == ("silver.mine",)
