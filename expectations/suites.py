@@ -361,6 +361,13 @@ SILVER_SUITES: tuple[SuiteSpec, ...] = (
         in_set("account_type", ("checking", "credit", "savings")),
         in_set("currency", ("EUR", "GBP", "USD")), in_set("status", ("active", "closed", "frozen")),
     )),
+    # The customers connector's source transactions (macros/cdc_transactions.sql): one row each,
+    # and a published one has its END (its place in the commit order and its count) in bronze.
+    SuiteSpec(layer="silver", stream="cdc_transactions", table="silver.cdc_transactions", expectations=(
+        not_null("id"), unique("id"), not_null("published"),
+        not_null("end_offset", row_condition="published", condition_parser="spark"),
+        not_null("published_at", row_condition="published", condition_parser="spark"),
+    )),
     SuiteSpec(layer="silver", stream="reference", table="silver.country_regions", expectations=(
         not_null("country_code"), unique("country_code"), not_null("region"),
     )),

@@ -30,6 +30,7 @@ from ingestion.formats.bronze_shape import to_bronze
 from ingestion.formats.changelog import unknown_field_descriptions
 from ingestion.formats.column_types import misfits, union
 from ingestion.formats.debezium import decode_debezium
+from ingestion.formats.debezium_transactions import decode_debezium_transactions
 from ingestion.formats.dms import decode_dms
 from ingestion.formats.json_events import decode_json
 from ingestion.formats.protobuf import decode_protobuf
@@ -39,6 +40,7 @@ from lakehouse.contracts import protobuf
 from lakehouse.contracts.bronze_columns import RESCUED
 from lakehouse.contracts.registry import LocalSchemaRegistry, registry_for
 from lakehouse.contracts.streams import (
+    TRANSACTIONS_FORMAT,
     JsonContract,
     StreamSpec,
     added_field,
@@ -370,8 +372,19 @@ def _ensure_function(session: SparkSession, function: str, register) -> None:
         register(session)
 
 
+class TransactionsStreamDecoder(StreamDecoder):
+    """A Debezium connector's transaction topic: Debezium's fixed shape, no schema to look at."""
+
+    def _current_version(self) -> object:
+        return TRANSACTIONS_FORMAT
+
+    def _load(self, version: object) -> list[str]:
+        self._decode = lambda raw, now: decode_debezium_transactions(raw)
+        return []
+
+
 DECODERS = {"json": JsonStreamDecoder, "avro": AvroStreamDecoder, "protobuf": ProtobufStreamDecoder,
-            "debezium": JsonStreamDecoder, "dms": JsonStreamDecoder}
+            "debezium": JsonStreamDecoder, "dms": JsonStreamDecoder, TRANSACTIONS_FORMAT: TransactionsStreamDecoder}
 
 
 def decoder_for(spark: SparkSession, settings: Settings, spec: StreamSpec) -> StreamDecoder:

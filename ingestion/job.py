@@ -427,6 +427,30 @@ def build_query(
     return writer.trigger(processingTime=trigger or settings.trigger_interval)
 
 
+def with_transaction_streams(settings: Settings, names: list[str]) -> list[str]:
+    """The streams to ingest for ``names`` (``["all"]``: every stream): with each Debezium stream's
+    transaction stream (`transactions`), whose models apply a transaction only once its END is in
+    bronze (ARCHITECTURE §9, "Transactions"). A transaction stream not named whose topic does not
+    exist yet (no transaction written to it yet) is left out, with a warning: the changes that
+    name a transaction wait for it, those that name none (a snapshot's reads) do not."""
+    chosen = stream_names() if names == ["all"] else list(names)
+    named = set() if names == ["all"] else set(chosen)
+    specs = resolve_streams(chosen)
+    wanted = dict.fromkeys([spec.transactions for spec in specs if spec.transactions]
+                           + [spec.name for spec in specs if spec.is_transactions])
+    existing = None
+    for name in (name for name in wanted if name not in named):
+        existing = topic_names(admin_client(settings), settings) if existing is None else existing
+        topic = get_stream(name).topic
+        if topic in existing:
+            chosen += [] if name in chosen else [name]
+        else:
+            chosen = [other for other in chosen if other != name]
+            log.warning("%s: the transaction topic %s does not exist yet: not ingested; changes that name a "
+                        "transaction wait for it (ARCHITECTURE §9, \"Transactions\")", name, topic)
+    return list(dict.fromkeys(chosen))
+
+
 def check_topic(settings: Settings, topic: str) -> None:
     if topic not in topic_names(admin_client(settings), settings):
         raise LakehouseError(f"topic {topic!r} does not exist on {settings.kafka_bootstrap_servers}: "
@@ -446,7 +470,7 @@ def run(
     """Start one query per stream in this Spark application and wait for them. ``starting_offsets``:
     where a new checkpoint starts (ingestion/starting_offsets.py). ``fault_point``: tests only,
     where the job kills itself (`read_fault_point`; only `main` reads it)."""
-    specs = resolve_streams(names)
+    specs = resolve_streams(with_transaction_streams(settings, names))
     with single_writer.local_locks(settings, specs):
         for spec in specs:
             check_topic(settings, spec.topic)
@@ -719,7 +743,7 @@ def normalize_trigger(text: str | None) -> str | None:
 def main(args: argparse.Namespace, settings: Settings) -> int:
 
     # Everything the configuration can get wrong is checked before paying for a Spark start-up.
-    names = stream_names() if args.streams == ["all"] else args.streams
+    names = with_transaction_streams(settings, args.streams)
     specs = [get_stream(name) for name in names]
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise LakehouseError("--max-offsets-per-trigger must be at least 1")

@@ -26,11 +26,23 @@ changelog as (
 
 
 {#- The mirror's rows (macros/cdc_mirror.sql), `cdc` its configuration (unique_key, sequence_by,
-    delete_when, except_columns, truncate_when). -#}
-{% macro cdc_mirror_model(bronze, changelog, cdc) -%}
-{{ cdc_changes_since(changelog, bronze_increment(this, bronze)) }}
+    delete_when, except_columns, truncate_when). `transactions`: the transactions model whose
+    published transactions alone the changelog holds (macros/cdc_transactions.sql), or none. -#}
+{% macro cdc_mirror_model(bronze, changelog, cdc, transactions=none) -%}
+{{ cdc_changes_since(changelog, cdc_increment(this, bronze, transactions)) }}
 
 {{ cdc_mirror_changes('changelog', this, is_incremental(), columns=cdc_changelog_columns(changelog), **cdc) }}
+{%- endmacro %}
+
+
+{#- The increment of a CDC model `existing` (none on a full build): the changes in the bronze
+    files added since its last run (`bronze_increment`), and with `transactions` (the transactions
+    model) also the changes of the transactions published since, which an earlier run read and
+    held back (macros/cdc_transactions.sql). -#}
+{% macro cdc_increment(existing, bronze, transactions=none) -%}
+    {%- set increment = bronze_increment(existing, bronze) -%}
+    {%- set read_again = transactions_read_again(existing, transactions) -%}
+    {{ return('(' ~ increment ~ ' or ' ~ read_again ~ ')' if increment and read_again else increment) }}
 {%- endmacro %}
 
 
@@ -39,8 +51,8 @@ changelog as (
     touches, its closed ones too when a late change or a truncation (`truncate_when`: the
     changes that empty the table; none where the source sends none) needs them
     (`cdc_history_reads_all`). -#}
-{% macro cdc_history_model(bronze, changelog, key, truncate_when=none) -%}
-{%- set increment = bronze_increment(this, bronze) -%}
+{% macro cdc_history_model(bronze, changelog, key, truncate_when=none, transactions=none) -%}
+{%- set increment = cdc_increment(this, bronze, transactions) -%}
 {%- set first_key = adapter.quote(key if key is string else key[0]) -%}
 {%- set truncations = changelog_has_truncations(changelog, truncate_when, increment, key=first_key)
                       if truncate_when else false -%}

@@ -227,10 +227,37 @@
 {%- endmacro %}
 
 
-{#- the Spark session key holding the bronze snapshot a model's run read, until its post-hook
-    stores it on the model's table -#}
+{#- the Spark session key holding the table properties a model's run is to record once its table
+    is written (the bronze snapshots it read, one pair of properties per bronze table; the newest
+    transactions it applied), `<property>@<value>` comma-separated, until its post-hook
+    (`record_bronze_snapshot`) stages them on the model's table -#}
 {% macro pending_snapshot_key(existing) -%}
     lakehouse.pending_input_snapshot.{{ existing.schema }}.{{ existing.identifier }}
+{%- endmacro %}
+
+
+{#- the pending properties of `existing`, {property: value} -#}
+{% macro pending_properties(existing) -%}
+    {%- set value = run_query("set " ~ pending_snapshot_key(existing)).rows[0][1] -%}
+    {%- set pending = {} -%}
+    {%- if value and value != '<undefined>' -%}
+        {%- for entry in value.split(',') -%}
+            {%- set name, recorded = entry.split('@') -%}
+            {%- do pending.update({name: recorded}) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ return(pending) }}
+{%- endmacro %}
+
+
+{#- `properties` ({property: value}) for `existing`'s post-hook to record, replacing what an
+    earlier render gave for the same properties -#}
+{% macro add_pending_properties(existing, properties) -%}
+    {%- set pending = pending_properties(existing) -%}
+    {%- do pending.update(properties) -%}
+    {%- set entries = [] -%}
+    {%- for name, value in pending.items() -%}{%- do entries.append(name ~ '@' ~ value) -%}{%- endfor -%}
+    {%- do run_query("set " ~ pending_snapshot_key(existing) ~ " = " ~ entries | join(',')) -%}
 {%- endmacro %}
 
 
@@ -280,8 +307,9 @@
     {%- set snapshot = run_query(current_snapshot_sql(source)).rows[0][0] -%}
     {%- if snapshot is not none -%}
         {%- set sequence = run_query(sequence_as_of_sql(source, snapshot)).rows[0][0] -%}
-        {%- do run_query("set " ~ pending_snapshot_key(existing) ~ " = " ~ source.schema ~ "." ~ source.identifier
-                         ~ ":" ~ snapshot ~ ":" ~ sequence) -%}
+        {%- set source_name = source.schema ~ "." ~ source.identifier -%}
+        {%- do add_pending_properties(existing, {bronze_snapshot_property(source_name): snapshot,
+                                                 bronze_sequence_property(source_name): sequence}) -%}
     {%- endif -%}
     {%- if not is_incremental() -%}
         {{ return(none) }}
@@ -307,21 +335,23 @@
 {%- endmacro %}
 
 
-{#- post-hook of every silver model: stores the bronze snapshot `bronze_increment` took for it -#}
+{#- post-hook of every silver model: stores the bronze snapshots `bronze_increment` took for it
+    (and what else its run is to record: add_pending_properties) -#}
 {% macro record_bronze_snapshot(existing) -%}
     {%- if execute and existing is not none and existing is not string -%}
-        {%- set key = pending_snapshot_key(existing) -%}
-        {%- set value = run_query("set " ~ key).rows[0][1] -%}
-        {%- if value and value != '<undefined>' -%}
-            {%- do run_query("reset " ~ key) -%}
-            {%- set source_name, snapshot, sequence = value.split(':') -%}
-            {%- set property = bronze_snapshot_property(source_name) -%}
-            {%- set sequence_property = bronze_sequence_property(source_name) -%}
-            {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
-            {%- if table_property(existing, property) != snapshot
-                   or table_property(existing, sequence_property) != sequence -%}
+        {%- set pending = pending_properties(existing) -%}
+        {%- if pending -%}
+            {%- do run_query("reset " ~ pending_snapshot_key(existing)) -%}
+            {%- set changed = {} -%}
+            {%- for name, value in pending.items() -%}
+                {#- unchanged (nothing new in bronze): no commit, so a run with nothing to do writes nothing -#}
+                {%- if table_property(existing, name) != value -%}
+                    {%- do changed.update({name: value}) -%}
+                {%- endif -%}
+            {%- endfor -%}
+            {%- if changed -%}
                 {#- staged: it becomes the table's when the run's branch is published (macros/audit_publish.sql) -#}
-                {{ staged_properties_sql(existing, {property: snapshot, sequence_property: sequence}) }}
+                {{ staged_properties_sql(existing, changed) }}
             {%- endif -%}
         {%- endif -%}
     {%- endif -%}

@@ -64,6 +64,9 @@ class DeliveryReport:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     faults: list[FaultRecord] = field(default_factory=list)
+    # messages delivered to other topics (Outgoing.topic), {topic: count}, when every message has
+    # been acknowledged; a failure there counts in `failed` like any other
+    other_topics: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -76,6 +79,8 @@ class DeliveryReport:
             failed=self.failed + other.failed, bytes=self.bytes + other.bytes,
             errors=(self.errors + other.errors)[:5], seconds=max(self.seconds, other.seconds),
             faults=self.faults + other.faults,
+            other_topics={topic: self.other_topics.get(topic, 0) + other.other_topics.get(topic, 0)
+                          for topic in {**self.other_topics, **other.other_topics}},
         )
 
     def manifest(self, fault_rates: dict | None = None) -> dict:
@@ -129,31 +134,45 @@ def send_all(
         else:
             report.delivered += 1
 
+    sent_elsewhere: dict[str, int] = {}
+    failed_elsewhere: dict[str, int] = {}
+
+    def acknowledged_elsewhere(err, msg):
+        if err is not None:
+            acknowledged(err, msg)
+            failed_elsewhere[msg.topic()] = failed_elsewhere.get(msg.topic(), 0) + 1
+
     def acknowledged_fault(err, msg, kind: str):
         acknowledged(err, msg)
         if err is None:
             report.faults.append(FaultRecord(kind, msg.partition(), msg.offset()))
 
     def delivered_so_far() -> int:  # also when only failures are reported: not failed, no longer queued
-        return report.sent - len(producer) - report.failed
+        return max(0, report.sent - len(producer) - report.failed)
 
     started = time.monotonic()
     # Serve callbacks and check the rate often enough for a low rate to be smooth.
     every = 1000 if not rate else max(1, min(1000, int(rate // 20)))
     with progress_bar(f"produce {topic}: delivered", total, show=progress) as advance:
         try:
-            for key, value, partition, fault in messages:
+            for key, value, partition, fault, elsewhere in messages:
                 callback = acknowledged if fault is None else (
                     lambda err, msg, kind=fault: acknowledged_fault(err, msg, kind))
+                if elsewhere is not None:
+                    # always reported: a failure must be counted, a delivery is counted apart
+                    callback = acknowledged_elsewhere
                 while True:
                     try:
                         if partition is None:
-                            producer.produce(topic, value, key, on_delivery=callback)
+                            producer.produce(elsewhere or topic, value, key, on_delivery=callback)
                         else:
-                            producer.produce(topic, value, key, partition=partition, on_delivery=callback)
+                            producer.produce(elsewhere or topic, value, key, partition=partition, on_delivery=callback)
                         break
                     except BufferError:
                         producer.poll(0.1)
+                if elsewhere is not None:
+                    sent_elsewhere[elsewhere] = sent_elsewhere.get(elsewhere, 0) + 1
+                    continue
                 report.sent += 1
                 report.bytes += len(value or b"")
                 if report.sent % every == 0:
@@ -171,8 +190,10 @@ def send_all(
             while len(producer):
                 producer.flush(1)
                 advance(completed=delivered_so_far())
+            report.other_topics = {name: count - failed_elsewhere.get(name, 0)
+                                   for name, count in sent_elsewhere.items()}
             if not track_faults:  # only failures were reported
-                report.delivered = report.sent - report.failed
+                report.delivered = report.sent - (report.failed - sum(failed_elsewhere.values()))
             report.seconds = time.monotonic() - started
     return report
 

@@ -12,3 +12,6 @@ class Outgoing(NamedTuple):
     value: bytes | None
     partition: int | None = None  # None: the producer's partitioner picks by key
     fault: str | None = None
+    # None: the topic the producer sends to; else another (a CDC connector's transaction topic),
+    # whose messages the delivery report counts apart (DeliveryReport.other_topics)
+    topic: str | None = None

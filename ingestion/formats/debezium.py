@@ -41,9 +41,7 @@ from ingestion.formats.strict_json import (
     strict_parse_schema,
     with_strict_image,
 )
-from lakehouse.contracts.bronze_columns import (
-    UNAVAILABLE,
-)
+from lakehouse.contracts.bronze_columns import TRANSACTION, UNAVAILABLE
 from lakehouse.contracts.streams import DEBEZIUM_UNAVAILABLE_PLACEHOLDER, JsonContract
 
 # "t": a TRUNCATE of the whole table (PostgreSQL; Debezium sends it with skipped.operations=none)
@@ -269,6 +267,14 @@ def without_unavailable_values(image: Column, schema: StructType, identity: tupl
     return cleaned, F.when(F.size(names) > 0, names)
 
 
+# A change's `transaction` block (provide.transaction.metadata=true): its transaction's id, its place
+# among the transaction's events (total_order) and among its events of this table
+# (data_collection_order), both from 1; kept in bronze's TRANSACTION. The END event on the
+# connector's transaction topic counts the events per table (ARCHITECTURE §9, "Transactions").
+_TRANSACTION = StructType([StructField("id", StringType()), StructField("total_order", LongType()),
+                           StructField("data_collection_order", LongType())])
+
+
 # Snapshot reads of PostgreSQL's initial snapshot (an incremental snapshot's reads are ordered
 # with the stream: they carry its position).
 _SNAPSHOT_READS = ("true", "first", "last", "first_in_data_collection", "last_in_data_collection")
@@ -315,7 +321,8 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
                     unavailable_placeholder: str = DEBEZIUM_UNAVAILABLE_PLACEHOLDER) -> DataFrame:
     """Debezium change events (JSON, with or without schemas) -> changelog; a null value is a tombstone.
 
-    ``SEQ`` is ``debezium_seq``: the change's place in the source's commit order. Temporal and
+    ``SEQ`` is ``debezium_seq``: the change's place in the source's commit order; ``TRANSACTION``
+    the change's transaction block, as the connector sent it (null without one). Temporal and
     decimal fields are read by their semantic type (debezium_semantic_types). A text column
     holding ``unavailable_placeholder`` (the connector's unavailable.value.placeholder) is null
     and named in ``UNAVAILABLE``.
@@ -331,6 +338,7 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
             StructField("connector", StringType()), StructField("sequence", StringType()),
             StructField("file", StringType()), StructField("pos", LongType()), StructField("row", LongType())])),
         StructField("op", StringType()), StructField("ts_ms", LongType()),
+        StructField("transaction", _TRANSACTION),
     ])
     # Debezium with schemas enabled wraps each event ({"schema": ..., "payload": <event>}); the
     # stream's contract declares the columns, the schema says how temporal and decimal values
@@ -353,18 +361,23 @@ def decode_debezium(raw: DataFrame, row: JsonContract, identity: tuple[str, ...]
     tombstone = F.col("value").isNull()
     truncate = F.coalesce(env["op"] == "t", F.lit(False))
     seq = debezium_seq(source, env["op"])
+    transaction = env["transaction"]
     envelope_gaps = {
         "op": op.isNull(), "source": source.isNull(), "source.ts_ms": source["ts_ms"].isNull(),
         "before/after image": image.isNull() & ~truncate,
         "source position (lsn; or file and pos)": source["connector"].isin(*DEBEZIUM_CONNECTORS) & (
             seq["commit_pos"].isNull() | seq["change_pos"].isNull()),
+        # a block without its id, or with orders that are not numbers, says nothing usable
+        "transaction (id, total_order, data_collection_order)": transaction.isNotNull() & (
+            transaction["id"].isNull() | transaction["total_order"].isNull()
+            | transaction["data_collection_order"].isNull()),
     }
     return to_changelog(
         parsed, image_schema, identity, op, image,
         source_ts=F.timestamp_millis(source["ts_ms"]),
         seq=seq,
         tombstone=tombstone, message_key=message_key, truncate=truncate,
-        extra=[F.when(~tombstone, unavailable).alias(UNAVAILABLE)],
+        extra=[F.when(~tombstone, unavailable).alias(UNAVAILABLE), F.when(~tombstone, transaction).alias(TRANSACTION)],
         rescued_fields=rescued(F.col("_loose"), "debezium", row.wire_schema),
         checks=[
             (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),

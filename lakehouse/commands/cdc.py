@@ -5,9 +5,12 @@ It reads the table's columns and primary key from the database (SQLAlchemy) and 
 stream needs (docs/connect-a-database.md): the contract (a JSON Schema whose temporal and decimal
 columns name the Debezium semantic type they arrive in), the pipeline entry, the dbt source
 entry and the changelog, mirror, live-table and history models with their data tests (the key
-unique and not null, composite keys included); it creates the topic and prints
-the Debezium properties to set, with the DDL of the connector's signal table (`lakehouse cdc
-snapshot` writes there). It never overwrites: a stream or file that exists stops it before
+unique and not null, composite keys included); it creates the topic (and the connector's
+transaction topic, <connector>.transaction) and prints the Debezium properties to set, with the
+DDL of the connector's signal table (`lakehouse cdc snapshot` writes there). The properties turn
+on the transaction metadata (provide.transaction.metadata): bronze keeps each change's
+transaction; the models `cdc add` writes apply changes as they arrive (what waits for whole
+transactions: ARCHITECTURE §9, "Transactions"). It never overwrites: a stream or file that exists stops it before
 anything is written.
 
 `lakehouse cdc snapshot` asks the connector, through that table, to read a stream's table again
@@ -141,6 +144,11 @@ def connector_properties(connector: str, streams: list[tuple[str, SourceTable]],
               "# decimals as their digits (scale included): an ALTER of a column's scale can never "
               "multiply its values",
               "decimal.handling.mode=string",
+              # the data a reader needs to see whole source transactions: each change's
+              # transaction block, and BEGIN/END events counting each transaction's changes
+              f"# each change's transaction, and a BEGIN and an END event per transaction on "
+              f"{transaction_topic(connector)}",
+              "provide.transaction.metadata=true",
               "# the table `lakehouse cdc snapshot` writes to, to have the connector read a table again",
               f"signal.data.collection={signal_table(connector, first)}"]
     excluded = [f"{table}.{column}" for table, (_, source) in zip(where, streams, strict=True)
@@ -387,7 +395,18 @@ def add(settings: Settings, tables: list[str], url: str, stream: str | None, par
 
             ensure_topic(settings, name, partitions=partitions)
         added.append((name, source, files))
+    if create_topic and added:
+        from producers.delivery import ensure_topic
+
+        # the connector's transaction topic (provide.transaction.metadata, printed): one partition
+        # keeps its BEGIN and END events in commit order; the broker may create no topic itself
+        ensure_topic(settings, transaction_topic(connector), partitions=1)
     return added
+
+
+def transaction_topic(connector: str) -> str:
+    """Where a connector writes its BEGIN and END events: Debezium's default, <topic.prefix>.transaction."""
+    return f"{connector}.transaction"
 
 
 def _schema_dir(pipeline_path: Path) -> Path:

@@ -97,7 +97,12 @@ def main(settings: Settings, events: int = 20_000) -> int:
     started_kafka = False
     spark = None
     began = time.monotonic()
-    streams = {name: spec for name, spec in load_pipeline().items() if name in PRODUCERS}
+    pipeline = load_pipeline()
+    # the produced streams, and the transaction topics their connectors write (the customers
+    # producer writes its connector's: ARCHITECTURE §9, "Transactions")
+    streams = {name: spec for name, spec in pipeline.items()
+               if name in PRODUCERS or any(other.transactions == name for other in pipeline.values()
+                                           if other.name in PRODUCERS)}
     try:
         _step(1, f"Kafka on {settings.kafka_bootstrap_servers}")
         started_kafka = _start_kafka(settings)
@@ -160,13 +165,21 @@ def _produce(settings: Settings, streams: dict[str, StreamSpec], events: int
     faults = FaultRates.demo()
     produced, ranges = {}, {}
     for name, spec in streams.items():
+        if spec.is_transactions:
+            continue  # written by its connector's stream, below
         count = events // CDC_SHARE if spec.is_cdc else events
         start = _end_offsets_if_any(settings, spec.topic)
+        side = streams.get(spec.transactions) if spec.transactions else None
+        side_start = _end_offsets_if_any(settings, side.topic) if side else {}
         report = produce(settings, name, count, faults=faults)
         if report.failed:
             raise LakehouseError(f"{name}: {report.failed} messages were not delivered")
         produced[name] = report.manifest(faults.as_dict())
         ranges[name] = offset_ranges(start, end_offsets(settings, spec.topic))
+        if side is not None:  # its transaction topic: every event once in bronze, no faults
+            produced[side.name] = {"topic": side.topic, "produced": report.other_topics.get(side.topic, 0),
+                                   "failed": 0, "fault_rates": {}, "faults": {}, "dead_letters": []}
+            ranges[side.name] = offset_ranges(side_start, end_offsets(settings, side.topic))
         print(f"  {name}: delivered {report.delivered:,}; injected: "
               + (", ".join(f"{kind} {n:,}" for kind, n in produced[name]["faults"].items()) or "none"))
     return produced, ranges

@@ -62,11 +62,15 @@ SEQ = _column("seq", "_seq", "")
 IS_TOMBSTONE = _column("is_tombstone", "_is_tombstone", "boolean")
 BEFORE_KEY = _column("before_key", "_before_key", "")
 UNAVAILABLE = _column("unavailable", "_unavailable", "array<string>")
+# Debezium with provide.transaction.metadata: the change's transaction (its id, the change's place
+# among the transaction's events and among its events of this table); null without metadata.
+TRANSACTION = _column("transaction", "_transaction",
+                      "struct<id: string, total_order: bigint, data_collection_order: bigint>")
 
 KAFKA_COORDINATES = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET)  # a record's identity
 DEAD_COLUMNS = (ERROR_CODE, ERROR_DETAIL, RAW_KEY, RAW_VALUE, RAW_HEADERS, DEAD_AT)
 REPLAY_COLUMNS = (REPLAY_ATTEMPTS, LAST_REPLAY_AT, REPLAYED_AT, REPLAYED_ERROR_CODE)
-CDC_COLUMNS = (OP, SOURCE_TS, SEQ, IS_TOMBSTONE, UNAVAILABLE, BEFORE_KEY)
+CDC_COLUMNS = (OP, SOURCE_TS, SEQ, IS_TOMBSTONE, UNAVAILABLE, BEFORE_KEY, TRANSACTION)
 # Every event stream's metadata (CDC's changelog columns apart); `_kafka_*` names are all bronze's.
 METADATA_COLUMNS = (RESCUED, SCHEMA_ID, INGESTED_AT, BATCH_ID, *DEAD_COLUMNS, *REPLAY_COLUMNS)
 KAFKA_PREFIX = KAFKA_TOPIC[:len("_kafka_")]

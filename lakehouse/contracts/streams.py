@@ -71,10 +71,17 @@ PIPELINE_FILE_VARIABLE = "LAKEHOUSE_PIPELINE_FILE"
 
 EVENT_FORMATS = ("json", "avro", "protobuf")
 CDC_FORMATS = ("debezium", "dms")
-FORMATS = EVENT_FORMATS + CDC_FORMATS
+# A Debezium connector's transaction topic (provide.transaction.metadata): BEGIN and END events,
+# a fixed shape (ingestion/formats/debezium_transactions.py), no schema file
+TRANSACTIONS_FORMAT = "debezium_transactions"
+FORMATS = EVENT_FORMATS + CDC_FORMATS + (TRANSACTIONS_FORMAT,)
+# the identity and event time of a transactions stream's bronze rows
+TRANSACTIONS_IDENTITY = ("id", "status")
+TRANSACTIONS_EVENT_TIME = "event_ts"
 # Which schema file each format takes (by suffix): a wrong pairing is a config error.
 SCHEMA_SUFFIXES = {"json": ".json", "debezium": ".json", "dms": ".json", "avro": ".avsc", "protobuf": ".proto"}
 KEYS = {"topic", "format", "schema", "message", "subject", "bronze_table", "event_time", "identity", "required",
+        "transactions",
         "source_table", "partitions", "source_url_variable", "contract", "unavailable_placeholder", "signal_table"}
 # CDC streams: what becomes of a row field the contract lacks (ARCHITECTURE §6, "Fields the
 # contract lacks"). additive: a new column of bronze, typed from the change event (the source
@@ -92,7 +99,7 @@ class StreamSpec:
     name: str
     topic: str
     format: str
-    schema_path: Path
+    schema_path: Path | None  # None: a format of a fixed shape (debezium_transactions)
     bronze_table: str
     event_time_column: str
     identity_columns: tuple[str, ...]
@@ -109,6 +116,14 @@ class StreamSpec:
     # Debezium: the connector's signal table (its `signal.data.collection`, SCHEMA.NAME or
     # DATABASE.NAME), where `lakehouse cdc snapshot` asks for an incremental snapshot
     signal_table: str | None = None
+    # Debezium: the stream of its connector's transaction topic (format debezium_transactions);
+    # set, the CDC models publish whole source transactions only (ARCHITECTURE §9, "Transactions")
+    transactions: str | None = None
+
+    @property
+    def is_transactions(self) -> bool:
+        """A connector's transaction topic: no schema file, no rows of a table."""
+        return self.format == TRANSACTIONS_FORMAT
 
     @property
     def adds_fields(self) -> bool:
@@ -125,7 +140,8 @@ class StreamSpec:
         # DDL: the column quoted, as it comes from the pipeline file. Then the reason a row is
         # dead, null for good rows: dead rows in files of their own, pruned by a reader of good
         # rows (ARCHITECTURE §6; ingestion/bronze.py DEAD_PARTITION).
-        by_day = f"days({bronze_columns.INGESTED_AT})" if self.is_cdc else f"days({quote(self.event_time_column)})"
+        by_day = f"days({bronze_columns.INGESTED_AT})" if self.is_cdc or self.is_transactions \
+            else f"days({quote(self.event_time_column)})"
         return (by_day, bronze_columns.ERROR_CODE)
 
 
@@ -151,6 +167,8 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
     fmt = entry.get("format")
     if fmt not in FORMATS:
         raise LakehouseError(f"{where}: unknown format {fmt!r}; supported: {', '.join(FORMATS)}")
+    if fmt == TRANSACTIONS_FORMAT:
+        return _transactions_spec(name, entry, where)
     for key in ("schema", "event_time", "identity"):
         if not entry.get(key):
             raise LakehouseError(f"{where}: `{key}` is required")
@@ -190,7 +208,36 @@ def _spec(name: str, entry: dict, schema_dir: Path, where: str) -> StreamSpec:
         contract=_contract_mode(entry, fmt, where),
         unavailable_placeholder=_unavailable_placeholder(entry, fmt, where),
         signal_table=_signal_table(entry, fmt, where),
+        transactions=_transactions_of(entry, fmt, where),
     )
+
+
+def _transactions_spec(name: str, entry: dict, where: str) -> StreamSpec:
+    """A connector's transaction topic: its shape is Debezium's, so it takes no schema, event
+    time or identity; one partition keeps its events in commit order."""
+    given = sorted(set(entry) - {"format", "topic", "bronze_table", "partitions"})
+    if given:
+        raise LakehouseError(f"{where}: a {TRANSACTIONS_FORMAT} stream takes only topic, bronze_table and "
+                             f"partitions (its events have Debezium's fixed shape), got {', '.join(given)}")
+    if str(entry.get("partitions", 1)) != "1":
+        raise LakehouseError(f"{where}.partitions: a transaction topic has one partition (its events in commit "
+                             f"order), got {entry.get('partitions')!r}")
+    return StreamSpec(name=name, topic=str(entry.get("topic", name)), format=TRANSACTIONS_FORMAT,
+                      schema_path=None, bronze_table=_bronze_table(name, entry, where),
+                      event_time_column=TRANSACTIONS_EVENT_TIME, identity_columns=TRANSACTIONS_IDENTITY,
+                      required_columns=TRANSACTIONS_IDENTITY, partitions=1)
+
+
+def _transactions_of(entry: dict, fmt: str, where: str) -> str | None:
+    name = entry.get("transactions")
+    if name is None:
+        return None
+    if fmt != "debezium":
+        raise LakehouseError(f"{where}.transactions: only a debezium stream has transaction metadata "
+                             "(DMS sends no END counts: ARCHITECTURE §9, \"Transactions\")")
+    if not isinstance(name, str) or not name:
+        raise LakehouseError(f"{where}.transactions: expected the name of a {TRANSACTIONS_FORMAT} stream, got {name!r}")
+    return name
 
 
 def _unavailable_placeholder(entry: dict, fmt: str, where: str) -> str:
@@ -267,10 +314,16 @@ def _load(path: Path, mtime_ns: int) -> dict[str, StreamSpec]:
     if not isinstance(document, dict) or not isinstance(document.get("streams"), dict) or not document["streams"]:
         raise LakehouseError(f"pipeline file {path}: expected a `streams:` mapping with at least one stream")
     schema_dir = (path.parent / str(document.get("schema_dir", "."))).resolve()
-    return {
+    specs = {
         str(name): _spec(str(name), entry, schema_dir, f"{path.name}: streams.{name}")
         for name, entry in document["streams"].items()
     }
+    for spec in specs.values():
+        if spec.transactions is not None and (
+                spec.transactions not in specs or not specs[spec.transactions].is_transactions):
+            raise LakehouseError(f"{path.name}: streams.{spec.name}.transactions: {spec.transactions!r} is not a "
+                                 f"{TRANSACTIONS_FORMAT} stream of this file")
+    return specs
 
 
 def load_pipeline(path: Path | None = None) -> dict[str, StreamSpec]:
@@ -292,7 +345,7 @@ def get_stream(name: str) -> StreamSpec:
     spec = streams.get(name)
     if spec is None:
         raise LakehouseError(f"unknown stream {name!r}; configured streams: {', '.join(sorted(streams))}")
-    if not spec.schema_path.is_file():
+    if spec.schema_path is not None and not spec.schema_path.is_file():
         raise LakehouseError(f"schema file of stream {name!r} not found: {spec.schema_path}")
     return spec
 

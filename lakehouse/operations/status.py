@@ -111,8 +111,11 @@ class StatusReport:
     tables: list[TableStatus]
     dbt: dict[str, Any] | None
     quality: dict[str, Any] | None
-    # Why a whole part is empty or partial, by part ("streams", "tables", "dbt", "quality").
+    # Why a whole part is empty or partial, by part ("streams", "tables", "dbt", "quality",
+    # "transactions").
     problems: dict[str, str] = field(default_factory=dict)
+    # per transactions model (ARCHITECTURE §9, "Transactions"): what waits to be published
+    transactions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class StatusReport:
             "tables": [asdict(t) for t in self.tables],
             "dbt": self.dbt,
             "quality": self.quality,
+            "transactions": list(self.transactions),
             "problems": dict(self.problems),
         }
 
@@ -303,6 +307,14 @@ def check_problems(report: StatusReport, settings: Settings, now: datetime, name
     for table in report.tables:
         problems += [f"table {table.table}: {problem}" for problem in
                      maintenance_problems(table, settings.status_max_maintenance_age_hours, now)]
+    for waiting in report.transactions:
+        landed = parse_time(waiting["oldest_waiting_landed_at"])
+        if landed is not None and (now - landed).total_seconds() > settings.status_max_model_age_minutes * 60:
+            problems.append(f"transactions {waiting['table']}: {waiting['waiting']:,} waiting to be published, the "
+                            f"oldest ({waiting['oldest_waiting_id']}) landed "
+                            f"{human_time(waiting['oldest_waiting_landed_at'])}, "
+                            f"more than {settings.status_max_model_age_minutes:g} minutes ago "
+                            f"({PREFIX}STATUS_MAX_MODEL_AGE_MINUTES): its END or a change has not arrived")
     if report.dbt is not None:
         limit = settings.status_max_model_age_minutes
         for name, model in sorted((report.dbt.get("models") or {}).items()):
@@ -487,12 +499,25 @@ def format_quality(quality: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def format_transactions(transactions: list[dict[str, Any]]) -> str:
+    """Per transactions model: the source transactions the CDC models wait for (ARCHITECTURE §9)."""
+    lines = []
+    for t in transactions:
+        waiting = "none waiting" if not t["waiting"] else (
+            f"{t['waiting']:,} waiting for their END or a change, the oldest {t['oldest_waiting_id']} "
+            f"(landed {human_time(t['oldest_waiting_landed_at'])})")
+        lines.append(f"  {t['table']}: {t['published']:,} published, {waiting}")
+    return "\n".join(lines)
+
+
 def format_report(report: StatusReport, settings: Settings | None = None, now: datetime | None = None) -> str:
     sections = [
         ("Streams", format_streams(report.streams)),
         ("Tables", format_tables(report.tables, settings, now)),
         ("dbt", format_dbt(report.dbt)),
         ("Quality", format_quality(report.quality)),
+        *([("Transactions", format_transactions(report.transactions))]
+          if report.transactions or "transactions" in report.problems else []),
     ]
     out = []
     for title, body in sections:
@@ -801,6 +826,30 @@ def quality_status(catalog) -> dict[str, Any] | None:
     return quality_verdict(rows)
 
 
+def transactions_status(settings: Settings, catalog) -> list[dict[str, Any]]:
+    """Per transactions model (silver.<transactions stream>) built: how many source transactions
+    it published and how many wait, with the first of them in commit order."""
+    from lakehouse.contracts.streams import load_pipeline
+
+    found = []
+    for spec in load_pipeline().values():
+        table = existing_table(catalog, f"silver.{spec.name}") if spec.is_transactions else None
+        if table is None or table.current_snapshot() is None:
+            continue
+        rows = table.scan(selected_fields=("id", "published", "end_offset", "first_ingested_at")).to_arrow().to_pylist()
+        # the first in the connector's commit order (its END's offset; one without an END yet
+        # comes after every END that arrived): the one every later one waits for
+        waiting = sorted((r for r in rows if not r["published"]),
+                         key=lambda r: (r["end_offset"] is None, r["end_offset"] or 0,
+                                        r["first_ingested_at"] is None, r["first_ingested_at"] or 0))
+        oldest = waiting[0] if waiting else None
+        found.append({"table": f"silver.{spec.name}", "published": len(rows) - len(waiting), "waiting": len(waiting),
+                      "oldest_waiting_id": oldest and oldest["id"],
+                      "oldest_waiting_landed_at": oldest and oldest["first_ingested_at"]
+                      and oldest["first_ingested_at"].replace(tzinfo=UTC).isoformat()})
+    return found
+
+
 def _guarded(problems: list[str] | dict[str, str], part: str, read: Callable[[], Any]) -> Any:
     """Run one reader; a failure becomes a line in that part instead of ending the command.
 
@@ -836,7 +885,9 @@ def collect_status(settings: Settings, names: list[str] | None = None) -> Status
     tables = (_guarded(problems, "tables", lambda: table_status(settings, catalog)) or []) if catalog else []
     dbt = _guarded(problems, "dbt", dbt_status)
     quality = _guarded(problems, "quality", lambda: quality_status(catalog)) if catalog else None
-    return StatusReport(streams, tables, dbt, quality, problems)
+    transactions = (_guarded(problems, "transactions", lambda: transactions_status(settings, catalog)) or []) \
+        if catalog else []
+    return StatusReport(streams, tables, dbt, quality, problems, transactions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ bronze_changes as (
     -- a Kafka tombstone only tells log compaction to forget the key; the delete before it
     -- is the change. Good rows only: a dead row (its reason set) is a dead letter
     where not {{ own.is_tombstone }} and {{ own.error_code }} is null
+      -- whole source transactions only: a change of a transaction not published yet (its END
+      -- or another of its changes still missing, or an earlier one's) waits (macros/cdc_transactions.sql)
+      and {{ transaction_published(ref('cdc_transactions')) }}
 
 ),
 

@@ -2,4 +2,4 @@
 
 {#- Every version of every customers row (SCD type 2): macros/cdc_models.sql. Rendered by lakehouse/commands/cdc_models. -#}
 
-{{ cdc_history_model(source('bronze', 'customers'), ref('customers_changelog'), 'customer_id', truncate_when="op = 'T'") }}
+{{ cdc_history_model(source('bronze', 'customers'), ref('customers_changelog'), 'customer_id', truncate_when="op = 'T'", transactions=ref('cdc_transactions')) }}

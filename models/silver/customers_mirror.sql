@@ -4,4 +4,4 @@
 
 {#- The customers table mirrored, deletes as tombstones: macros/cdc_mirror.sql. Read `customers`. Rendered by lakehouse/commands/cdc_models. -#}
 
-{{ cdc_mirror_model(source('bronze', 'customers'), ref('customers_changelog'), cdc) }}
+{{ cdc_mirror_model(source('bronze', 'customers'), ref('customers_changelog'), cdc, transactions=ref('cdc_transactions')) }}

@@ -1,9 +1,16 @@
 """Debezium (PostgreSQL connector, JSON converter without schemas) messages of the source tables.
 
 The `customers` stream (ARCHITECTURE §5). Key: ``{"customer_id": N}``; value: the change event
-envelope (``before``, ``after``, ``source``, ``op``, ``ts_ms``). A delete is followed by a
-tombstone, the same key with a null value, so that log compaction can drop the key; the
-ingestion must recognise tombstones rather than dead-letter them (ARCHITECTURE §6).
+envelope (``before``, ``after``, ``source``, ``op``, ``ts_ms``, and ``transaction``: the connector
+runs with provide.transaction.metadata=true). A delete is followed by a tombstone, the same key
+with a null value, so that log compaction can drop the key; the ingestion must recognise
+tombstones rather than dead-letter them (ARCHITECTURE §6).
+
+The transaction metadata: each streamed change's ``transaction`` block (the transaction's id, the
+change's place among its events and among its events of the table, from 1), and a BEGIN and an
+END event per transaction on the connector's transaction topic (``TRANSACTION_TOPIC``, one
+partition: commit order), END counting the transaction's events per table. A snapshot's reads
+carry none, as Debezium's do.
 
 Encoding is generic over the source tables, but only `customers` is streamed this way.
 """
@@ -22,6 +29,7 @@ TABLE = "customers"
 CONNECTOR_VERSION = "2.7.0.Final"
 SERVER_NAME = "lakehouse"  # topic.prefix of the connector
 SCHEMA = "public"
+TRANSACTION_TOPIC = f"{SERVER_NAME}.transaction"  # Debezium's default: <topic.prefix>.transaction
 
 OP_CODES = {"I": "c", "U": "u", "D": "d", "R": "r"}
 OPS_BY_CODE = {code: op for op, code in OP_CODES.items()}
@@ -35,7 +43,18 @@ def encode_key(table: str, key: int) -> bytes:
     return _json({key_column(table): key})
 
 
-def envelope(change: Change, emitted_ms: int | None = None, snapshot: str | None = None) -> dict:
+def transaction_id(tx_id: int, commit_lsn: int) -> str:
+    """A PostgreSQL connector's transaction id: the transaction's id and its commit position."""
+    return f"{tx_id}:{commit_lsn}"
+
+
+def data_collection(table: str) -> str:
+    """How Debezium names a PostgreSQL table in transaction metadata: schema.table."""
+    return f"{SCHEMA}.{table}"
+
+
+def envelope(change: Change, emitted_ms: int | None = None, snapshot: str | None = None,
+             transaction: dict | None = None) -> dict:
     """The value of a change event as a dict.
 
     ``snapshot``: "true", "last" (the final record of a snapshot) or "false"; by default "true"
@@ -61,6 +80,7 @@ def envelope(change: Change, emitted_ms: int | None = None, snapshot: str | None
         },
         "op": OP_CODES[change.op],
         "ts_ms": change.commit_ts_ms if emitted_ms is None else emitted_ms,
+        "transaction": transaction,
     }
 
 
@@ -68,10 +88,11 @@ def encode_change(
     change: Change,
     emitted_ms: int | None = None,
     snapshot: str | None = None,
+    transaction: dict | None = None,
 ) -> list[tuple[bytes, bytes | None]]:
     """The Kafka (key, value) messages of one change: one, or two for a delete (+ tombstone)."""
     key = encode_key(change.table, change.key)
-    messages: list[tuple[bytes, bytes | None]] = [(key, _json(envelope(change, emitted_ms, snapshot)))]
+    messages: list[tuple[bytes, bytes | None]] = [(key, _json(envelope(change, emitted_ms, snapshot, transaction)))]
     if change.op == "D":
         messages.append((key, None))
     return messages
@@ -81,20 +102,74 @@ def encode_changes(
     changes: Iterable[Change],
     table: str = TABLE,
     emitted_ms: int | None = None,
+    metadata: bool = True,
 ) -> list[tuple[bytes, bytes | None]]:
-    """The messages of every change of ``table``, in the given order.
+    """The messages of every change of ``table``, in the given order, each streamed change with
+    its ``transaction`` block (transactions_of: whole transactions in one call); ``metadata``
+    False: as a connector without provide.transaction.metadata writes them, no block.
 
     The last read of each snapshot is marked ``snapshot: "last"`` as Debezium does, which needs
     the whole snapshot in one call.
     """
     selected = [change for change in changes if change.table == table]
+    blocks = {id(change): block for transaction in (transactions_of(selected) if metadata else [])
+              for change, block in zip(transaction, transaction_blocks(transaction), strict=True)}
     messages: list[tuple[bytes, bytes | None]] = []
     for index, change in enumerate(selected):
         following = selected[index + 1] if index + 1 < len(selected) else None
         ends_snapshot = change.op == "R" and (
             following is None or following.op != "R" or following.tx_id != change.tx_id)
-        messages.extend(encode_change(change, emitted_ms, "last" if ends_snapshot else None))
+        messages.extend(encode_change(change, emitted_ms, "last" if ends_snapshot else None, blocks.get(id(change))))
     return messages
+
+
+def transactions_of(changes: list[Change]) -> list[list[Change]]:
+    """The streamed (not snapshot) changes grouped by transaction, in commit order: a source
+    streams a transaction's changes together, when it commits."""
+    groups: list[list[Change]] = []
+    for change in changes:
+        if change.op == "R":
+            continue
+        if groups and groups[-1][0].tx_id == change.tx_id:
+            groups[-1].append(change)
+        else:
+            groups.append([change])
+    return groups
+
+
+def transaction_blocks(transaction: list[Change]) -> list[dict]:
+    """The ``transaction`` block of each change of one transaction (its changes of the streamed
+    tables): the id, the change's place among them and among those of its table, from 1."""
+    identifier = transaction_id(transaction[0].tx_id, transaction[-1].lsn)
+    per_table: dict[str, int] = {}
+    blocks = []
+    for order, change in enumerate(transaction, start=1):
+        per_table[change.table] = per_table.get(change.table, 0) + 1
+        blocks.append({"id": identifier, "total_order": order, "data_collection_order": per_table[change.table]})
+    return blocks
+
+
+def transaction_events(transaction: list[Change], emitted_ms: int | None = None) -> list[dict]:
+    """The BEGIN and END events of one transaction (its changes of the streamed tables), as the
+    connector writes them to its transaction topic; END counts the events per table."""
+    identifier = transaction_id(transaction[0].tx_id, transaction[-1].lsn)
+    ts_ms = transaction[0].commit_ts_ms if emitted_ms is None else emitted_ms
+    counts: dict[str, int] = {}
+    for change in transaction:
+        counts[change.table] = counts.get(change.table, 0) + 1
+    return [{"status": "BEGIN", "id": identifier, "ts_ms": ts_ms, "event_count": None, "data_collections": None},
+            {"status": "END", "id": identifier, "ts_ms": ts_ms, "event_count": len(transaction),
+             "data_collections": [{"data_collection": data_collection(table), "event_count": count}
+                                  for table, count in counts.items()]}]
+
+
+def encode_transactions(changes: Iterable[Change], table: str = TABLE,
+                        emitted_ms: int | None = None) -> list[tuple[bytes, bytes]]:
+    """The transaction topic's (key, value) messages for the changes of ``table``: BEGIN and END
+    of each transaction that changed it, in commit order (key: the transaction's id)."""
+    selected = [change for change in changes if change.table == table]
+    return [(_json({"id": event["id"]}), _json(event))
+            for transaction in transactions_of(selected) for event in transaction_events(transaction, emitted_ms)]
 
 
 def decode(key: bytes | None, value: bytes | None) -> NormalizedChange | None:

@@ -205,6 +205,11 @@ class CdcSimulator:
     started before it: that one holds the lower transaction id, commits after it, and changes
     one of its rows first (it waited for that row's lock), so the two ids of one key's changes
     are in the opposite order of their commits.
+
+    With probability ``transfer_share`` a transaction is a transfer instead: it moves an amount
+    between two active accounts of one currency, two updates of ``accounts`` in one transaction
+    (``transfer``). Transfers change no currency's sum of balances: a reader that sees one half
+    of a transfer sees a sum that never existed (ARCHITECTURE §9, "Transactions").
     """
 
     def __init__(
@@ -223,12 +228,14 @@ class CdcSimulator:
         key_change_share: float = 0.05,
         max_gap_ms: int = 1500,
         start_ms: int = DEFAULT_START_MS,
+        transfer_share: float = 0.0,
     ):
         if key_space < 1 or max_tx_size < 1 or max_gap_ms < 1 or not 0 <= hot_keys <= key_space:
             raise ValueError("key_space, max_tx_size, max_gap_ms must be >= 1 and hot_keys within [0, key_space]")
         for name, share in [("hot_key_share", hot_key_share), ("reinsert_share", reinsert_share),
                             ("repeat_key_share", repeat_key_share), ("same_ts_share", same_ts_share),
-                            ("overlap_share", overlap_share), ("key_change_share", key_change_share)]:
+                            ("overlap_share", overlap_share), ("key_change_share", key_change_share),
+                            ("transfer_share", transfer_share)]:
             if not 0.0 <= share <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
         self.db_path = Path(db_path)
@@ -237,6 +244,7 @@ class CdcSimulator:
         self.reinsert_share, self.repeat_key_share = reinsert_share, repeat_key_share
         self.same_ts_share, self.max_gap_ms = same_ts_share, max_gap_ms
         self.overlap_share, self.key_change_share = overlap_share, key_change_share
+        self.transfer_share = transfer_share
         self._previous: list[tuple[str, int]] = []  # the rows the last transaction changed
         self.conn = open_source(self.db_path)
         self.conn.execute(_STATE_DDL)
@@ -308,10 +316,15 @@ class CdcSimulator:
             raise ValueError("transactions must be >= 0")
         changes: list[Change] = []
         for _ in range(transactions):
-            changes.extend(self._transaction())
+            changes.extend(self._random_transaction())
         return changes
 
-    def _transaction(self) -> list[Change]:
+    def _random_transaction(self) -> list[Change]:
+        # drawn only when it is not needed (0): a run without transfers draws what it always drew
+        if self.transfer_share and self.rng.random() < self.transfer_share:
+            changes = self.transfer()
+            if changes:
+                return changes
         with self._locked():
             state = self._state()
             commit_ts_ms = self._tick(state)
@@ -339,6 +352,41 @@ class CdcSimulator:
                                       self._next_lsn(state), position))
             self._save_state(state)
         self._previous = touched
+        return changes
+
+    def transfer(self) -> list[Change]:
+        """Commit one transfer: an amount moved from one active account to another of the same
+        currency (a credit account may go below zero, no other), two updates in one transaction,
+        payer first; its changes, or none when no two such accounts exist (nothing committed)."""
+        with self._locked():
+            state = self._state()
+            active: dict[str, list[dict]] = {}
+            for row in read_table(self.conn, "accounts").values():
+                if row["status"] == "active":
+                    active.setdefault(row["currency"], []).append(row)
+
+            def can_pay(row: dict) -> bool:
+                return row["account_type"] == "credit" or Decimal(row["balance"]) > 0
+            currencies = sorted(currency for currency, rows in active.items()
+                                if len(rows) >= 2 and any(can_pay(row) for row in rows))
+            if not currencies:
+                return []
+            accounts = active[self.rng.choice(currencies)]
+            payer = self.rng.choice([row for row in accounts if can_pay(row)])
+            payee = self.rng.choice([row for row in accounts if row is not payer])
+            amount = Decimal(self.rng.randint(1, 100_000)) * CENT
+            if payer["account_type"] != "credit":
+                amount = min(amount, Decimal(payer["balance"]))
+            commit_ts_ms = self._tick(state)
+            now, tx_id = iso_ms(commit_ts_ms), self._started_tx_id(state)
+            changes = []
+            for position, (row, delta) in enumerate(((payer, -amount), (payee, amount))):
+                after = dict(row, balance=money(Decimal(row["balance"]) + delta), updated_at=now)
+                self._write("accounts", "U", row["account_id"], after)
+                changes.append(Change("accounts", "U", row["account_id"], row, after, commit_ts_ms, tx_id,
+                                      self._next_lsn(state), position))
+            self._save_state(state)
+        self._previous = [("accounts", change.key) for change in changes]
         return changes
 
     def _changed_key(self, state: dict[str, int], table: str, op: str) -> int | None:

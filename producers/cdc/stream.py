@@ -25,7 +25,7 @@ from producers.cdc import debezium, dms
 from producers.cdc.faults import duplicate, key_partition, reorder
 from producers.cdc.simulator import CdcSimulator
 from producers.cdc.source import SimulatorSource
-from producers.delivery import DeliveryReport, Outgoing, produce_to_topic
+from producers.delivery import DeliveryReport, Outgoing, ensure_topic, produce_to_topic
 from producers.faults import FaultRates, fault_random
 
 PARTITIONS = 3
@@ -35,19 +35,31 @@ CHUNK_TRANSACTIONS = 200
 KEY_SPACE = 1000  # primary keys 1..KEY_SPACE: small enough for updates and deletes to hit
 
 
+# Of the transactions the producer commits, the share that are transfers: an amount moved
+# between two accounts in one transaction (CdcSimulator), which a reader must never see halved.
+TRANSFER_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class CdcFormat:
     stream: str
     table: str
     topic: str
-    encode: Callable  # (changes) -> list[(key, value)]
+    encode: Callable  # (changes, metadata) -> list[(key, value)]; metadata: with transaction metadata
+    # the connector's transaction topic and its messages, (changes) -> list[(key, value)]; none
+    # for a format without transaction metadata (DMS: ARCHITECTURE §9, "Transactions")
+    transaction_topic: str | None = None
+    encode_transactions: Callable | None = None
 
 
 FORMATS = {
     "customers": CdcFormat("customers", "customers", debezium.TOPIC,
-                           lambda changes: debezium.encode_changes(changes, table="customers")),
+                           lambda changes, metadata: debezium.encode_changes(changes, table="customers",
+                                                                             metadata=metadata),
+                           debezium.TRANSACTION_TOPIC,
+                           lambda changes: debezium.encode_transactions(changes, table="customers")),
     "accounts": CdcFormat("accounts", "accounts", dms.TOPIC,
-                          lambda changes: dms.encode_changes(changes, table="accounts")),
+                          lambda changes, metadata: dms.encode_changes(changes, table="accounts")),
 }
 
 
@@ -102,17 +114,25 @@ def labelled(messages: list[tuple[bytes | None, bytes | None]], faults: FaultRat
 
 
 def messages(settings: Settings, stream: str, count: int | None, faults: FaultRates, seed: int | None,
-             duration: float | None, first_start: bool, key_space: int = KEY_SPACE) -> Iterator[Outgoing]:
-    """Change messages until ``count`` changes (not counting faults) or ``duration`` seconds."""
+             duration: float | None, first_start: bool, key_space: int = KEY_SPACE,
+             transactions: bool = False, transfer_share: float = 0.0) -> Iterator[Outgoing]:
+    """Change messages until ``count`` changes (not counting faults) or ``duration`` seconds.
+
+    ``transactions``: as a connector with transaction metadata, each change names its transaction
+    and, after each chunk's changes, come the transaction topic's BEGIN and END of its
+    transactions (a format with transaction metadata; Outgoing.topic names the topic, faults never
+    touch them); without, as a connector without it. ``transfer_share``: the share of transactions
+    that are transfers."""
     fmt = FORMATS[stream]
     path = source_path(settings, stream)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = fault_random(seed, "cdc-faults")
     started = time.monotonic()
-    with CdcSimulator(path, seed=seed, key_space=key_space, start_ms=int(time.time() * 1000)) as simulator:
+    with CdcSimulator(path, seed=seed, key_space=key_space, start_ms=int(time.time() * 1000),
+                      transfer_share=transfer_share) as simulator:
         if first_start:
             simulator.run(INITIAL_LOAD_TRANSACTIONS)  # the database existed before the connector
-            yield from labelled(fmt.encode(simulator.snapshot()), FaultRates(), rng)
+            yield from labelled(fmt.encode(simulator.snapshot(), transactions), FaultRates(), rng)
         produced = 0
         while (count is None or produced < count) and (
                 duration is None or time.monotonic() - started < duration):
@@ -121,7 +141,10 @@ def messages(settings: Settings, stream: str, count: int | None, faults: FaultRa
             batch = CHUNK_TRANSACTIONS if count is None else max(1, min(CHUNK_TRANSACTIONS, (count - produced) // 4))
             changes = [c for c in simulator.run(batch) if c.table == fmt.table]
             produced += len(changes)
-            yield from labelled(fmt.encode(changes), faults, rng)
+            yield from labelled(fmt.encode(changes, transactions), faults, rng)
+            if transactions and fmt.encode_transactions is not None:
+                yield from (Outgoing(key, value, topic=fmt.transaction_topic)
+                            for key, value in fmt.encode_transactions(changes))
 
 
 def produce(settings: Settings, count: int | None = None, faults: FaultRates = FaultRates(),
@@ -132,6 +155,9 @@ def produce(settings: Settings, count: int | None = None, faults: FaultRates = F
     # (whose rows the topic would otherwise never carry, while the oracle holds them).
     first_start = (not source_path(settings, stream).exists()
                    or fmt.topic not in topic_names(admin_client(settings), settings))
-    changes = messages(settings, stream, count, faults, seed, duration, first_start, key_space)
+    if fmt.transaction_topic is not None:  # one partition: the events in commit order, as Debezium's
+        ensure_topic(settings, fmt.transaction_topic, partitions=1)
+    changes = messages(settings, stream, count, faults, seed, duration, first_start, key_space,
+                       transactions=True, transfer_share=TRANSFER_SHARE)
     return produce_to_topic(settings, fmt.topic, changes, faults, PARTITIONS, total=count, progress=progress,
                             rate=rate)

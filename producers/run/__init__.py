@@ -50,6 +50,13 @@ def _one_process(stream, settings, count, faults, seed, duration, rate) -> Deliv
     return PRODUCERS[stream](settings, count, faults, seed, False, duration, rate)
 
 
+def _streams_of_topic(topic: str) -> list[str]:
+    """The configured streams that read ``topic``."""
+    from lakehouse.contracts.streams import load_pipeline
+
+    return [spec.name for spec in load_pipeline().values() if spec.topic == topic]
+
+
 def produce(
     settings: Settings,
     stream: str,
@@ -63,6 +70,11 @@ def produce(
     key_space: int | None = None,
 ) -> DeliveryReport:
     if stream not in PRODUCERS:
+        writers = [name for name, fmt in cdc_stream.FORMATS.items() if fmt.transaction_topic
+                   and stream in {fmt.transaction_topic, *_streams_of_topic(fmt.transaction_topic)}]
+        if writers:
+            raise LakehouseError(f"stream {stream!r} is a connector's transaction topic: the {writers[0]} producer "
+                                 f"writes it with the changes (`lakehouse produce {writers[0]}`)")
         raise LakehouseError(f"unknown stream {stream!r}; producible: {', '.join(sorted(PRODUCERS))}")
     if (count is None) == (duration is None):
         raise LakehouseError("give either a message count or a duration")

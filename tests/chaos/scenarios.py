@@ -33,7 +33,9 @@ from producers.faults import FaultRates
 from producers.purchases import SCHEMAS, SUBJECT, TOPIC, key, make_purchase
 from tests.chaos.harness import FAULTS, Lake, checkpoint_batches, kill_group, lakehouse_command, wait_for
 
-CDC_MODELS = ("customers_changelog customers_mirror customers customers_history "
+# cdc_transactions first: the customers changes the producers write name their transaction, and
+# the customers models apply whole published transactions only (macros/cdc_transactions.sql)
+CDC_MODELS = ("cdc_transactions customers_changelog customers_mirror customers customers_history "
               "accounts_changelog accounts_mirror accounts accounts_history")
 
 

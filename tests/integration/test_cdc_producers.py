@@ -124,3 +124,41 @@ def test_changes_read_back_rebuild_the_source_database(kafka, settings, stream, 
     if stream == "accounts":  # updates of the primary key were among them
         assert sum(1 for op, *_ in changes if op == "D") > sum(1 for m in messages if b'"operation":"delete"' in
                                                               (m.value() or b""))
+
+
+def test_the_customers_connector_counts_every_transactions_changes_on_its_transaction_topic(kafka, settings):
+    """Issue 58, item 3: as Debezium with provide.transaction.metadata=true, every streamed change
+    names its transaction, and the transaction topic (one partition) holds a BEGIN and an END per
+    transaction in commit order, END counting its changes: re-sends and reordering of the changes
+    aside, the changes read back match every END's count, and every change's transaction has one."""
+    topic = "lakehouse.transaction"
+    before = {(m.partition(), m.offset()) for m in read_topic(kafka, "customers", missing_ok=True)}
+    before_events = len(read_topic(kafka, topic, missing_ok=True))
+    report = produce(settings, "customers", count=800, faults=FAULTS, seed=7, progress=False)
+    assert report.failed == 0
+    events = [json.loads(m.value()) for m in read_topic(kafka, topic)][before_events:]
+    assert {m.partition() for m in read_topic(kafka, topic)} == {0}
+    assert report.other_topics == {topic: len(events)} and events
+
+    changes: dict[str, set[tuple[int, int]]] = {}  # transaction id -> (lsn, total_order) of its changes
+    for message in read_topic(kafka, "customers"):
+        if (message.partition(), message.offset()) in before or message.value() is None:
+            continue
+        try:
+            event = json.loads(message.value())
+            block, lsn, op = event["transaction"], event["source"]["lsn"], event["op"]
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError):
+            continue  # a poison message
+        if op == "r":
+            assert block is None  # a snapshot read has no transaction
+            continue
+        changes.setdefault(block["id"], set()).add((lsn, block["total_order"]))
+    statuses = [(e["status"], e["id"]) for e in events]
+    ids = [identifier for status, identifier in statuses if status == "END"]
+    assert statuses == [(status, identifier) for identifier in ids for status in ("BEGIN", "END")]
+    assert set(ids) == set(changes) and len(ids) > 100
+    ends = {e["id"]: e for e in events if e["status"] == "END"}
+    for identifier, seen in changes.items():
+        count = ends[identifier]["event_count"]
+        assert len(seen) == count and sorted(order for _, order in seen) == list(range(1, count + 1))
+        assert ends[identifier]["data_collections"] == [{"data_collection": "public.customers", "event_count": count}]

@@ -139,6 +139,30 @@ def test_change_records_normalize_like_the_reference_decoder(spark, changes, nam
     assert ops_seen == {"I", "U", "D", "R"}
 
 
+def test_a_debezium_changes_transaction_block_is_kept_in_bronze_never_dropped(spark, changes):
+    """Issue 58, item 3: provide.transaction.metadata's block on each change (its transaction's id
+    and the change's places in it) is what tells a whole transaction from half of one; before, the
+    decoder read the envelope without it and bronze lost it in silence. A block without its id
+    or with an order that is no number is refused, not kept as a transaction of nothing."""
+    messages = debezium.encode_changes(changes, table="customers")
+    rows = _decode_cdc(spark, "customers", messages)
+    events = [json.loads(value) if value is not None else None for _, value in messages]
+    kept = [(event["transaction"], row._transaction and row._transaction.asDict())
+            for event, row in zip(events, rows, strict=True) if event is not None]
+    assert all(row._error_code is None for row in rows)
+    assert sum(block is not None for block, _ in kept) > 100
+    assert all(block == bronze for block, bronze in kept)  # null where the change has none (a snapshot read)
+    assert all(row._transaction is None for event, row in zip(events, rows, strict=True) if event is None)
+
+    key, value = next((k, v) for (k, v), e in zip(messages, events, strict=True) if e and e["transaction"])
+    event = json.loads(value)
+    broken = [(key, json.dumps({**event, "transaction": {**event["transaction"], "id": None}}).encode()),
+              (key, json.dumps({**event, "transaction": {**event["transaction"], "total_order": "one"}}).encode())]
+    rows = _decode_cdc(spark, "customers", broken)
+    assert [r._error_code for r in rows] == ["INVALID_CDC_ENVELOPE"] * 2, [r._error_detail for r in rows]
+    assert all("transaction (id, total_order, data_collection_order)" in r._error_detail for r in rows)
+
+
 @pytest.mark.parametrize("name, codec", [("customers", debezium), ("accounts", dms)])
 @pytest.mark.parametrize("kind, code", [
     ("truncated", "CORRUPT_PAYLOAD"), ("garbled", "CORRUPT_PAYLOAD"), ("invalid_envelope", "INVALID_CDC_ENVELOPE"),

@@ -21,6 +21,7 @@ from tests.integration.kafka_read import read_topic
 pytestmark = pytest.mark.integration
 
 COUNTS = {"employees": 3000, "purchases": 3000, "user_events": 3000, "customers": 500, "accounts": 500}
+TRANSACTIONS = "cdc_transactions"
 FAULTS = FaultRates.demo()
 
 
@@ -38,14 +39,19 @@ def _ends(settings, topic):
 @pytest.fixture(scope="module")
 def produced(kafka, settings):
     """Per stream: the delivery report and the offset range this module produced."""
-    assert set(COUNTS) == set(stream_names())
+    # the customers connector's transaction topic is written by the customers producer
+    assert set(COUNTS) | {TRANSACTIONS} == set(stream_names())
     result = {}
+    transactions_topic = get_stream(TRANSACTIONS).topic
     for name, count in COUNTS.items():
         topic = get_stream(name).topic
-        before = _ends(settings, topic)
+        before, transactions_before = _ends(settings, topic), _ends(settings, transactions_topic)
         report = produce(settings, name, count, faults=FAULTS, seed=7, progress=False)
         assert report.failed == 0
         result[name] = (report, before, end_offsets(settings, topic))
+        if report.other_topics:
+            assert set(report.other_topics) == {transactions_topic}
+            result[TRANSACTIONS] = (report, transactions_before, end_offsets(settings, transactions_topic))
     return result
 
 
@@ -128,7 +134,7 @@ def test_status_shows_each_stream_caught_up_with_its_dead_letters(spark, setting
     from lakehouse.operations.status import format_streams, stream_status
 
     statuses = {s.stream: s for s in stream_status(settings)}
-    assert set(statuses) == set(COUNTS)
+    assert set(statuses) == set(COUNTS) | {TRANSACTIONS}
     for name, status in statuses.items():
         assert status.lag == 0 and status.last_batch is not None, status
         assert status.committed_offsets == status.end_offsets == ingested[name][2]
@@ -162,3 +168,26 @@ def test_the_launch_script_runs_the_same_job_through_spark_submit(spark, setting
     assert "user_events batch" in result.stdout + result.stderr  # spark-submit merges the two
     after = spark.table("bronze.user_events").count()
     assert after - before == report.delivered
+
+
+def test_the_transaction_topic_lands_whole_and_each_end_counts_what_bronze_holds_of_its_transaction(
+        spark, settings, ingested):
+    """Issue 58, item 3: the customers connector's BEGIN and END events (its transaction topic, one
+    partition) land in bronze, every offset once and none dead, and each END this module produced
+    counts exactly the distinct changes of its transaction that bronze.customers holds (re-sent
+    copies once; the faults' poison messages are no changes): what the models' transaction
+    watermark compares (macros/cdc_transactions.sql)."""
+    report, before, after = ingested[TRANSACTIONS]
+    spec = get_stream(TRANSACTIONS)
+    rows = spark.table(spec.bronze_table).collect()
+    assert {(r._kafka_partition, r._kafka_offset) for r in rows} == {(0, o) for o in range(after[0])}
+    assert len(rows) == after[0] and all(r._error_code is None for r in rows)
+    mine = [r for r in rows if r._kafka_offset >= before.get(0, 0)]
+    assert len(mine) == report.other_topics[spec.topic] > 200
+    ends = {r.id: r for r in mine if r.status == "END"}
+    assert {r.id for r in mine if r.status == "BEGIN"} == set(ends)
+    held = {r.id: r.n for r in spark.sql(
+        "select _transaction.id as id, count(distinct _transaction.total_order) as n from bronze.customers "
+        "where _transaction is not null and _error_code is null and not _is_tombstone group by 1").collect()}
+    assert {i: e.event_count for i, e in ends.items()} == {i: held.get(i) for i in ends}
+    assert all(e.data_collections[0].data_collection == "public.customers" for e in ends.values())

@@ -188,6 +188,8 @@ def test_the_printed_properties_keep_decimals_scales_and_nulls_and_name_the_sign
                                                              runtime))
         transforms = "debezium." if runtime == "debezium-server" else ""
         assert properties[f"{prefix}decimal.handling.mode"] == "string"
+        # issue 58, item 3: the transaction metadata whole-transaction reads rest on
+        assert properties[f"{prefix}provide.transaction.metadata"] == "true"
         assert properties[f"{converter}replace.null.with.default"] == "false"
         assert properties[f"{prefix}signal.data.collection"] == signal
         aliases = properties[f"{transforms}transforms"].split(",")

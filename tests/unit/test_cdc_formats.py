@@ -59,7 +59,41 @@ def test_debezium_envelope_carries_the_source_coordinates(changes):
         },
         "op": "u",
         "ts_ms": change.commit_ts_ms + 250,
+        "transaction": None,  # encoded alone; encode_changes gives each streamed change its block
     }
+
+
+def test_debezium_transaction_metadata_numbers_each_transactions_changes_and_counts_them_at_its_end(changes):
+    customers = of(changes, "customers")
+    messages = debezium.encode_changes(changes, table="customers")
+    events = [json.loads(value) for _, value in messages if value is not None]
+    assert [e["op"] for e in events] == [debezium.OP_CODES[c.op] for c in customers]
+    # a snapshot's reads carry no transaction, as Debezium's do; every streamed change does
+    assert all(e["transaction"] is None for e in events if e["op"] == "r")
+    streamed = [(c, e["transaction"]) for c, e in zip(customers, events, strict=True) if c.op != "R"]
+    assert streamed and all(block is not None for _, block in streamed)
+    by_id: dict[str, list[tuple[Change, dict]]] = {}
+    for change, block in streamed:
+        by_id.setdefault(block["id"], []).append((change, block))
+    assert len(by_id) == len({c.tx_id for c, _ in streamed})  # one id per transaction
+    assert any(len(group) > 1 for group in by_id.values())
+    for identifier, group in by_id.items():
+        assert {c.tx_id for c, _ in group} == {int(identifier.split(":")[0])}
+        assert [b["total_order"] for _, b in group] == list(range(1, len(group) + 1))
+        assert [b["data_collection_order"] for _, b in group] == list(range(1, len(group) + 1))
+    transaction_events = [(json.loads(key), json.loads(value))
+                          for key, value in debezium.encode_transactions(changes, table="customers")]
+    # BEGIN then END per transaction, in commit order, keyed by the transaction's id
+    assert [(e["status"], e["id"]) for _, e in transaction_events] == [
+        (status, identifier) for identifier in by_id for status in ("BEGIN", "END")]
+    assert all(key == {"id": event["id"]} for key, event in transaction_events)
+    for _, event in transaction_events:
+        if event["status"] == "END":
+            count = len(by_id[event["id"]])
+            assert event["event_count"] == count
+            assert event["data_collections"] == [{"data_collection": "public.customers", "event_count": count}]
+        else:
+            assert event["event_count"] is None and event["data_collections"] is None
 
 
 @pytest.mark.parametrize(("op", "code", "before", "after"), [
@@ -286,3 +320,16 @@ def test_formats_agree_on_the_change_they_carry(changes):
                                                via_dms.source_ts_ms)
         counted[change.table] += 1
     assert counted["customers"] and counted["accounts"]
+
+
+def test_producing_a_transaction_topic_on_its_own_names_the_producer_that_writes_it(tmp_path):
+    from lakehouse.core.errors import LakehouseError
+    from lakehouse.core.settings import Settings
+    from producers.run import produce
+
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    with pytest.raises(LakehouseError, match=r"^stream 'cdc_transactions' is a connector's transaction topic: the "
+                                             r"customers producer writes it with the changes"):
+        produce(settings, "cdc_transactions", 10)
+    with pytest.raises(LakehouseError, match=r"^unknown stream 'clicks'; producible: accounts, customers"):
+        produce(settings, "clicks", 10)

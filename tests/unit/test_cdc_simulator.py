@@ -3,6 +3,7 @@
 import re
 import sqlite3
 from collections import Counter, defaultdict
+from decimal import Decimal
 from itertools import pairwise
 
 import pytest
@@ -219,8 +220,42 @@ def test_source_schema_rejects_what_the_contract_forbids(tmp_path):
         conn.execute("insert into customers values (1, 'A', 'a@x', 'XX', null, 'gold', ?, ?)", (good[-1],) * 2)
 
 
+def balances_by_currency(tables: dict[str, dict[int, dict]]) -> dict[str, Decimal]:
+    sums: dict[str, Decimal] = defaultdict(Decimal)
+    for row in tables["accounts"].values():
+        sums[row["currency"]] += Decimal(row["balance"])
+    return dict(sums)
+
+
+def test_transfers_move_money_between_two_accounts_in_one_transaction_and_keep_every_sum(tmp_path):
+    with simulator(tmp_path / "s.db", seed=11) as sim:
+        sim.run(120)  # accounts to move money between
+        before = sim.tables()
+        sums = balances_by_currency(before)
+        sim.transfer_share = 1.0
+        changes = sim.run(60)
+        after = sim.tables()
+    assert replay(before, changes) == after
+    grouped = transactions(changes)
+    assert len(grouped) == 60
+    for tx_changes in grouped.values():
+        payer, payee = tx_changes
+        assert (payer.table, payer.op, payee.table, payee.op) == ("accounts", "U", "accounts", "U")
+        assert payer.key != payee.key and payer.before["currency"] == payee.before["currency"]
+        moved = Decimal(payee.after["balance"]) - Decimal(payee.before["balance"])
+        assert moved > 0 and Decimal(payer.before["balance"]) - Decimal(payer.after["balance"]) == moved
+        assert payer.commit_ts_ms == payee.commit_ts_ms and payer.lsn < payee.lsn
+    assert balances_by_currency(after) == sums  # no currency's sum changed
+
+
+def test_without_transfers_a_run_draws_what_it_always_drew(tmp_path):
+    with simulator(tmp_path / "a.db", seed=4) as plain, \
+            simulator(tmp_path / "b.db", seed=4, transfer_share=0.0) as zero:
+        assert plain.run(80) == zero.run(80)
+
+
 @pytest.mark.parametrize("options", [{"key_space": 0}, {"max_tx_size": 0}, {"hot_keys": 50},
-                                     {"hot_key_share": 1.5}, {"same_ts_share": -0.1}])
+                                     {"hot_key_share": 1.5}, {"same_ts_share": -0.1}, {"transfer_share": 2.0}])
 def test_invalid_options_are_refused(tmp_path, options):
     with pytest.raises(ValueError):
         simulator(tmp_path / "s.db", **options)

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "ingestion" / "formats"
-WIRE_FORMATS = {"protobuf", "avro", "json_events", "debezium", "dms"}
+WIRE_FORMATS = {"protobuf", "avro", "json_events", "debezium", "dms", "debezium_transactions"}
 SHARED = {"checks", "strict_json", "changelog", "bronze_shape", "column_types"}
 
 

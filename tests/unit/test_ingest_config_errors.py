@@ -60,9 +60,12 @@ def test_the_shipped_pipeline_declares_every_demo_stream():
     streams = load_pipeline()
     assert {name: spec.format for name, spec in streams.items()} == {
         "employees": "protobuf", "purchases": "avro", "user_events": "json", "customers": "debezium",
-        "accounts": "dms"}
-    assert all(spec.schema_path.is_file() for spec in streams.values())
+        "accounts": "dms", "cdc_transactions": "debezium_transactions"}
+    assert all(spec.schema_path.is_file() for spec in streams.values() if not spec.is_transactions)
+    assert streams["customers"].transactions == "cdc_transactions"
+    assert streams["cdc_transactions"].topic == "lakehouse.transaction"
     assert streams["customers"].partitioning == ("days(_ingested_at)", "_error_code")
+    assert streams["cdc_transactions"].partitioning == ("days(_ingested_at)", "_error_code")
     assert streams["purchases"].partitioning == ("days(`transaction_time`)", "_error_code")
 
 
@@ -86,3 +89,26 @@ def test_the_job_reads_committed_records_only(tmp_path):
     with pytest.raises(LakehouseError, match="isolation.level=read_uncommitted not supported: the job reads "
                                              "read_committed only"):
         options({"LAKEHOUSE_KAFKA_OPT_ISOLATION_LEVEL": "read_uncommitted"})
+
+
+@pytest.mark.parametrize("topics, names, expected", [
+    # the customers stream brings its connector's transaction topic, once that topic exists
+    ({"customers", "lakehouse.transaction"}, ["customers"], ["customers", "cdc_transactions"]),
+    ({"customers"}, ["customers"], ["customers"]),  # not yet: left out, with a warning
+    ({"employees"}, ["employees"], ["employees"]),  # no stream of it names one
+    ({"lakehouse.transaction"}, ["all"], ["accounts", "cdc_transactions", "customers", "employees", "purchases",
+                                          "user_events"]),
+    (set(), ["all"], ["accounts", "customers", "employees", "purchases", "user_events"]),
+    (set(), ["cdc_transactions"], ["cdc_transactions"]),  # named: its topic is checked as any other's
+])
+def test_a_debezium_stream_is_ingested_with_its_transaction_stream_once_its_topic_exists(
+        monkeypatch, caplog, topics, names, expected):
+    from ingestion import job
+
+    monkeypatch.setattr(job, "admin_client", lambda settings: None)
+    monkeypatch.setattr(job, "topic_names", lambda admin, settings: topics)
+    settings = Settings.from_env({"LAKEHOUSE_HOME": "/nonexistent"})
+    with caplog.at_level("WARNING", logger="lakehouse.ingest"):
+        assert job.with_transaction_streams(settings, names) == expected
+    left_out = "cdc_transactions" not in expected and (names == ["all"] or "customers" in names)
+    assert ("the transaction topic lakehouse.transaction does not exist yet" in caplog.text) == left_out

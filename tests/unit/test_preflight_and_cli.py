@@ -65,14 +65,15 @@ def test_bad_input_is_one_line_not_a_stack_trace(tmp_path):
                             capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: unknown stream 'clicks'; configured streams: accounts, customers, employees, purchases, user_events"
+        "error: unknown stream 'clicks'; configured streams: accounts, cdc_transactions, customers, employees, "
+        "purchases, user_events"
     ]
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [
     (["quality", "run", "--stream", "clicks"], {},
-     "error: no quality suite for stream 'clicks'; streams with suites: accounts, customers, dead_letters, "
-     "employees, purchases, reference, user_events"),
+     "error: no quality suite for stream 'clicks'; streams with suites: accounts, cdc_transactions, customers, "
+     "dead_letters, employees, purchases, reference, user_events"),
     (["quality", "run", "--layer", "gold", "--stream", "dead_letters"], {},
      "error: no quality suite for layer 'gold' and stream 'dead_letters'; streams with suites in gold: "
      "accounts, customers, employees, purchases, user_events"),

@@ -242,3 +242,23 @@ def test_the_log_tells_each_tables_last_pass_and_last_success_older_entries_incl
     assert passes["bronze.a"].last["finished_at"] == "2" and passes["bronze.a"].last_success["finished_at"] == "1"
     assert maintenance_log.failures(passes["bronze.a"].last) == ["compact failed: gone"]
     assert passes["silver.b"].last["finished_at"] == "3" and passes["silver.b"].last_success is None
+
+
+def test_a_source_transaction_waiting_longer_than_a_model_may_be_stale_is_a_check_line_and_shown():
+    """Issue 58, item 3: a transaction whose END or a change never arrives holds back every later
+    one of its stream (ARCHITECTURE §9, "Transactions"): status names it, and `--check` flags it
+    once it has waited longer than a model may be stale."""
+    waiting = {"table": "silver.cdc_transactions", "published": 120, "waiting": 2, "oldest_waiting_id": "771:2400",
+               "oldest_waiting_landed_at": "2026-11-23T10:30:00+00:00"}
+    settings = Settings.from_env({"LAKEHOUSE_HOME": "/nonexistent"})
+    report = s.StatusReport(streams=[], tables=[], dbt=None, quality=None, transactions=[waiting])
+    assert s.check_problems(report, settings, NOW) == [
+        "transactions silver.cdc_transactions: 2 waiting to be published, the oldest (771:2400) landed "
+        "2026-11-23 10:30:00Z, more than 60 minutes ago (LAKEHOUSE_STATUS_MAX_MODEL_AGE_MINUTES): its END or a "
+        "change has not arrived"]
+    assert "silver.cdc_transactions: 120 published, 2 waiting for their END or a change, the oldest 771:2400 " \
+           "(landed 2026-11-23 10:30:00Z)" in s.format_report(report, settings, NOW)
+    recent = s.StatusReport(streams=[], tables=[], dbt=None, quality=None,
+                            transactions=[{**waiting, "oldest_waiting_landed_at": "2026-11-23T11:30:00+00:00"}])
+    assert s.check_problems(recent, settings, NOW) == []
+    assert json.loads(json.dumps(report.to_dict()))["transactions"] == [waiting]

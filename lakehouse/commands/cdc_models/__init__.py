@@ -46,6 +46,9 @@ class CdcStream:
     columns: tuple[Column, ...]
     note: str  # how the files came to be, one sentence
     quoted: bool = True  # every name backtick-quoted: a source table's column may be any name, a keyword too
+    # the transactions model whose published transactions alone its models apply (a Debezium
+    # stream with `transactions`: macros/cdc_transactions.sql), or none
+    transactions: str | None = None
 
     def sql(self, name: str) -> str:
         return quote(name) if self.quoted else name
@@ -86,7 +89,7 @@ def render(spec: CdcStream) -> dict[str, str]:
         # the data tests' YAML: JSON strings are YAML strings, whatever the column's name
         "key_names": [json.dumps(name) for name in spec.key], "key_yaml": json.dumps(list(spec.key)),
         "history_key_yaml": json.dumps([*spec.key, SEQ]), "seq": SEQ, "ingested_at": INGESTED_AT,
-        "key_text": ", ".join(spec.key),
+        "key_text": ", ".join(spec.key), "transactions": spec.transactions,
     }
     files = {"source.yml.j2": f"models/bronze/_{spec.stream}__source.yml",
              "changelog.sql.j2": f"models/silver/{spec.stream}_changelog.sql",
@@ -128,7 +131,7 @@ def demo_streams() -> list[CdcStream]:
         properties = json.loads(stream.schema_path.read_text())["properties"]
         specs.append(CdcStream(name, stream.source_table or name, origin, stream.format, stream.identity_columns,
                                tuple(silver.get(column, Column(column)) for column in properties), DEMO_NOTE,
-                               quoted=False))
+                               quoted=False, transactions=stream.transactions))
     return specs
 
 
