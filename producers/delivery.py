@@ -155,7 +155,10 @@ def send_all(
     every = 1000 if not rate else max(1, min(1000, int(rate // 20)))
     with progress_bar(f"produce {topic}: delivered", total, show=progress) as advance:
         try:
-            for key, value, partition, fault, elsewhere in messages:
+            for message in messages:
+                # an Outgoing, or a plain (key, value, partition, fault) tuple: the topic given
+                key, value, partition, fault = message[:4]
+                elsewhere = message[4] if len(message) > 4 else None
                 callback = acknowledged if fault is None else (
                     lambda err, msg, kind=fault: acknowledged_fault(err, msg, kind))
                 if elsewhere is not None:

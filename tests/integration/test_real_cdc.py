@@ -233,6 +233,51 @@ def test_customers_mirror_equals_the_postgres_table_through_real_debezium(postgr
     assert tombstones == {11, 12, 106, 102, 130}
 
 
+transactions_lake = lakehouse_fixture("real-cdc-transactions")
+
+
+def test_real_transaction_metadata_lands_and_a_two_row_transaction_is_published_whole(
+        postgres, transactions_lake, tmp_path):
+    """Issue 58, item 3, against the real thing: PostgreSQL and Debezium with
+    provide.transaction.metadata=true (what `cdc add` prints) write each change's `transaction`
+    block and the BEGIN and END events to <topic.prefix>.transaction; the prefix `lakehouse`
+    makes that the pipeline's `cdc_transactions` stream. Ingestion keeps the block (no dead
+    letter: the shape is Debezium's own), END counts what bronze holds, and dbt publishes the
+    transaction: the mirror equals the table."""
+    own, session, target = transactions_lake
+    bootstrap = own.kafka_bootstrap_servers
+    postgres.create_database("ledger")
+    load_customers(postgres, "ledger", 6)
+    create_topics(bootstrap, ["customers"])
+    create_topics(bootstrap, ["lakehouse.transaction"], partitions=1)
+    connector = postgres_connector(postgres, "ledger", ["customers"], "lakehouse",
+                                   **{"provide.transaction.metadata": "true"})
+    with debezium(own.jars_dir, tmp_path / "debezium", "lakehouse", connector, bootstrap) as engine:
+        wait_for_messages(bootstrap, "customers", 6, engine)  # the snapshot: no transaction
+        postgres.sql("begin; update customers set tier = 'gold' where customer_id = 1;"
+                     "update customers set tier = 'silver' where customer_id = 4; commit;", "ledger")
+        wait_for_messages(bootstrap, "customers", 8, engine)
+        wait_for_messages(bootstrap, "lakehouse.transaction", 2, engine)
+    events = [json.loads(m.value()) for m in read_topic(bootstrap, "lakehouse.transaction")]
+    assert [e["status"] for e in events] == ["BEGIN", "END"]
+    end = events[1]
+    assert end["event_count"] == 2 and [(c["data_collection"], c["event_count"]) for c in end["data_collections"]] \
+        == [("public.customers", 2)]
+    job.run(session, own, ["customers"], available_now=True)  # and cdc_transactions, which it names
+    assert session.table("bronze.dead_letters").count() == 0
+    blocks = session.sql("select _transaction from bronze.customers where op = 'U'").collect()
+    assert sorted((b._transaction.id, b._transaction.total_order) for b in blocks) == [
+        (end["id"], 1), (end["id"], 2)]
+    reads = session.sql("select count(*), count(_transaction) from bronze.customers where op = 'R'").first()
+    assert tuple(reads) == (6, 0)  # a snapshot's reads name no transaction
+    assert session.table("bronze.cdc_transactions").count() == 2
+    run_dbt(own, ["run", "--select", "cdc_transactions " + CUSTOMER_MODELS, *NO_OVERLAP], target_dir=target,
+            capture=True)
+    assert [tuple(r) for r in session.sql("select id, published from silver.cdc_transactions").collect()] \
+        == [(end["id"], True)]
+    assert_mirror_equals(session, PostgresSource(postgres, "ledger", "customers", "customer_id", SILVER_RENAMES))
+
+
 # --- (c) a snapshot started while a transaction is in flight ---------------------------------
 
 stale_lake = lakehouse_fixture("real-cdc-stale")
