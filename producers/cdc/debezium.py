@@ -43,9 +43,12 @@ def encode_key(table: str, key: int) -> bytes:
     return _json({key_column(table): key})
 
 
-def transaction_id(tx_id: int, commit_lsn: int) -> str:
-    """A PostgreSQL connector's transaction id: the transaction's id and its commit position."""
-    return f"{tx_id}:{commit_lsn}"
+def transaction_id(tx_id: int, lsn: int) -> str:
+    """A PostgreSQL connector's transaction id as an event of the transaction carries it: the
+    transaction's id and that event's position (a change's LSN; BEGIN's, its first change's; END's,
+    its commit), so the events of one transaction share the part before the ':' only, as
+    Debezium's do (DBZ-5329)."""
+    return f"{tx_id}:{lsn}"
 
 
 def data_collection(table: str) -> str:
@@ -139,26 +142,28 @@ def transactions_of(changes: list[Change]) -> list[list[Change]]:
 
 def transaction_blocks(transaction: list[Change]) -> list[dict]:
     """The ``transaction`` block of each change of one transaction (its changes of the streamed
-    tables): the id, the change's place among them and among those of its table, from 1."""
-    identifier = transaction_id(transaction[0].tx_id, transaction[-1].lsn)
+    tables): its id (with the change's own LSN), the change's place among them and among those of
+    its table, from 1."""
     per_table: dict[str, int] = {}
     blocks = []
     for order, change in enumerate(transaction, start=1):
         per_table[change.table] = per_table.get(change.table, 0) + 1
-        blocks.append({"id": identifier, "total_order": order, "data_collection_order": per_table[change.table]})
+        blocks.append({"id": transaction_id(change.tx_id, change.lsn), "total_order": order,
+                       "data_collection_order": per_table[change.table]})
     return blocks
 
 
 def transaction_events(transaction: list[Change], emitted_ms: int | None = None) -> list[dict]:
     """The BEGIN and END events of one transaction (its changes of the streamed tables), as the
     connector writes them to its transaction topic; END counts the events per table."""
-    identifier = transaction_id(transaction[0].tx_id, transaction[-1].lsn)
     ts_ms = transaction[0].commit_ts_ms if emitted_ms is None else emitted_ms
     counts: dict[str, int] = {}
     for change in transaction:
         counts[change.table] = counts.get(change.table, 0) + 1
-    return [{"status": "BEGIN", "id": identifier, "ts_ms": ts_ms, "event_count": None, "data_collections": None},
-            {"status": "END", "id": identifier, "ts_ms": ts_ms, "event_count": len(transaction),
+    begin, end = transaction_id(transaction[0].tx_id, transaction[0].lsn), transaction_id(
+        transaction[-1].tx_id, transaction[-1].lsn + 1)
+    return [{"status": "BEGIN", "id": begin, "ts_ms": ts_ms, "event_count": None, "data_collections": None},
+            {"status": "END", "id": end, "ts_ms": ts_ms, "event_count": len(transaction),
              "data_collections": [{"data_collection": data_collection(table), "event_count": count}
                                   for table, count in counts.items()]}]
 

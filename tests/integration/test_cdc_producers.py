@@ -140,7 +140,9 @@ def test_the_customers_connector_counts_every_transactions_changes_on_its_transa
     assert {m.partition() for m in read_topic(kafka, topic)} == {0}
     assert report.other_topics == {topic: len(events)} and events
 
-    changes: dict[str, set[tuple[int, int]]] = {}  # transaction id -> (lsn, total_order) of its changes
+    # transaction -> (lsn, total_order) of its changes; a PostgreSQL connector's ids are
+    # `<xid>:<the event's LSN>`, so a transaction's events share the xid
+    changes: dict[str, set[tuple[int, int]]] = {}
     for message in read_topic(kafka, "customers"):
         if (message.partition(), message.offset()) in before or message.value() is None:
             continue
@@ -152,12 +154,13 @@ def test_the_customers_connector_counts_every_transactions_changes_on_its_transa
         if op == "r":
             assert block is None  # a snapshot read has no transaction
             continue
-        changes.setdefault(block["id"], set()).add((lsn, block["total_order"]))
-    statuses = [(e["status"], e["id"]) for e in events]
+        assert block["id"] == f"{event['source']['txId']}:{lsn}"
+        changes.setdefault(block["id"].split(":")[0], set()).add((lsn, block["total_order"]))
+    statuses = [(e["status"], e["id"].split(":")[0]) for e in events]
     ids = [identifier for status, identifier in statuses if status == "END"]
     assert statuses == [(status, identifier) for identifier in ids for status in ("BEGIN", "END")]
     assert set(ids) == set(changes) and len(ids) > 100
-    ends = {e["id"]: e for e in events if e["status"] == "END"}
+    ends = {e["id"].split(":")[0]: e for e in events if e["status"] == "END"}
     for identifier, seen in changes.items():
         count = ends[identifier]["event_count"]
         assert len(seen) == count and sorted(order for _, order in seen) == list(range(1, count + 1))

@@ -265,16 +265,20 @@ def test_real_transaction_metadata_lands_and_a_two_row_transaction_is_published_
         == [("public.customers", 2)]
     job.run(session, own, ["customers"], available_now=True)  # and cdc_transactions, which it names
     assert session.table("bronze.dead_letters").count() == 0
-    blocks = session.sql("select _transaction from bronze.customers where op = 'U'").collect()
-    assert sorted((b._transaction.id, b._transaction.total_order) for b in blocks) == [
-        (end["id"], 1), (end["id"], 2)]
+    # Debezium's PostgreSQL ids are `<xid>:<the event's own LSN>`: the changes and the END share the xid
+    xid = end["id"].split(":")[0]
+    blocks = session.sql("select _transaction, _seq.change_pos as lsn from bronze.customers where op = 'U'").collect()
+    in_order = sorted(blocks, key=lambda b: b._transaction.total_order)
+    assert [(b._transaction.id, b._transaction.total_order) for b in in_order] == [
+        (f"{xid}:{b.lsn}", n) for b, n in zip(in_order, (1, 2), strict=True)]
+    assert {b._transaction.id for b in blocks} != {end["id"]}
     reads = session.sql("select count(*), count(_transaction) from bronze.customers where op = 'R'").first()
     assert tuple(reads) == (6, 0)  # a snapshot's reads name no transaction
     assert session.table("bronze.cdc_transactions").count() == 2
     run_dbt(own, ["run", "--select", "cdc_transactions " + CUSTOMER_MODELS, *NO_OVERLAP], target_dir=target,
             capture=True)
     assert [tuple(r) for r in session.sql("select id, published from silver.cdc_transactions").collect()] \
-        == [(end["id"], True)]
+        == [(xid, True)]
     assert_mirror_equals(session, PostgresSource(postgres, "ledger", "customers", "customer_id", SILVER_RENAMES))
 
 

@@ -72,24 +72,29 @@ def test_debezium_transaction_metadata_numbers_each_transactions_changes_and_cou
     assert all(e["transaction"] is None for e in events if e["op"] == "r")
     streamed = [(c, e["transaction"]) for c, e in zip(customers, events, strict=True) if c.op != "R"]
     assert streamed and all(block is not None for _, block in streamed)
-    by_id: dict[str, list[tuple[Change, dict]]] = {}
+    # as Debezium's PostgreSQL connector: `<xid>:<the event's LSN>`, so a transaction's events share
+    # the xid, before the ':' (what the models match them by: macros/cdc_transactions.sql)
+    assert all(block["id"] == f"{change.tx_id}:{change.lsn}" for change, block in streamed)
+    by_xid: dict[str, list[tuple[Change, dict]]] = {}
     for change, block in streamed:
-        by_id.setdefault(block["id"], []).append((change, block))
-    assert len(by_id) == len({c.tx_id for c, _ in streamed})  # one id per transaction
-    assert any(len(group) > 1 for group in by_id.values())
-    for identifier, group in by_id.items():
-        assert {c.tx_id for c, _ in group} == {int(identifier.split(":")[0])}
+        by_xid.setdefault(block["id"].split(":")[0], []).append((change, block))
+    assert len(by_xid) == len({c.tx_id for c, _ in streamed})
+    assert any(len(group) > 1 for group in by_xid.values())
+    for xid, group in by_xid.items():
+        assert {c.tx_id for c, _ in group} == {int(xid)}
         assert [b["total_order"] for _, b in group] == list(range(1, len(group) + 1))
         assert [b["data_collection_order"] for _, b in group] == list(range(1, len(group) + 1))
     transaction_events = [(json.loads(key), json.loads(value))
                           for key, value in debezium.encode_transactions(changes, table="customers")]
-    # BEGIN then END per transaction, in commit order, keyed by the transaction's id
-    assert [(e["status"], e["id"]) for _, e in transaction_events] == [
-        (status, identifier) for identifier in by_id for status in ("BEGIN", "END")]
+    # BEGIN then END per transaction, in commit order, keyed by their id
+    assert [(e["status"], e["id"].split(":")[0]) for _, e in transaction_events] == [
+        (status, xid) for xid in by_xid for status in ("BEGIN", "END")]
     assert all(key == {"id": event["id"]} for key, event in transaction_events)
     for _, event in transaction_events:
         if event["status"] == "END":
-            count = len(by_id[event["id"]])
+            group = by_xid[event["id"].split(":")[0]]
+            count = len(group)
+            assert int(event["id"].split(":")[1]) > max(c.lsn for c, _ in group)  # its commit, after them
             assert event["event_count"] == count
             assert event["data_collections"] == [{"data_collection": "public.customers", "event_count": count}]
         else:
