@@ -111,7 +111,8 @@ state as (
                     coalesce(arrived.seen_orders, array())) as seen_orders,
         {% if incremental %}least(arrived.first_ingested_at, known.first_ingested_at){% else %}arrived.first_ingested_at{% endif %} as first_ingested_at,
         {% if incremental %}coalesce(known.published, false){% else %}false{% endif %} as was_published,
-        {% if incremental %}known.published_at{% else %}cast(null as timestamp){% endif %} as published_at
+        {% if incremental %}known.published_at{% else %}cast(null as timestamp){% endif %} as published_at,
+        ends.id is not null or arrived.id is not null as touched
     from end_events as ends
     full outer join arrived on ends.id = arrived.id
     {% if incremental %}full outer join known on coalesce(ends.id, arrived.id) = known.id{% endif %}
@@ -132,19 +133,29 @@ watermark as (
 
 ),
 
+decided as (
+
+    select
+        *,
+        not was_published and is_complete and end_offset < coalesce(first_incomplete, {{ max_bigint() }})
+            as publishes
+    from judged cross join watermark
+
+),
+
 final as (
 
+    -- only the rows this run changes: a run with nothing new writes nothing
     select
         id,
         end_offset,
         event_count,
         seen_orders,
         first_ingested_at,
-        was_published or (is_complete and end_offset < coalesce(first_incomplete, {{ max_bigint() }})) as published,
-        case when was_published then published_at
-             when is_complete and end_offset < coalesce(first_incomplete, {{ max_bigint() }}) then {{ run_stamp(existing) }}
-        end as published_at
-    from judged cross join watermark
+        was_published or publishes as published,
+        case when publishes then {{ run_stamp(existing) }} else published_at end as published_at
+    from decided
+    where touched or publishes
 
 )
 
