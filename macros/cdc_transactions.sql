@@ -44,12 +44,20 @@ with
 {% macro cdc_transactions_arrivals(transactions, streams) -%}
 {%- set own = var('bronze_columns') -%}
 {%- set tables = streams | map(attribute=1) | list -%}
-{%- set end_increment = bronze_increment(this, transactions) -%}
+{#- a bronze table not created yet (its stream never ingested: the job leaves a transaction topic
+    that does not exist yet out) holds nothing: no END, no change -#}
+{%- set ingested = [] -%}
+{%- for bronze, table in streams if not execute or load_relation(bronze) is not none -%}
+    {%- do ingested.append(bronze) -%}
+{%- endfor -%}
+{%- set has_ends = not execute or load_relation(transactions) is not none -%}
+{%- set end_increment = bronze_increment(this, transactions) if has_ends else none -%}
 
 end_events as (
 
     -- the END events of this run's increment of the transaction topic (re-sent copies once), with
     -- the count of their events in the tables these streams carry
+    {% if has_ends -%}
     select
         {{ transaction_key('id') }} as id,
         min({{ own.kafka_offset }}) as end_offset,
@@ -60,18 +68,23 @@ end_events as (
     where status = 'END' and {{ own.error_code }} is null
     {%- if end_increment %} and {{ end_increment }}{% endif %}
     group by 1
+    {%- else -%}
+    select cast(null as string) as id, cast(null as bigint) as end_offset, cast(null as bigint) as event_count
+    where false
+    {%- endif %}
 
 ),
 
 arrived as (
 
     -- which events of each transaction this run's increments of the streams' bronze tables hold
+    {% if ingested -%}
     select
         {{ transaction_key(own.transaction ~ '.id') }} as id,
         collect_set({{ own.transaction }}.total_order) as seen_orders,
         min({{ own.ingested_at }}) as first_ingested_at
     from (
-        {%- for bronze, table in streams %}
+        {%- for bronze in ingested %}
         {%- set increment = bronze_increment(this, bronze) %}
         select {{ own.transaction }}, {{ own.ingested_at }}
         from {{ bronze }}
@@ -81,6 +94,11 @@ arrived as (
         {%- endfor %}
     )
     group by 1
+    {%- else -%}
+    select cast(null as string) as id, cast(array() as array<bigint>) as seen_orders,
+           cast(null as timestamp) as first_ingested_at
+    where false
+    {%- endif %}
 
 ),
 {%- endmacro %}

@@ -139,3 +139,22 @@ def test_a_transaction_whose_end_has_not_arrived_waits_for_it(started):
     mirror = session.sql("select customer_id, _seq from silver.customers_mirror "
                          "where not _is_deleted and customer_id is not null").collect()
     assert sorted(map(tuple, current)) == sorted(map(tuple, mirror))
+
+
+no_metadata_lake = lakehouse_fixture("cdc-no-transaction-topic")
+
+
+def test_without_a_transaction_topic_the_models_apply_changes_that_name_no_transaction(no_metadata_lake, caplog):
+    """A connector without the metadata (or before its transaction topic exists): the job says it
+    leaves the transaction stream out and goes on, the transactions model builds with no bronze
+    table to read (none waits), and the changes, which name no transaction, are applied."""
+    own, session, target = no_metadata_lake
+    sent = list(messages(own, "customers", 300, FaultRates(), 9, None, True, KEY_SPACE))
+    assert not any(m.topic for m in sent)
+    produce_to_topic(own, debezium.TOPIC, sent, FaultRates(), partitions=3, progress=False)
+    with caplog.at_level("WARNING", logger="lakehouse.ingest"):
+        land(own, session, target, [])
+    assert "the transaction topic lakehouse.transaction does not exist yet" in caplog.text
+    assert not session.catalog.tableExists("bronze.cdc_transactions")
+    assert session.table("silver.cdc_transactions").count() == 0
+    assert check_mirror(session, simulator_source(own, "customers")).equal
