@@ -62,6 +62,10 @@ def sql_breakdown(event_log: Path) -> list[dict]:
         nodes: list = []
         _walk(plan, nodes)
         ex = executions[execution_id]
+        # an adaptive re-plan replaces the statement's scans: the metrics of the ones it dropped (a
+        # scan of an empty relation AQE removed) point nowhere now
+        for accumulator in [a for a, (owner, *_) in metric_of.items() if owner == execution_id]:
+            del metric_of[accumulator]
         ex["top"] = plan["nodeName"] if plan["nodeName"] != "AdaptiveSparkPlan" or not plan.get("children") \
             else plan["children"][0]["nodeName"]
         ex["nodes"] = {"InMemoryTableScan" if reads_cache(n["nodeName"]) else n["nodeName"].split(" ")[0]

@@ -22,3 +22,31 @@ def test_the_target_read_of_a_merge_is_its_scan_of_row_positions():
     # a read of the positions outside a row-level write (a metadata query) is no MERGE's
     select = {"nodes": {"BatchScan", "Project"}, "scans": [{"table": "lake.silver.t", "columns": ["id", "_file"]}]}
     assert merge_target_reads([select, merge]) == [("lake.silver.customers_mirror", ["customer_id", "_seq"])]
+
+
+def test_a_scan_an_adaptive_replan_dropped_leaves_no_metric_pointing_nowhere(tmp_path):
+    """Seen in CI once the transactions model read an empty relation: AQE's re-plan of a statement
+    had one scan fewer, and the metrics of the dropped scan pointed past the list (IndexError)."""
+    import json
+
+    from tests.support.spark_events import sql_breakdown
+
+    def scan(table, accumulator):
+        return {"nodeName": f"BatchScan {table}", "simpleString": f"BatchScan {table}", "children": [],
+                "metrics": [{"accumulatorId": accumulator, "name": "number of output rows"}]}
+
+    def plan(*scans):
+        return {"nodeName": "Union", "children": list(scans)}
+
+    events = [
+        {"Event": "SparkListenerSQLExecutionStart", "executionId": 1, "time": 1,
+         "sparkPlanInfo": plan(scan("lake.bronze.a", 10), scan("lake.bronze.b", 11))},
+        {"Event": "SparkListenerSQLAdaptiveExecutionUpdate", "executionId": 1,
+         "sparkPlanInfo": plan(scan("lake.bronze.a", 10))},
+        {"Event": "SparkListenerDriverAccumUpdates", "executionId": 1, "accumUpdates": [[10, 7], [11, 0]]},
+        {"Event": "SparkListenerSQLExecutionEnd", "executionId": 1, "time": 2},
+    ]
+    log = tmp_path / "events"
+    log.write_text("\n".join(json.dumps(event) for event in events) + "\n")
+    [statement] = sql_breakdown(log)
+    assert [(s["table"], s.get("rows")) for s in statement["scans"]] == [("lake.bronze.a", 7)]
