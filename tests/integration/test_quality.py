@@ -305,10 +305,12 @@ def test_project_suites_cover_every_layer_and_stream():
     assert len(names) == len(set(names))  # suite names are GX asset and checkpoint names
     by_layer = {layer: {s.stream for s in suites if s.layer == layer} for layer in ("bronze", "silver", "gold")}
     streams = {"employees", "purchases", "user_events", "customers", "accounts"}
-    assert by_layer["bronze"] == streams | {"dead_letters"}
-    assert by_layer["silver"] == streams | {"reference"}
+    # the customers connector's transaction topic: a bronze stream and a silver model, no gold
+    transactions = {"cdc_transactions"}
+    assert by_layer["bronze"] == streams | transactions | {"dead_letters"}
+    assert by_layer["silver"] == streams | transactions | {"reference"}
     assert by_layer["gold"] == streams
-    for stream in streams:  # a dead-letter rate per stream, warning below critical
+    for stream in streams | transactions:  # a dead-letter rate per stream, warning below critical
         [rate] = [s for s in suites if s.name == f"bronze.{stream}.dead_letter_rate"]
         assert [(e.severity, e.kwargs.get("max_value")) for e in rate.expectations] == [
             ("warning", param("dead_letter_rate_warn")), ("critical", param("dead_letter_rate_critical")),
