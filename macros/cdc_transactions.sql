@@ -201,9 +201,11 @@ select * from final
 {%- endmacro %}
 
 
-{#- The transactions model's configuration: merged by transaction id. -#}
+{#- The transactions model's configuration: merged by transaction id, merge-on-read as the
+    mirrors and histories are (a run's MERGE reads the ids of its target, not whole files). -#}
 {% macro cdc_transactions_config() -%}
-    {{ return({'materialized': 'incremental', 'incremental_strategy': 'merge', 'unique_key': 'id'}) }}
+    {{ return({'materialized': 'incremental', 'incremental_strategy': 'merge', 'unique_key': 'id',
+               'tblproperties': merge_on_read_properties(), 'pre_hook': ["{{ ensure_merge_on_read(this) }}"]}) }}
 {%- endmacro %}
 
 

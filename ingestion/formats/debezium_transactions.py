@@ -8,8 +8,9 @@ TRANSACTION). Together they tell a transaction whose every change is in bronze f
 arriving: what the CDC models' transaction watermark reads (ARCHITECTURE §9, "Transactions").
 
 Bronze keeps each event as it came: ``status``, ``id``, ``event_count``, ``data_collections``
-(null on BEGIN) and ``event_ts`` (the event's ``ts_ms``). A record that is not such an event is a
-dead letter, never a row that could complete a transaction.
+(null on BEGIN) and ``event_ts`` (the event's ``ts_ms``); a field Debezium adds that these lack
+(a later version's) in ``RESCUED``, as JSON, never dropped. A record that is not such an event is
+a dead letter, never a row that could complete a transaction.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-from ingestion.formats.changelog import json_envelope, schema_wrapper, unwrapped
+from ingestion.formats.changelog import TEXT_MAP, json_envelope, schema_wrapper, unwrapped
 from ingestion.formats.checks import CORRUPT_COLUMN, any_of, kafka_columns, names_where, with_errors
+from lakehouse.contracts.bronze_columns import RESCUED
 
 EVENT = StructType([
     StructField("status", StringType()), StructField("id", StringType()), StructField("event_count", LongType()),
@@ -38,7 +40,11 @@ def decode_debezium_transactions(raw: DataFrame) -> DataFrame:
     event = unwrapped(F.col("_typed"), StructType([*EVENT.fields, StructField(CORRUPT_COLUMN, StringType())]),
                       wrapper_fields=[f.name for f in EVENT.fields])
     parsed = parsed.select(*kafka_columns(parsed), "_loose", event.alias("_event"))
-    event = F.col("_event")
+    event, loose = F.col("_event"), F.col("_loose")
+    # the event's own fields, inside `payload` when schemas are enabled
+    fields = F.when(loose["schema"].isNotNull() & loose["payload"].isNotNull(),
+                    F.from_json(loose["payload"], TEXT_MAP)).otherwise(loose)
+    unknown = F.map_filter(fields, lambda name, _value: ~name.isin(*EVENT.fieldNames()))
     end = event["status"] == F.lit("END")
     counts = event["data_collections"]
     gaps = {
@@ -58,6 +64,7 @@ def decode_debezium_transactions(raw: DataFrame) -> DataFrame:
         F.when(end, event["event_count"]).alias("event_count"),
         F.when(end, counts).alias("data_collections"),
         F.timestamp_millis(event["ts_ms"]).alias("event_ts"),
+        F.when(F.size(unknown) > 0, F.to_json(unknown)).alias(RESCUED),
     ], [
         (F.col("value").isNull(), "INVALID_CDC_ENVELOPE", F.lit("a transaction event without a value")),
         (F.col("_loose").isNull(), "CORRUPT_PAYLOAD", F.lit("payload is not a JSON object")),

@@ -228,23 +228,26 @@ def _transactions_spec(name: str, entry: dict, where: str) -> StreamSpec:
                       required_columns=TRANSACTIONS_IDENTITY, partitions=1)
 
 
+def _debezium_only(entry: dict, key: str, fmt: str, where: str, what: str) -> None:
+    """A setting only a Debezium stream takes: set on another, one line saying ``what`` it is."""
+    if key in entry and fmt != "debezium":
+        raise LakehouseError(f"{where}.{key}: only a debezium stream has {what}")
+
+
 def _transactions_of(entry: dict, fmt: str, where: str) -> str | None:
+    _debezium_only(entry, "transactions", fmt, where,
+                   "transaction metadata (DMS sends no END counts: ARCHITECTURE §9, \"Transactions\")")
     name = entry.get("transactions")
     if name is None:
         return None
-    if fmt != "debezium":
-        raise LakehouseError(f"{where}.transactions: only a debezium stream has transaction metadata "
-                             "(DMS sends no END counts: ARCHITECTURE §9, \"Transactions\")")
     if not isinstance(name, str) or not name:
         raise LakehouseError(f"{where}.transactions: expected the name of a {TRANSACTIONS_FORMAT} stream, got {name!r}")
     return name
 
 
 def _unavailable_placeholder(entry: dict, fmt: str, where: str) -> str:
+    _debezium_only(entry, "unavailable_placeholder", fmt, where, "one (Debezium's unavailable.value.placeholder)")
     value = entry.get("unavailable_placeholder", DEBEZIUM_UNAVAILABLE_PLACEHOLDER)
-    if "unavailable_placeholder" in entry and fmt != "debezium":
-        raise LakehouseError(f"{where}.unavailable_placeholder: only a debezium stream has one "
-                             "(Debezium's unavailable.value.placeholder)")
     if not isinstance(value, str) or not value:
         raise LakehouseError(f"{where}.unavailable_placeholder: expected the text of the connector's "
                              f"unavailable.value.placeholder, got {value!r}")
@@ -252,12 +255,10 @@ def _unavailable_placeholder(entry: dict, fmt: str, where: str) -> str:
 
 
 def _signal_table(entry: dict, fmt: str, where: str) -> str | None:
+    _debezium_only(entry, "signal_table", fmt, where, "one (its connector's signal.data.collection)")
     table = entry.get("signal_table")
     if table is None:
         return None
-    if fmt != "debezium":
-        raise LakehouseError(f"{where}.signal_table: only a debezium stream has one (its connector's "
-                             "signal.data.collection)")
     if not isinstance(table, str) or len(table.split(".")) != 2 or not all(table.split(".")):
         raise LakehouseError(f"{where}.signal_table: expected the connector's signal.data.collection, "
                              f"SCHEMA.NAME (PostgreSQL) or DATABASE.NAME (MySQL, MariaDB), got {table!r}")

@@ -578,3 +578,38 @@ def test_a_contract_declaring_a_name_bronze_uses_itself_is_refused_in_one_line(t
         json_contract(spec)
     (line,) = str(refused.value).splitlines()
     assert f"stream 'wallets' (source table wallets) declares {field}, a name bronze gives a column of its own" in line
+
+
+def test_debezium_transaction_events_land_as_they_came_and_a_bad_one_is_a_dead_letter(spark):
+    """A connector's transaction topic (ingestion/formats/debezium_transactions.py): BEGIN and END
+    events, with or without schemas; a field the format lacks (a later Debezium's) is kept in
+    `_rescued`, never dropped; an END whose per-table counts do not add up, or no event at all,
+    is a dead letter, never a row that could complete a transaction."""
+    from ingestion.formats.debezium_transactions import decode_debezium_transactions
+
+    begin = {"status": "BEGIN", "id": "771:10", "ts_ms": 1_790_000_000_000, "event_count": None,
+             "data_collections": None}
+    end = {"status": "END", "id": "771:90", "ts_ms": 1_790_000_000_000, "event_count": 3,
+           "data_collections": [{"data_collection": "public.customers", "event_count": 2},
+                                {"data_collection": "public.accounts", "event_count": 1}]}
+    messages = [
+        (b'{"id":"771:10"}', json.dumps(begin).encode()),
+        (b'{"id":"771:90"}', json.dumps({**end, "commit_lsn": 90}).encode()),  # a field this version lacks
+        (b'{"id":"771:90"}', json.dumps({"schema": {"type": "struct"}, "payload": end}).encode()),
+        (b'{"id":"771:90"}', json.dumps({**end, "event_count": 4}).encode()),  # counts that do not add up
+        (b'{"id":"771:90"}', json.dumps({**end, "status": "COMMIT"}).encode()),
+        (b'{"id":"771:90"}', b"not json"),
+    ]
+    rows = decode_debezium_transactions(kafka_rows(spark, messages, "lakehouse.transaction")) \
+        .orderBy("offset").collect()
+    assert [r._error_code for r in rows] == [None, None, None, "INVALID_CDC_ENVELOPE", "INVALID_CDC_ENVELOPE",
+                                             "CORRUPT_PAYLOAD"], [r._error_detail for r in rows]
+    first = rows[0]
+    assert (first.status, first.id, first.event_count, first.data_collections) == ("BEGIN", "771:10", None, None)
+    for row in rows[1:3]:
+        assert (row.status, row.id, row.event_count) == ("END", "771:90", 3)
+        assert [(c.data_collection, c.event_count) for c in row.data_collections] == [
+            ("public.customers", 2), ("public.accounts", 1)]
+    assert json.loads(rows[1]._rescued) == {"commit_lsn": "90"} and rows[2]._rescued is None
+    assert rows[0]._rescued is None
+    assert "END's event_count and data_collections" in rows[3]._error_detail

@@ -678,6 +678,8 @@ MERGE_TARGET_READS = {
     "silver.accounts": {"account_id"},
     "gold.events_by_type_daily": {"event_date", "event_type"},
     "gold.customer_activity": {"customer_id"},
+    # silver.cdc_transactions (merge-on-read, matched by id) reads nothing of its target here: this
+    # lakehouse has no transaction topic, so its MERGE has no rows and Spark plans no target read
 }
 
 

@@ -46,6 +46,16 @@ def ingest(tmp_path, streams: dict, *args: str) -> subprocess.CompletedProcess:
     ({"events": {**STREAM, "bronze_table": "events"}}, ["events"], "invalid table name 'events'"),
     ({"my events": STREAM}, ["my events"],
      "streams.my events: the stream name does not make a valid table name (bronze.my events): set `bronze_table`"),
+    # a connector's transaction topic, and the streams that name it (issue 58, item 3)
+    ({"events": {**STREAM, "transactions": "tx"}, "tx": {"format": "debezium_transactions"}}, ["events"],
+     "streams.events.transactions: only a debezium stream has transaction metadata"),
+    ({"events": {**STREAM, "format": "debezium", "schema": "customers.schema.json", "identity": ["customer_id"],
+                 "transactions": "other"}, "other": STREAM}, ["events"],
+     "streams.events.transactions: 'other' is not a debezium_transactions stream of this file"),
+    ({"tx": {"format": "debezium_transactions", "schema": "x.json"}}, ["tx"],
+     "streams.tx: a debezium_transactions stream takes only topic, bronze_table and partitions"),
+    ({"tx": {"format": "debezium_transactions", "partitions": 3}}, ["tx"],
+     "streams.tx.partitions: a transaction topic has one partition (its events in commit order), got 3"),
     ({"events": STREAM}, ["events", "--trigger", "soon"], "invalid trigger interval 'soon'"),
     ({"events": STREAM}, ["events"], "cannot reach Kafka at 127.0.0.1:"),
 ])
